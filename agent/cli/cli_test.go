@@ -1,0 +1,105 @@
+package cli
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+func TestEnvName(t *testing.T) {
+	for in, want := range map[string]string{
+		"ssh.listen-address": "PODMPI_SSH_LISTEN_ADDRESS",
+		"slots":              "PODMPI_SLOTS",
+		"discovery.timeout":  "PODMPI_DISCOVERY_TIMEOUT",
+	} {
+		if got := EnvName(in); got != want {
+			t.Errorf("EnvName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func newFS() (*pflag.FlagSet, *string, *int, *[]string) {
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	s := fs.String("ssh.listen-address", ":2222", "listen")
+	n := fs.Int("workers-expected", 0, "n")
+	l := fs.StringSlice("workers", nil, "list")
+	return fs, s, n, l
+}
+
+func TestApplyEnvPrecedence(t *testing.T) {
+	env := map[string]string{
+		"PODMPI_SSH_LISTEN_ADDRESS": ":3333",
+		"PODMPI_WORKERS_EXPECTED":   "4",
+		"PODMPI_WORKERS":            "a, b,c",
+	}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+
+	fs, s, n, l := newFS()
+	if err := fs.Parse([]string{"--workers-expected=2"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ApplyEnv(fs, lookup); err != nil {
+		t.Fatal(err)
+	}
+	if *s != ":3333" {
+		t.Errorf("env twin not applied: %q", *s)
+	}
+	if *n != 2 {
+		t.Errorf("command line must win over env: got %d", *n)
+	}
+	if strings.Join(*l, "|") != "a|b|c" {
+		t.Errorf("list twin: %q", *l)
+	}
+}
+
+func TestApplyEnvBadValueNamesVariableNotValue(t *testing.T) {
+	fs, _, _, _ := newFS()
+	_ = fs.Parse(nil)
+	err := ApplyEnv(fs, func(k string) (string, bool) {
+		if k == "PODMPI_WORKERS_EXPECTED" {
+			return "s3cr3t", true
+		}
+		return "", false
+	})
+	if err == nil || !strings.Contains(err.Error(), "PODMPI_WORKERS_EXPECTED") {
+		t.Fatalf("want error naming the variable, got %v", err)
+	}
+	if strings.Contains(err.Error(), "s3cr3t") {
+		t.Fatalf("error echoes the value: %v", err)
+	}
+}
+
+func TestAnnotateEnvOnce(t *testing.T) {
+	fs, _, _, _ := newFS()
+	AnnotateEnv(fs)
+	AnnotateEnv(fs)
+	u := fs.Lookup("ssh.listen-address").Usage
+	if strings.Count(u, "$PODMPI_SSH_LISTEN_ADDRESS") != 1 {
+		t.Fatalf("usage = %q", u)
+	}
+}
+
+func TestNewLogger(t *testing.T) {
+	var buf bytes.Buffer
+	lg, err := LogFlags{Format: "auto", Level: "info"}.NewLogger(&buf, func(k string) string {
+		if k == "KUBERNETES_SERVICE_HOST" {
+			return "10.0.0.1"
+		}
+		return ""
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg.Info("hello", "k", 1)
+	if !strings.HasPrefix(buf.String(), "{") {
+		t.Fatalf("want JSON in a pod, got %q", buf.String())
+	}
+	if _, err := (LogFlags{Format: "xml", Level: "info"}).NewLogger(&buf, Getenv); err == nil {
+		t.Fatal("want error for bad format")
+	}
+	if _, err := (LogFlags{Format: "text", Level: "loud"}).NewLogger(&buf, Getenv); err == nil {
+		t.Fatal("want error for bad level")
+	}
+}

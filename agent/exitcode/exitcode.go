@@ -1,0 +1,72 @@
+// Package exitcode defines the documented exit codes of launcher and
+// worker-agent. They are part of the user-facing API: Kubernetes shows them in
+// the pod status, and docs/troubleshooting.md explains each one.
+//
+// The launcher passes mpirun's own exit status through unchanged. Its own
+// failures use the range 64-79 (after BSD sysexits), which neither Open MPI
+// nor Hydra use for their own errors, so an operator can tell "the launcher
+// gave up before or around mpirun" from "the MPI job failed". A launcher
+// ended by a signal exits 128+signal, as a shell would report it.
+package exitcode
+
+// Code is a process exit status.
+type Code int
+
+// Exit codes shared by both binaries and the rsh client.
+const (
+	// OK: the job (or the agent) finished successfully.
+	OK Code = 0
+	// Usage: bad flags or arguments; nothing was started.
+	Usage Code = 64
+	// Config: bad configuration found before any work: unreadable or
+	// malformed key files, unsafe key file modes, a malformed hostfile,
+	// conflicting settings.
+	Config Code = 65
+	// DiscoveryTimeout: not every expected worker (or the launcher's own
+	// name) resolved in DNS before --discovery.timeout.
+	DiscoveryTimeout Code = 66
+	// ProbeFailed: one or more workers could not be reached over SSH, or lack
+	// the MPI daemon, before the probe deadline.
+	ProbeFailed Code = 67
+	// MPIRunNotFound: the command (usually mpirun) could not be started.
+	MPIRunNotFound Code = 68
+	// MPIRunTimeout: mpirun ran longer than --mpirun.timeout and was killed.
+	MPIRunTimeout Code = 69
+	// Listen: worker-agent could not listen on its SSH or HTTP address
+	// (port busy, address not available).
+	Listen Code = 70
+	// Internal: an unexpected internal error; please report it.
+	Internal Code = 71
+	// RemoteShell: the rsh client could not run the remote command (DNS, TCP,
+	// handshake, host key or authentication failure). Same value as OpenSSH's
+	// ssh(1) uses, which Open MPI and Hydra already understand.
+	RemoteShell Code = 255
+	// CommandNotFound: the remote shell could not find the command
+	// (worker-agent sessions, as sh and sshd report it).
+	CommandNotFound Code = 127
+)
+
+// Entry documents one exit code.
+type Entry struct {
+	Code    Code
+	Name    string
+	Binary  string // "launcher", "worker-agent", "rsh", or "all"
+	Meaning string
+	Fix     string
+}
+
+// Table lists every exit code the binaries produce, in numeric order. The
+// README and docs/troubleshooting.md are checked against it by tests.
+var Table = []Entry{
+	{OK, "ok", "all", "success", "-"},
+	{Usage, "usage", "all", "bad flags or arguments; nothing was started", "run with --help; every flag also has a PODMPI_* environment variable"},
+	{Config, "config", "all", "bad configuration: key files unreadable, malformed or world-writable, malformed hostfile, conflicting settings", "the message names the file and line; fix the Secret/ConfigMap mount or the flag"},
+	{DiscoveryTimeout, "discovery-timeout", "launcher", "some workers (or the launcher's own name) never resolved in DNS before --discovery.timeout", "check the named pods are scheduled (gang scheduling, quota), that the headless Service has publishNotReadyAddresses: true, and the subdomain"},
+	{ProbeFailed, "probe-failed", "launcher", "one or more workers failed the SSH probe (tcp, handshake, host key, auth, missing MPI daemon)", "read the per-worker diagnosis line and its hint; docs/troubleshooting.md explains each phase"},
+	{MPIRunNotFound, "command-not-found", "launcher", "the command after -- (usually mpirun) could not be started", "install the MPI in the image or put it on PATH"},
+	{MPIRunTimeout, "mpirun-timeout", "launcher", "mpirun ran longer than --mpirun.timeout and was stopped", "raise --mpirun.timeout or find the hanging rank"},
+	{Listen, "listen", "worker-agent", "could not listen on the SSH or HTTP address (port in use, address not available)", "pick a free port with --ssh.listen-address / --web.listen-address"},
+	{Internal, "internal", "all", "unexpected internal error", "report it with the log"},
+	{CommandNotFound, "remote-command-not-found", "worker-agent session", "the remote shell could not find the command (for example orted not on PATH)", "put the MPI daemon on the worker-agent's PATH"},
+	{RemoteShell, "remote-shell", "rsh", "the rsh client could not run the remote command: dns, tcp, handshake, host key or auth failure (one stderr line names host and phase)", "read the phase and hint on stderr"},
+}
