@@ -1,0 +1,375 @@
+// Package probe checks, before mpirun starts, that every worker can be
+// reached over SSH the way mpirun will reach it: resolve, connect,
+// handshake, pinned host key, public key auth, and a remote check that this
+// MPI's daemon (orted or prted; hydra_pmi_proxy; hydra_bstrap_proxy) is on
+// the worker's PATH.
+//
+// Workers are probed in parallel (bounded by Options.Parallel) with the
+// in-process x/crypto client, about a millisecond per worker instead of an
+// ssh fork each. Failures in transient phases (dns, tcp-*: the worker may
+// still be starting) are retried with jittered exponential backoff until
+// Options.Deadline; other failures end that worker's probe at once. Each
+// failure is a classified sshclient.Failure with a one-line hint, and
+// WriteReport prints one line per failing worker followed by a summary table.
+package probe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/podmpi/podmpi/agent/sshclient"
+)
+
+// Target is one worker's SSH endpoint.
+type Target struct {
+	Host string
+	Port int
+}
+
+// String returns host:port.
+func (t Target) String() string { return net.JoinHostPort(t.Host, strconv.Itoa(t.Port)) }
+
+// Daemon sets for the remote check, one per MPI flavour.
+var (
+	DaemonsOpenMPI  = []string{"orted", "prted"}     // Open MPI 4 (ORTE) or 5 (PRRTE)
+	DaemonsMPICH    = []string{"hydra_pmi_proxy"}    // MPICH Hydra
+	DaemonsIntelMPI = []string{"hydra_bstrap_proxy"} // Intel MPI Hydra
+)
+
+// Defaults for Options.
+const (
+	DefaultParallel       = 64
+	DefaultCommandTimeout = 10 * time.Second
+	DefaultInitialBackoff = 250 * time.Millisecond
+	DefaultMaxBackoff     = 2 * time.Second
+)
+
+// Options configure Run.
+type Options struct {
+	// Client is the SSH client configuration (job key, pinned host key,
+	// per-attempt timeouts).
+	Client sshclient.Config
+	// Daemons are the remote check's program names, any of which must be
+	// on the worker's PATH (or executable, for absolute paths). Empty skips
+	// the remote check.
+	Daemons []string
+	// Parallel bounds how many workers are probed at once; DefaultParallel
+	// when <= 0.
+	Parallel int
+	// Deadline bounds the whole run: transient failures are retried until
+	// it. Every worker gets at least one attempt, and an attempt started
+	// before the deadline runs to completion (bounded by Client's connect
+	// and handshake timeouts and CommandTimeout). Zero means one attempt
+	// per worker.
+	Deadline time.Duration
+	// CommandTimeout bounds the remote check; DefaultCommandTimeout when 0.
+	CommandTimeout time.Duration
+	// InitialBackoff and MaxBackoff shape the retry delays (doubling, with
+	// 0.5x-1.5x jitter). Defaults DefaultInitialBackoff, DefaultMaxBackoff.
+	InitialBackoff, MaxBackoff time.Duration
+	// Logger receives retries (debug) and the insecure-host-key warning;
+	// nil discards.
+	Logger *slog.Logger
+	// OnAttempt, when set, is called after every attempt, concurrently from
+	// the probing goroutines (for progress output and metrics).
+	OnAttempt func(Attempt)
+}
+
+// Attempt is one connection attempt to one worker.
+type Attempt struct {
+	Target  Target
+	N       int                // 1-based attempt number
+	Failure *sshclient.Failure // nil on success
+	Latency time.Duration
+	Retry   bool // another attempt follows
+}
+
+// Result is the outcome for one worker.
+type Result struct {
+	Target   Target
+	OK       bool
+	Failure  *sshclient.Failure // the last attempt's failure; nil when OK
+	Latency  time.Duration      // of the successful attempt: connect through remote check
+	Attempts int
+	// DaemonPath is what the remote check found, e.g. /usr/bin/orted.
+	DaemonPath string
+}
+
+// Run probes every target and returns their results in target order. It
+// returns when every target has succeeded or given up, or ctx is done.
+func Run(ctx context.Context, targets []Target, opts Options) []Result {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Client.InsecureIgnoreHostKey {
+		log.Warn("host keys are not verified (--ssh.insecure-ignore-host-key): any server answering on the workers' addresses is trusted; pin the job's id_rsa.pub instead")
+	}
+	par := opts.Parallel
+	if par <= 0 {
+		par = DefaultParallel
+	}
+	par = min(par, len(targets))
+	var deadline time.Time
+	if opts.Deadline > 0 {
+		deadline = time.Now().Add(opts.Deadline)
+	}
+	results := make([]Result, len(targets))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range par {
+		wg.Go(func() {
+			for i := range next {
+				results[i] = probeOne(ctx, targets[i], deadline, opts, log)
+			}
+		})
+	}
+	for i := range targets {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return results
+}
+
+func probeOne(ctx context.Context, t Target, deadline time.Time, opts Options, log *slog.Logger) Result {
+	backoff := opts.InitialBackoff
+	if backoff <= 0 {
+		backoff = DefaultInitialBackoff
+	}
+	maxBackoff := opts.MaxBackoff
+	if maxBackoff <= 0 {
+		maxBackoff = DefaultMaxBackoff
+	}
+	log = log.With("worker", t.String())
+	for n := 1; ; n++ {
+		start := time.Now()
+		path, f := attempt(ctx, t, opts)
+		lat := time.Since(start)
+		if f == nil {
+			if opts.OnAttempt != nil {
+				opts.OnAttempt(Attempt{Target: t, N: n, Latency: lat})
+			}
+			return Result{Target: t, OK: true, Latency: lat, Attempts: n, DaemonPath: path}
+		}
+		wait := jitter(backoff)
+		retry := f.Transient() && ctx.Err() == nil && !deadline.IsZero() && time.Now().Add(wait).Before(deadline)
+		if opts.OnAttempt != nil {
+			opts.OnAttempt(Attempt{Target: t, N: n, Failure: f, Latency: lat, Retry: retry})
+		}
+		if !retry {
+			if n > 1 {
+				log.Debug("giving up", "attempts", n, "failure", f)
+			}
+			return Result{Target: t, Failure: f, Attempts: n}
+		}
+		log.Debug("retrying", "in", wait, "attempt", n, "phase", string(f.Phase), "cause", f.CauseText(),
+			"time_left", time.Until(deadline).Round(time.Millisecond))
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return Result{Target: t, Failure: f, Attempts: n}
+		case <-timer.C:
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+// jitter spreads d over [0.5d, 1.5d) so that workers started together do
+// not retry in lockstep.
+func jitter(d time.Duration) time.Duration {
+	return d/2 + rand.N(d)
+}
+
+// attempt makes one connection and runs the remote check.
+func attempt(ctx context.Context, t Target, opts Options) (string, *sshclient.Failure) {
+	client, f := sshclient.Dial(ctx, t.Host, t.Port, opts.Client)
+	if f != nil {
+		return "", f
+	}
+	defer client.Close()
+	if len(opts.Daemons) == 0 {
+		return "", nil
+	}
+	return remoteCheck(ctx, client, t, opts)
+}
+
+// CheckCommand is the shell command of the remote check for daemons:
+// `command -v 'orted' || command -v 'prted'`.
+func CheckCommand(daemons []string) string {
+	parts := make([]string, len(daemons))
+	for i, d := range daemons {
+		parts[i] = "command -v " + shellQuote(d)
+	}
+	return strings.Join(parts, " || ")
+}
+
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func remoteCheck(ctx context.Context, client *ssh.Client, t Target, opts Options) (string, *sshclient.Failure) {
+	timeout := opts.CommandTimeout
+	if timeout <= 0 {
+		timeout = DefaultCommandTimeout
+	}
+	cmd := CheckCommand(opts.Daemons)
+	type outcome struct {
+		out []byte
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		s, err := client.NewSession()
+		if err != nil {
+			done <- outcome{err: err}
+			return
+		}
+		defer s.Close()
+		out, err := s.Output(cmd)
+		done <- outcome{out, err}
+	}()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var o outcome
+	select {
+	case o = <-done:
+	case <-timer.C:
+		client.Close() // unblocks the session goroutine
+		<-done
+		o.err = fmt.Errorf("remote check %q did not finish within %s", cmd, timeout)
+	case <-ctx.Done():
+		client.Close()
+		<-done
+		o.err = fmt.Errorf("remote check %q: %w", cmd, ctx.Err())
+	}
+	names := strings.Join(opts.Daemons, "/")
+	missingHint := fmt.Sprintf("%s is not on the PATH of worker-agent on %s; install the MPI in the worker image or set PATH in the worker container", names, t.Host)
+	var ee *ssh.ExitError
+	switch {
+	case errors.As(o.err, &ee):
+		return "", &sshclient.Failure{Host: t.Host, Port: t.Port, Phase: sshclient.PhaseRemoteCommand,
+			Cause: fmt.Errorf("%s not found: `%s` exited with status %d: %w", names, cmd, ee.ExitStatus(), o.err),
+			Hint:  missingHint}
+	case o.err != nil:
+		return "", sshclient.Classify(t.Host, t.Port, sshclient.PhaseRemoteCommand, o.err)
+	}
+	path := strings.TrimSpace(firstLine(string(o.out)))
+	if path == "" {
+		return "", &sshclient.Failure{Host: t.Host, Port: t.Port, Phase: sshclient.PhaseRemoteCommand,
+			Cause: fmt.Errorf("%s not found: `%s` printed nothing", names, cmd), Hint: missingHint}
+	}
+	return path, nil
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+// AllOK reports whether every result succeeded.
+func AllOK(results []Result) bool {
+	for _, r := range results {
+		if !r.OK {
+			return false
+		}
+	}
+	return true
+}
+
+// WriteReport writes one line per failing worker ("host:port: phase: cause;
+// hint: ..."), then a table of every worker (result or failed phase, latency,
+// attempts, daemon found) and a totals line. Write errors are ignored (the
+// report goes to a terminal or a pod log).
+func WriteReport(w io.Writer, results []Result) {
+	var b strings.Builder
+	for _, r := range results {
+		if !r.OK && r.Failure != nil {
+			b.WriteString(r.Failure.Error())
+			b.WriteByte('\n')
+		}
+	}
+	rows := [][]string{{"WORKER", "RESULT", "LATENCY", "ATTEMPTS", "DAEMON"}}
+	byPhase := map[sshclient.Phase]int{}
+	var phases []sshclient.Phase
+	ok := 0
+	for _, r := range results {
+		res, lat, daemon := "ok", formatLatency(r.Latency), r.DaemonPath
+		if r.OK {
+			ok++
+		} else {
+			ph := sshclient.Phase("unknown")
+			if r.Failure != nil {
+				ph = r.Failure.Phase
+			}
+			if byPhase[ph] == 0 {
+				phases = append(phases, ph)
+			}
+			byPhase[ph]++
+			res, lat = string(ph), "-"
+		}
+		if daemon == "" {
+			daemon = "-"
+		}
+		rows = append(rows, []string{r.Target.String(), res, lat, strconv.Itoa(r.Attempts), daemon})
+	}
+	writeTable(&b, rows)
+	fmt.Fprintf(&b, "%d workers: %d ok, %d failed", len(results), ok, len(results)-ok)
+	if len(phases) > 0 {
+		parts := make([]string, len(phases))
+		for i, p := range phases {
+			parts[i] = fmt.Sprintf("%s %d", p, byPhase[p])
+		}
+		fmt.Fprintf(&b, " (%s)", strings.Join(parts, ", "))
+	}
+	b.WriteByte('\n')
+	_, _ = io.WriteString(w, b.String())
+}
+
+func formatLatency(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "-"
+	case d < time.Millisecond:
+		return d.Round(time.Microsecond).String()
+	case d < time.Second:
+		return d.Round(100 * time.Microsecond).String()
+	}
+	return d.Round(10 * time.Millisecond).String()
+}
+
+// writeTable left-aligns columns separated by two spaces, without trailing
+// blanks.
+func writeTable(b *strings.Builder, rows [][]string) {
+	var width []int
+	for _, r := range rows {
+		for i, c := range r {
+			if i >= len(width) {
+				width = append(width, 0)
+			}
+			width[i] = max(width[i], utf8.RuneCountInString(c))
+		}
+	}
+	for _, r := range rows {
+		for i, c := range r {
+			b.WriteString(c)
+			if i < len(r)-1 {
+				b.WriteString(strings.Repeat(" ", width[i]-utf8.RuneCountInString(c)+2))
+			}
+		}
+		b.WriteByte('\n')
+	}
+}

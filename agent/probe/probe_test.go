@@ -1,0 +1,388 @@
+package probe
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"flag"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/podmpi/podmpi/agent/sshclient"
+	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden")
+
+type job struct {
+	key sshtest.Key
+	cfg sshclient.Config
+}
+
+func newJob(t testing.TB) job {
+	k := sshtest.NewKey(t)
+	return job{key: k, cfg: sshclient.Config{Signer: k.Signer, HostKey: k.Public(), User: "mpiuser"}}
+}
+
+// binDir returns a directory holding executable stand-ins for the given
+// MPI daemons, to put on the test server's PATH.
+func binDir(t testing.TB, names ...string) string {
+	dir := t.TempDir()
+	for _, n := range names {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func (j job) worker(t testing.TB, path string, delay time.Duration) *sshtest.Server {
+	return sshtest.Start(t, sshtest.Options{HostKey: j.key.Signer, Authorized: []ssh.PublicKey{j.key.Public()},
+		Env: []string{"PATH=" + path}, ExecDelay: delay})
+}
+
+func local(port int) Target { return Target{Host: "127.0.0.1", Port: port} }
+
+func TestRunAllOK(t *testing.T) {
+	t.Parallel()
+	j := newJob(t)
+	bin := binDir(t, "prted")
+	srv := j.worker(t, bin, 0) // only the stand-in: this machine may have a real orted in /usr/bin
+	targets := []Target{local(srv.Port), {Host: "localhost", Port: srv.Port}, local(srv.Port)}
+	res := Run(context.Background(), targets, Options{Client: j.cfg, Daemons: DaemonsOpenMPI})
+	if !AllOK(res) {
+		var b bytes.Buffer
+		WriteReport(&b, res)
+		t.Fatal(b.String())
+	}
+	for i, r := range res {
+		if r.Target != targets[i] || r.Attempts != 1 || r.Latency <= 0 || r.DaemonPath != filepath.Join(bin, "prted") {
+			t.Errorf("result %d: %+v", i, r)
+		}
+	}
+	if got := srv.Commands(); len(got) != 3 || got[0] != `command -v 'orted' || command -v 'prted'` {
+		t.Fatalf("remote commands %q", got)
+	}
+}
+
+// TestRunClassifiesEveryPhase provokes each failure for real on loopback.
+func TestRunClassifiesEveryPhase(t *testing.T) {
+	t.Parallel()
+	j := newJob(t)
+	other := sshtest.NewKey(t)
+	good := j.worker(t, binDir(t, "orted"), 0)
+	noDaemon := j.worker(t, t.TempDir(), 0) // `command -v` is a shell builtin: no PATH needed
+	wrongHost := sshtest.Start(t, sshtest.Options{HostKey: other.Signer, Authorized: []ssh.PublicKey{j.key.Public()}})
+	wrongClient := sshtest.Start(t, sshtest.Options{HostKey: j.key.Signer, Authorized: []ssh.PublicKey{other.Public()}})
+	httpSrv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(httpSrv.Close)
+
+	cfg := j.cfg
+	cfg.ConnectTimeout = 400 * time.Millisecond
+	cfg.HandshakeTimeout = 400 * time.Millisecond
+	cfg.Resolver = sshtest.NXDomainResolver(t)
+
+	targets := []Target{
+		local(good.Port),
+		local(sshtest.FreePort(t)),
+		local(sshtest.FullBacklogPort(t)),
+		local(sshtest.SilentListener(t)),
+		local(httpSrv.Listener.Addr().(*net.TCPAddr).Port),
+		local(wrongHost.Port),
+		local(wrongClient.Port),
+		local(noDaemon.Port),
+		{Host: "tj-node-0-9.invalid", Port: 2222},
+	}
+	want := []sshclient.Phase{"", sshclient.PhaseTCPRefused, sshclient.PhaseTCPTimeout, sshclient.PhaseHandshake,
+		sshclient.PhaseHandshake, sshclient.PhaseHostKey, sshclient.PhaseAuth, sshclient.PhaseRemoteCommand, sshclient.PhaseDNS}
+	res := Run(context.Background(), targets, Options{Client: cfg, Daemons: DaemonsOpenMPI, Parallel: 4})
+	for i, r := range res {
+		if r.Target != targets[i] {
+			t.Fatalf("result %d is for %v, want %v", i, r.Target, targets[i])
+		}
+		if want[i] == "" {
+			if !r.OK {
+				t.Errorf("%v: %v", r.Target, r.Failure)
+			}
+			continue
+		}
+		if r.OK || r.Failure.Phase != want[i] {
+			t.Errorf("%v: got %+v, want phase %s", r.Target, r.Failure, want[i])
+		}
+		if r.Attempts != 1 {
+			t.Errorf("%v: %d attempts without a deadline", r.Target, r.Attempts)
+		}
+	}
+	f := res[7].Failure
+	wantHint := "orted/prted is not on the PATH of worker-agent on 127.0.0.1; install the MPI in the worker image or set PATH in the worker container"
+	if f == nil || f.Hint != wantHint || !strings.Contains(f.Error(), "exited with status 1") {
+		t.Errorf("missing daemon: %v", f)
+	}
+	var b bytes.Buffer
+	WriteReport(&b, res)
+	t.Log("\n" + b.String())
+	if n := strings.Count(b.String(), "; hint: "); n != len(targets)-1 {
+		t.Errorf("report has %d failure lines, want %d", n, len(targets)-1)
+	}
+}
+
+func TestRunBoundedParallel(t *testing.T) {
+	t.Parallel()
+	j := newJob(t)
+	srv := j.worker(t, "/usr/bin:/bin", 150*time.Millisecond)
+	targets := make([]Target, 10)
+	for i := range targets {
+		targets[i] = local(srv.Port)
+	}
+	var mu sync.Mutex
+	attempts := 0
+	res := Run(context.Background(), targets, Options{Client: j.cfg, Daemons: []string{"sh"}, Parallel: 3,
+		OnAttempt: func(Attempt) { mu.Lock(); attempts++; mu.Unlock() }})
+	if !AllOK(res) {
+		t.Fatalf("not all OK: %+v", res)
+	}
+	if m := srv.MaxExecs(); m > 3 || m < 2 {
+		t.Fatalf("max concurrent remote checks %d, want 2..3 (Parallel 3)", m)
+	}
+	if attempts != len(targets) {
+		t.Fatalf("OnAttempt called %d times", attempts)
+	}
+	if res[0].DaemonPath != "/usr/bin/sh" && res[0].DaemonPath != "/bin/sh" {
+		t.Fatalf("daemon path %q", res[0].DaemonPath)
+	}
+}
+
+// TestRunRetriesUntilListening: a worker whose agent starts listening after
+// one second is reported OK after several tcp-refused attempts.
+func TestRunRetriesUntilListening(t *testing.T) {
+	t.Parallel()
+	j := newJob(t)
+	port := sshtest.FreePort(t)
+	started := make(chan struct{})
+	go func() {
+		defer close(started)
+		time.Sleep(time.Second)
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			t.Errorf("port %d taken meanwhile: %v", port, err)
+			return
+		}
+		srv := sshtest.Serve(ln, sshtest.Options{HostKey: j.key.Signer, Authorized: []ssh.PublicKey{j.key.Public()}})
+		t.Cleanup(srv.Close)
+	}()
+	var mu sync.Mutex
+	var phases []sshclient.Phase
+	var logs bytes.Buffer
+	res := Run(context.Background(), []Target{local(port)}, Options{Client: j.cfg, Deadline: 10 * time.Second,
+		InitialBackoff: 100 * time.Millisecond, MaxBackoff: 300 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		OnAttempt: func(a Attempt) {
+			mu.Lock()
+			defer mu.Unlock()
+			if a.Failure != nil {
+				phases = append(phases, a.Failure.Phase)
+				if !a.Retry {
+					t.Errorf("attempt %d not retried: %v", a.N, a.Failure)
+				}
+			}
+		}})
+	<-started
+	r := res[0]
+	if !r.OK || r.Attempts < 2 {
+		t.Fatalf("result %+v", r)
+	}
+	for _, p := range phases {
+		if p != sshclient.PhaseTCPRefused {
+			t.Fatalf("unexpected phase %s", p)
+		}
+	}
+	if len(phases) != r.Attempts-1 {
+		t.Fatalf("%d failed attempts reported, %d attempts", len(phases), r.Attempts)
+	}
+	if !strings.Contains(logs.String(), "retrying") {
+		t.Fatalf("no retry logged:\n%s", logs.String())
+	}
+}
+
+func TestRunGivesUpAtDeadline(t *testing.T) {
+	t.Parallel()
+	j := newJob(t)
+	start := time.Now()
+	res := Run(context.Background(), []Target{local(sshtest.FreePort(t))}, Options{Client: j.cfg, Deadline: time.Second,
+		InitialBackoff: 100 * time.Millisecond})
+	d := time.Since(start)
+	r := res[0]
+	if r.OK || r.Failure.Phase != sshclient.PhaseTCPRefused || r.Attempts < 3 {
+		t.Fatalf("result %+v", r)
+	}
+	if d > 2500*time.Millisecond {
+		t.Fatalf("ran %v past a 1 s deadline", d)
+	}
+}
+
+func TestRunDoesNotRetryPermanentFailures(t *testing.T) {
+	t.Parallel()
+	j := newJob(t)
+	other := sshtest.NewKey(t)
+	srv := sshtest.Start(t, sshtest.Options{HostKey: j.key.Signer, Authorized: []ssh.PublicKey{other.Public()}})
+	start := time.Now()
+	res := Run(context.Background(), []Target{local(srv.Port)}, Options{Client: j.cfg, Deadline: 10 * time.Second})
+	if r := res[0]; r.OK || r.Failure.Phase != sshclient.PhaseAuth || r.Attempts != 1 {
+		t.Fatalf("result %+v", r)
+	}
+	if time.Since(start) > 3*time.Second {
+		t.Fatal("permanent failure was retried")
+	}
+}
+
+func TestRunCancelled(t *testing.T) {
+	t.Parallel()
+	j := newJob(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	res := Run(ctx, []Target{local(sshtest.FreePort(t)), local(sshtest.SilentListener(t))}, Options{Client: j.cfg, Deadline: time.Minute})
+	if time.Since(start) > 3*time.Second {
+		t.Fatalf("Run ignored ctx: %v", time.Since(start))
+	}
+	for _, r := range res {
+		if r.OK || r.Failure == nil {
+			t.Fatalf("result %+v", r)
+		}
+	}
+}
+
+func TestInsecureWarns(t *testing.T) {
+	t.Parallel()
+	j := newJob(t)
+	other := sshtest.NewKey(t)
+	srv := sshtest.Start(t, sshtest.Options{HostKey: other.Signer, Authorized: []ssh.PublicKey{j.key.Public()}})
+	cfg := j.cfg
+	cfg.InsecureIgnoreHostKey = true
+	var logs bytes.Buffer
+	res := Run(context.Background(), []Target{local(srv.Port)}, Options{Client: cfg,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if !res[0].OK {
+		t.Fatal(res[0].Failure)
+	}
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "insecure-ignore-host-key") {
+		t.Fatalf("no warning: %q", logs.String())
+	}
+}
+
+func TestCheckCommand(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   []string
+		want string
+	}{
+		{DaemonsOpenMPI, `command -v 'orted' || command -v 'prted'`},
+		{DaemonsMPICH, `command -v 'hydra_pmi_proxy'`},
+		{[]string{"/opt/x y/it's"}, `command -v '/opt/x y/it'\''s'`},
+	} {
+		if got := CheckCommand(tc.in); got != tc.want {
+			t.Errorf("CheckCommand(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func fixedKey(seed byte) ssh.PublicKey {
+	pub, err := ssh.NewPublicKey(ed25519.NewKeyFromSeed(bytes.Repeat([]byte{seed}, ed25519.SeedSize)).Public())
+	if err != nil {
+		panic(err)
+	}
+	return pub
+}
+
+func reportFixture() []Result {
+	hk := &sshclient.HostKeyError{Expected: fixedKey(1), Presented: fixedKey(2), Source: "/home/mpiuser/.ssh/id_rsa.pub"}
+	return []Result{
+		{Target: Target{"tj-node-0-0.tj", 2222}, OK: true, Latency: 1234 * time.Microsecond, Attempts: 1, DaemonPath: "/usr/bin/orted"},
+		{Target: Target{"tj-node-0-1.tj", 2222}, OK: true, Latency: 870 * time.Microsecond, Attempts: 3, DaemonPath: "/usr/bin/orted"},
+		{Target: Target{"tj-node-0-2.tj", 2222}, Attempts: 1, Failure: sshclient.Classify("tj-node-0-2.tj", 2222, sshclient.PhaseHandshake,
+			&sshclient.AuthError{User: "mpiuser", KeyFingerprint: "SHA256:AAAA", Err: errString("ssh: unable to authenticate, attempted methods [none publickey], no supported methods remain")})},
+		{Target: Target{"tj-node-0-3.tj", 2222}, Attempts: 12, Failure: sshclient.Classify("tj-node-0-3.tj", 2222, sshclient.PhaseTCP,
+			&net.OpError{Op: "dial", Net: "tcp", Err: errString("i/o timeout"), Addr: &net.TCPAddr{IP: net.IPv4(10, 0, 0, 3), Port: 2222}})},
+		{Target: Target{"tj-node-0-4.tj", 2222}, Attempts: 1, Failure: sshclient.Classify("tj-node-0-4.tj", 2222, sshclient.PhaseHandshake, hk)},
+		{Target: Target{"tj-node-0-5.tj", 2222}, Attempts: 1, Failure: &sshclient.Failure{Host: "tj-node-0-5.tj", Port: 2222,
+			Phase: sshclient.PhaseRemoteCommand, Cause: errString("orted/prted not found: `command -v 'orted' || command -v 'prted'` exited with status 1"),
+			Hint: "orted/prted is not on the PATH of worker-agent on tj-node-0-5.tj; install the MPI in the worker image or set PATH in the worker container"}},
+		{Target: Target{"tj-node-0-6.tj", 2222}, OK: true, Latency: 2*time.Second + 345*time.Millisecond, Attempts: 2, DaemonPath: "/usr/bin/prted"},
+	}
+}
+
+// errString is an error whose text is fixed and which reports a timeout when
+// it says so (as net errors do), for deterministic report fixtures.
+type errString string
+
+func (e errString) Error() string   { return string(e) }
+func (e errString) Timeout() bool   { return strings.Contains(string(e), "timeout") }
+func (e errString) Temporary() bool { return false }
+
+func TestWriteReportGolden(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	WriteReport(&b, reportFixture())
+	golden := filepath.Join("testdata", "report.golden")
+	if *update {
+		if err := os.WriteFile(golden, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if b.String() != string(want) {
+		t.Fatalf("report differs from %s (run with -update after checking):\n--- got\n%s--- want\n%s", golden, b.String(), want)
+	}
+}
+
+func ExampleWriteReport() {
+	WriteReport(os.Stdout, []Result{
+		{Target: Target{"tj-node-0-0.tj", 2222}, OK: true, Latency: 1200 * time.Microsecond, Attempts: 1, DaemonPath: "/usr/bin/orted"},
+		{Target: Target{"tj-node-0-1.tj", 2222}, Attempts: 1, Failure: &sshclient.Failure{Host: "tj-node-0-1.tj", Port: 2222,
+			Phase: sshclient.PhaseAuth, Cause: errString("public key SHA256:AAAA refused for user \"mpiuser\""),
+			Hint: "the worker's authorized_keys does not hold this job's key (fingerprint SHA256:AAAA)"}},
+	})
+	// Output:
+	// tj-node-0-1.tj:2222: auth: public key SHA256:AAAA refused for user "mpiuser"; hint: the worker's authorized_keys does not hold this job's key (fingerprint SHA256:AAAA)
+	// WORKER               RESULT  LATENCY  ATTEMPTS  DAEMON
+	// tj-node-0-0.tj:2222  ok      1.2ms    1         /usr/bin/orted
+	// tj-node-0-1.tj:2222  auth    -        1         -
+	// 2 workers: 1 ok, 1 failed (auth 1)
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+func TestRunNoTargets(t *testing.T) {
+	t.Parallel()
+	if res := Run(context.Background(), nil, Options{}); len(res) != 0 {
+		t.Fatalf("results %v", res)
+	}
+	var b bytes.Buffer
+	WriteReport(&b, nil)
+	if !strings.HasSuffix(b.String(), "0 workers: 0 ok, 0 failed\n") {
+		t.Fatalf("report %q", b.String())
+	}
+}

@@ -1,0 +1,340 @@
+// Package rsh is the ssh-compatible client that mpirun runs as its remote
+// shell: `launcher rsh` on the launcher, and `worker-agent rsh` on workers
+// (Open MPI's tree spawn makes workers start daemons on other workers once
+// a job has more than 64 nodes).
+//
+// It accepts what Open MPI 4/5 (plm_rsh_agent / plm_ssh_agent), Hydra (MPICH
+// -launcher-exec, Intel MPI -bootstrap-exec) and Horovod pass to their ssh
+// program (see ParseArgs), connects with sshclient (the job key from the
+// auth dir, host key pinned to the job's id_rsa.pub), runs the command
+// through the worker's shell, streams stdin, stdout and stderr separately,
+// forwards SIGINT, SIGTERM and SIGHUP as SSH signal requests, and exits with
+// the remote command's status. When it cannot run the command it exits 255,
+// as ssh(1) does, after one stderr line:
+//
+//	podmpi-rsh: <host>:<port>: <phase>: <cause>; hint: <hint>
+//
+// It needs no passwd entry, no $HOME and no ~/.ssh, so it works under the
+// random UID of OpenShift's restricted SCC.
+//
+// # Configuration
+//
+// Settings come from the command line first, then from the environment
+// twins of the launcher/worker-agent flags (mpirun passes its environment to
+// its ssh program), then defaults:
+//
+//	PODMPI_SSH_AUTH_DIR                  auth dir holding id_rsa and id_rsa.pub (default: $HOME/.ssh, /home/mpiuser/.ssh, /root/.ssh)
+//	PODMPI_SSH_PORT                      port when no -p / -o Port (default 2222)
+//	PODMPI_SSH_USER                      login name when no -l / user@ (default $USER, else mpiuser)
+//	PODMPI_SSH_CONNECT_TIMEOUT           per-attempt connect timeout, "10" or "10s" (default 10s; -o ConnectTimeout wins)
+//	PODMPI_SSH_INSECURE_IGNORE_HOST_KEY  "true" accepts any host key (debugging only; warns unless -q)
+//
+// # Host key checking
+//
+// -o StrictHostKeyChecking=no does not turn pinning off. Every MPI recipe
+// passes it because OpenSSH would otherwise stop at an unknown host with no
+// known_hosts to consult. Here nothing is learned on first use: the one
+// acceptable host key is the job's own public key, read from the Secret
+// every pod mounts, so there is no unknown host to accept. Honouring "no"
+// would silently remove the only server authentication while the option
+// appears in nearly every existing configuration. Only
+// PODMPI_SSH_INSECURE_IGNORE_HOST_KEY=true disables pinning.
+//
+// # Exit status
+//
+// The remote command's exit status is returned unchanged. A command killed
+// by a signal gives 128+signal number (143 for TERM), as a shell reports
+// it, with one stderr line naming the signal; OpenSSH would exit 255. Open
+// MPI and Hydra treat any non-zero status of their ssh child as a failed
+// daemon either way, and 128+n keeps the signal visible in Hydra's "EXIT
+// CODE" and in logs. 255 stays reserved for "could not run the command",
+// and covers bad arguments too (ssh(1) does the same, and mpirun reports the
+// agent's status as the daemon's), with a "podmpi-rsh: usage: ..." line.
+//
+// # Signals
+//
+// SIGINT, SIGTERM and SIGHUP received by this process are sent to the
+// remote command as SSH "signal" requests (worker-agent delivers them to the
+// command's process group) and the client keeps waiting for the exit
+// status. If the command has not exited SignalGrace after the first signal,
+// the connection is closed, which makes worker-agent kill the command's
+// process tree, and the client exits 128+signal. mpirun's final SIGKILL of
+// its ssh children drops the connection with the same effect.
+package rsh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/podmpi/podmpi/agent/authdir"
+	"github.com/podmpi/podmpi/agent/cli"
+	"github.com/podmpi/podmpi/agent/exitcode"
+	"github.com/podmpi/podmpi/agent/sshclient"
+)
+
+// Environment twins read by Main.
+var (
+	EnvAuthDir        = cli.EnvName("ssh.auth-dir")
+	EnvPort           = cli.EnvName("ssh.port")
+	EnvUser           = cli.EnvName("ssh.user")
+	EnvConnectTimeout = cli.EnvName("ssh.connect-timeout")
+	EnvInsecure       = cli.EnvName("ssh.insecure-ignore-host-key")
+)
+
+// DefaultPort is worker-agent's SSH port (Trainer v2's and mpi-operator's 2222).
+const DefaultPort = 2222
+
+// SignalGrace is how long the client waits for the remote command to exit
+// after forwarding a signal before it closes the connection.
+const SignalGrace = 10 * time.Second
+
+// retryDelay separates connection attempts (-o ConnectionAttempts), like
+// OpenSSH's one second.
+const retryDelay = time.Second
+
+const prefix = "podmpi-rsh: "
+
+// Main runs the client with args (without argv[0]) and returns the exit
+// status. env looks up environment variables (os.LookupEnv when nil). stdin
+// may be nil (as with -n).
+func Main(ctx context.Context, args []string, env func(string) (string, bool), stdin io.Reader, stdout, stderr io.Writer) int {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	r := runner{env: env, stdin: stdin, stdout: stdout, stderr: stderr, sigs: sigs, grace: SignalGrace, retryDelay: retryDelay}
+	return r.run(ctx, args)
+}
+
+type runner struct {
+	env            func(string) (string, bool)
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	sigs           <-chan os.Signal
+	grace          time.Duration
+	retryDelay     time.Duration
+}
+
+func (r *runner) lookup(name string) string {
+	if r.env == nil {
+		v, _ := os.LookupEnv(name)
+		return v
+	}
+	v, _ := r.env(name)
+	return v
+}
+
+func (r *runner) line(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	msg = strings.NewReplacer("\r", " ", "\n", " ").Replace(msg)
+	fmt.Fprintln(r.stderr, prefix+msg)
+}
+
+func (r *runner) fail(f *sshclient.Failure) int {
+	r.line("%s", f.Error())
+	return int(exitcode.RemoteShell)
+}
+
+func (r *runner) run(ctx context.Context, args []string) int {
+	opts, err := ParseArgs(args)
+	if err != nil {
+		r.line("usage: %v", err)
+		return int(exitcode.RemoteShell)
+	}
+	port := opts.Port
+	if port == 0 {
+		port = DefaultPort
+		if v := r.lookup(EnvPort); v != "" {
+			p, err := strconv.Atoi(v)
+			if err != nil || p < 1 || p > 65535 {
+				return r.fail(&sshclient.Failure{Host: opts.Host, Port: DefaultPort, Phase: sshclient.PhaseConfig,
+					Cause: fmt.Errorf("%s is not a port number", EnvPort), Hint: "set it to the workers' SSH port (2222) or unset it"})
+			}
+			port = p
+		}
+	}
+	if opts.Command == "" {
+		return r.fail(&sshclient.Failure{Host: opts.Host, Port: port, Phase: sshclient.PhaseConfig,
+			Cause: errors.New("no remote command given"), Hint: "podmpi rsh runs commands for mpirun; it has no interactive shell"})
+	}
+	cfg, f := r.config(opts, port)
+	if f != nil {
+		return r.fail(f)
+	}
+	if f := cfg.Validate(opts.Host, port); f != nil {
+		return r.fail(f)
+	}
+	if cfg.InsecureIgnoreHostKey && !opts.Quiet {
+		r.line("warning: %s=true: the host key of %s is not verified", EnvInsecure, opts.Host)
+	}
+
+	client, f := r.dial(ctx, opts, port, cfg)
+	if f != nil {
+		return r.fail(f)
+	}
+	defer client.Close()
+	return r.session(ctx, client, opts, port)
+}
+
+// config builds the client configuration from options, environment and the
+// auth dir.
+func (r *runner) config(opts Options, port int) (sshclient.Config, *sshclient.Failure) {
+	cfgFail := func(err error) *sshclient.Failure {
+		hint := ""
+		var ae *authdir.Error
+		if !errors.As(err, &ae) {
+			hint = "fix the variable or unset it"
+		}
+		return &sshclient.Failure{Host: opts.Host, Port: port, Phase: sshclient.PhaseConfig, Cause: err, Hint: hint}
+	}
+	cfg, err := sshclient.LoadJobConfig(r.lookup(EnvAuthDir), r.lookup("HOME"), opts.Identity)
+	if err != nil {
+		return cfg, cfgFail(err)
+	}
+	for _, path := range opts.Identities[min(1, len(opts.Identities)):] {
+		s, err := authdir.LoadSigner(path)
+		if err != nil {
+			return cfg, cfgFail(err)
+		}
+		cfg.ExtraSigners = append(cfg.ExtraSigners, s)
+	}
+	cfg.User = opts.User
+	if cfg.User == "" {
+		cfg.User = r.lookup(EnvUser)
+	}
+	if cfg.User == "" {
+		cfg.User = r.lookup("USER")
+	}
+	if cfg.User == "" {
+		cfg.User = sshclient.DefaultUser
+	}
+	if v := r.lookup(EnvInsecure); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return cfg, cfgFail(fmt.Errorf("%s is not a boolean", EnvInsecure))
+		}
+		cfg.InsecureIgnoreHostKey = b
+	}
+	cfg.ConnectTimeout = opts.ConnectTimeout
+	if cfg.ConnectTimeout == 0 {
+		if v := r.lookup(EnvConnectTimeout); v != "" {
+			d, err := parseSeconds(v)
+			if err != nil {
+				return cfg, cfgFail(fmt.Errorf("%s: %w", EnvConnectTimeout, err))
+			}
+			cfg.ConnectTimeout = d
+		}
+	}
+	return cfg, nil
+}
+
+// dial makes up to opts.ConnectionAttempts attempts, retrying transient
+// failures retryDelay apart.
+func (r *runner) dial(ctx context.Context, opts Options, port int, cfg sshclient.Config) (*ssh.Client, *sshclient.Failure) {
+	for n := 1; ; n++ {
+		client, f := sshclient.Dial(ctx, opts.Host, port, cfg)
+		if f == nil {
+			return client, nil
+		}
+		if n >= opts.ConnectionAttempts || !f.Transient() || ctx.Err() != nil {
+			return nil, f
+		}
+		if opts.Verbose > 0 {
+			r.line("attempt %d of %d: %s; retrying", n, opts.ConnectionAttempts, f.Error())
+		}
+		t := time.NewTimer(r.retryDelay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, f
+		case <-t.C:
+		}
+	}
+}
+
+var sshSignals = map[os.Signal]ssh.Signal{
+	syscall.SIGINT: ssh.SIGINT, syscall.SIGTERM: ssh.SIGTERM, syscall.SIGHUP: ssh.SIGHUP,
+}
+
+func (r *runner) session(ctx context.Context, client *ssh.Client, opts Options, port int) int {
+	host := opts.Host
+	remoteFail := func(err error) int {
+		return r.fail(sshclient.Classify(host, port, sshclient.PhaseRemoteCommand, err))
+	}
+	s, err := client.NewSession()
+	if err != nil {
+		return remoteFail(fmt.Errorf("opening a session: %w", err))
+	}
+	defer s.Close()
+	s.Stdout = r.stdout
+	s.Stderr = r.stderr
+	if !opts.NoStdin && r.stdin != nil {
+		s.Stdin = r.stdin
+	}
+	if err := s.Start(opts.Command); err != nil {
+		return r.fail(&sshclient.Failure{Host: host, Port: port, Phase: sshclient.PhaseRemoteCommand,
+			Cause: errors.New("the worker refused the exec request"), Hint: "worker-agent may be shutting down, or the server is not worker-agent; see its log"})
+	}
+	waitErr := make(chan error, 1)
+	go func() { waitErr <- s.Wait() }()
+	var grace <-chan time.Time
+	var first os.Signal
+	for {
+		select {
+		case err := <-waitErr:
+			return r.exitStatus(host, port, err)
+		case sig := <-r.sigs:
+			if name, ok := sshSignals[sig]; ok {
+				_ = s.Signal(name)
+			}
+			if grace == nil {
+				first = sig
+				t := time.NewTimer(r.grace)
+				defer t.Stop()
+				grace = t.C
+			}
+		case <-grace:
+			client.Close()
+			<-waitErr // the stdout/stderr copiers are done: nothing writes after us
+			num := 0
+			if ss, ok := first.(syscall.Signal); ok {
+				num = int(ss)
+			}
+			r.line("%s: remote command still running %s after SIG%s was forwarded; connection closed", net.JoinHostPort(host, strconv.Itoa(port)), r.grace, sshSignals[first])
+			return 128 + num
+		case <-ctx.Done():
+			client.Close()
+			<-waitErr
+			return r.fail(&sshclient.Failure{Host: host, Port: port, Phase: sshclient.PhaseRemoteCommand,
+				Cause: fmt.Errorf("interrupted: %w", ctx.Err()), Hint: "the connection was closed; worker-agent stops the remote command"})
+		}
+	}
+}
+
+func (r *runner) exitStatus(host string, port int, err error) int {
+	var ee *ssh.ExitError
+	var missing *ssh.ExitMissingError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		if sig := ee.Signal(); sig != "" {
+			r.line("%s: remote command killed by signal %s", net.JoinHostPort(host, strconv.Itoa(port)), sig)
+		}
+		return ee.ExitStatus()
+	case errors.As(err, &missing):
+		return r.fail(&sshclient.Failure{Host: host, Port: port, Phase: sshclient.PhaseRemoteCommand, Cause: err,
+			Hint: "the session ended without an exit status: the connection was lost or worker-agent stopped"})
+	}
+	return r.fail(sshclient.Classify(host, port, sshclient.PhaseRemoteCommand, err))
+}

@@ -1,0 +1,48 @@
+package sshclient
+
+import (
+	"path/filepath"
+
+	"github.com/podmpi/podmpi/agent/authdir"
+)
+
+// LoadJobConfig loads the client side of the job's SSH material: the auth
+// dir is authdir.Find(authDir, home, authdir.PrivateKey); its id_rsa is the
+// signer and its id_rsa.pub the pinned host key. A non-empty explicitKey
+// (ssh -i) replaces id_rsa as the signer; the auth dir is then optional, and
+// without it HostKey stays nil (Dial refuses unless InsecureIgnoreHostKey).
+// A missing id_rsa.pub also leaves HostKey nil. When both id_rsa and
+// id_rsa.pub are used they must be a pair. home may be empty (no passwd
+// entry, no $HOME). Errors are *authdir.Error values naming the file.
+func LoadJobConfig(authDir, home, explicitKey string) (Config, error) {
+	var cfg Config
+	dir, findErr := authdir.Find(authDir, home, authdir.PrivateKey)
+	if findErr != nil && explicitKey == "" {
+		return Config{}, findErr
+	}
+	keyPath := explicitKey
+	if keyPath == "" {
+		keyPath = filepath.Join(dir, authdir.PrivateKey)
+	}
+	s, err := authdir.LoadSigner(keyPath)
+	if err != nil {
+		return Config{}, err
+	}
+	cfg.Signer = s
+	if findErr != nil || !authdir.Exists(dir, authdir.PublicKey) {
+		return cfg, nil
+	}
+	pubPath := filepath.Join(dir, authdir.PublicKey)
+	pub, err := authdir.LoadPublicKey(pubPath)
+	if err != nil {
+		return Config{}, err
+	}
+	if explicitKey == "" {
+		if err := authdir.CheckPair(dir, s, pub); err != nil {
+			return Config{}, err
+		}
+	}
+	cfg.HostKey = pub
+	cfg.HostKeySource = pubPath
+	return cfg, nil
+}
