@@ -1,0 +1,152 @@
+package slots
+
+import (
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// mpiLaunchers are the command names (after any directory, and before an
+// optional ".suffix" such as mpirun.openmpi or mpiexec.hydra) of the MPI
+// launchers whose options CommandHasNP understands: Open MPI 4 (mpirun,
+// mpiexec, orterun), Open MPI 5 / PRRTE (prterun), and Hydra (MPICH and Intel
+// MPI mpiexec / mpirun).
+var mpiLaunchers = []string{"mpirun", "mpiexec", "orterun", "prterun"}
+
+// IsMPIRun reports whether argv runs an MPI launcher directly: argv[0] is
+// mpirun, mpiexec, orterun or prterun, possibly with a directory and a
+// ".suffix" (/usr/bin/mpirun.openmpi, mpiexec.hydra). A command run through a
+// shell ("bash -c 'mpirun ...'") or a wrapper (env, time) is not.
+func IsMPIRun(argv []string) bool {
+	if len(argv) == 0 {
+		return false
+	}
+	base := filepath.Base(argv[0])
+	for _, n := range mpiLaunchers {
+		if base == n || (strings.HasPrefix(base, n+".") && len(base) > len(n)+1) {
+			return true
+		}
+	}
+	return false
+}
+
+// option kinds for the launcher option table.
+const (
+	optCount    = iota + 1 // sets the process count: -np N, -n N, -c N
+	optIndirect            // fixes it another way: per node, app/config file
+	optValue               // takes one value
+	optValue2              // takes two values (MCA parameters, -genv NAME VALUE)
+)
+
+// launcherOptions lists the options of Open MPI 4/5 mpirun and Hydra mpiexec
+// that take values or fix the process count, by name without leading dashes
+// (both launchers accept one or two dashes for long names). Options not
+// listed are taken as flags without a value.
+var launcherOptions = map[string]int{
+	// The process count.
+	"np": optCount, "n": optCount, "c": optCount,
+	// Open MPI: per node / per resource counts and app files fix it too.
+	"N": optIndirect, "npernode": optIndirect, "npersocket": optIndirect, "ppr": optIndirect, "app": optIndirect,
+	// Hydra: processes per node, config file.
+	"ppn": optIndirect, "perhost": optIndirect, "configfile": optIndirect,
+	// Open MPI options with one value.
+	"am": optValue, "bind-to": optValue, "cpu-set": optValue, "cpus-per-proc": optValue, "cpus-per-rank": optValue,
+	"default-hostfile": optValue, "H": optValue, "host": optValue, "hostfile": optValue, "machinefile": optValue,
+	"launch-agent": optValue, "map-by": optValue, "rank-by": optValue, "max-vm-size": optValue,
+	"output-filename": optValue, "path": optValue, "prefix": optValue, "rankfile": optValue, "rf": optValue,
+	"report-uri": optValue, "report-pid": optValue, "server-wait-time": optValue, "stdin": optValue,
+	"tmpdir": optValue, "tune": optValue, "wd": optValue, "wdir": optValue, "x": optValue, "timeout": optValue,
+	"personality": optValue, "ompi-server": optValue, "preload-files": optValue, "output": optValue,
+	"display": optValue, "runtime-options": optValue, "pset": optValue, "stream-buffering": optValue,
+	"dvm": optValue, "dvm-uri": optValue, "cf": optValue, "cartofile": optValue, "xterm": optValue,
+	"max-restarts": optValue, "debugger": optValue,
+	// Hydra options with one value.
+	"f": optValue, "machine": optValue, "hosts": optValue, "genvlist": optValue, "envlist": optValue,
+	"launcher": optValue, "launcher-exec": optValue, "bootstrap": optValue, "bootstrap-exec": optValue,
+	"bootstrap-exec-args": optValue, "iface": optValue, "rmk": optValue, "demux": optValue, "nameserver": optValue,
+	"errfile-pattern": optValue, "outfile-pattern": optValue, "binding": optValue, "localhost": optValue,
+	"gtool": optValue, "hostos": optValue, "branch-count": optValue, "prepend-pattern": optValue, "usize": optValue,
+	"ckpointlib": optValue, "ckpoint-prefix": optValue, "ckpoint-interval": optValue,
+	// Two values.
+	"mca": optValue2, "gmca": optValue2, "omca": optValue2, "pmixmca": optValue2, "gpmixmca": optValue2,
+	"prtemca": optValue2, "genv": optValue2, "env": optValue2,
+}
+
+// NPOption returns the option of an MPI launcher command that fixes its
+// number of processes ("-np", "--n", "-c", or per-node forms such as "-N",
+// "--npernode", "-ppn", "--map-by ppr:2:node", or an app/config file), or ""
+// when there is none or argv is not an MPI launcher (see IsMPIRun). Options
+// are read up to the program of each app context: arguments of the user's
+// program ("python train.py -n 5") are not mpirun's. Contexts separated by
+// ":" (MPMD) are each read.
+func NPOption(argv []string) string {
+	if !IsMPIRun(argv) {
+		return ""
+	}
+	inProgram := false
+	for i := 1; i < len(argv); i++ {
+		a := argv[i]
+		if a == ":" {
+			inProgram = false
+			continue
+		}
+		if inProgram {
+			continue
+		}
+		if a == "--" {
+			inProgram = true
+			i++ // the program itself
+			continue
+		}
+		if len(a) < 2 || a[0] != '-' {
+			inProgram = true
+			continue
+		}
+		name := strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
+		name, value, attached := strings.Cut(name, "=")
+		kind := launcherOptions[name]
+		switch kind {
+		case optCount, optIndirect:
+			return a
+		case optValue, optValue2:
+			if name == "map-by" {
+				v := value
+				if !attached && i+1 < len(argv) {
+					v = argv[i+1]
+				}
+				if strings.HasPrefix(strings.ToLower(v), "ppr:") {
+					return a
+				}
+			}
+			n := 1
+			if kind == optValue2 {
+				n = 2
+			}
+			if attached {
+				n--
+			}
+			i += n
+		}
+	}
+	return ""
+}
+
+// CommandHasNP reports whether an MPI launcher command already fixes its
+// number of processes (see NPOption). It is false for commands that are not
+// an MPI launcher.
+func CommandHasNP(argv []string) bool { return NPOption(argv) != "" }
+
+// InjectNP returns a copy of argv with "-np N" inserted right after the
+// launcher word, which both Open MPI and Hydra accept. argv is returned
+// unchanged (as a copy) when it is not an MPI launcher (IsMPIRun), when it
+// already fixes the process count (CommandHasNP), or when np < 1; the caller
+// logs why. argv itself is never modified.
+func InjectNP(argv []string, np int) []string {
+	out := append([]string(nil), argv...)
+	if np < 1 || !IsMPIRun(argv) || CommandHasNP(argv) {
+		return out
+	}
+	out = make([]string, 0, len(argv)+2)
+	out = append(out, argv[0], "-np", strconv.Itoa(np))
+	return append(out, argv[1:]...)
+}
