@@ -1,0 +1,380 @@
+// Package launcher is the launcher pod's job: discover the workers, wait
+// until every name resolves, decide slots, write the hostfile, probe SSH to
+// every worker, then run the user's unchanged mpirun command wired for its
+// MPI, with this binary as mpirun's ssh program.
+//
+// Every phase is timed and recorded in Metrics; every failure ends in a
+// distinct exit code (agent/exitcode) and a root-cause paragraph written to
+// the Kubernetes termination message file.
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/podmpi/podmpi/agent/discovery"
+	"github.com/podmpi/podmpi/agent/exitcode"
+	"github.com/podmpi/podmpi/agent/mpirun"
+	"github.com/podmpi/podmpi/agent/probe"
+	"github.com/podmpi/podmpi/agent/slots"
+	"github.com/podmpi/podmpi/agent/sshclient"
+	"github.com/podmpi/podmpi/hostfile"
+)
+
+// Config is everything a launcher run needs. cmd/launcher fills it from
+// flags and their PODMPI_* twins.
+type Config struct {
+	Discovery        discovery.Spec
+	DiscoveryTimeout time.Duration
+	Resolver         discovery.Resolver // nil: the system resolver
+
+	SlotsMode     string // "auto" or a positive integer
+	DefaultSlots  int    // slots for hosts neither the agent nor the source counts
+	WorkerWebPort int
+
+	Implementation string // auto|openmpi|openmpi4|openmpi5|intelmpi|mpich
+
+	AuthDir               string
+	SSHPort               int
+	SSHUser               string
+	InsecureIgnoreHostKey bool
+	ProbeTimeout          time.Duration
+	ProbeParallel         int
+	SkipProbe             bool
+
+	HostfilePath  string // where the hostfile is written
+	NoTreeSpawn   bool
+	MPIRunTimeout time.Duration
+	KillGrace     time.Duration
+	Command       []string // the user's command, usually mpirun ...
+
+	Executable string // this binary, for the podmpi-rsh symlink; "" = os.Executable()
+	TempDir    string
+
+	Logger  *slog.Logger
+	Metrics *Metrics
+	Report  io.Writer // the human report (hostfile, probe table, phases); nil = none
+	Stdout  io.Writer
+	Stderr  io.Writer
+	Stdin   io.Reader
+}
+
+// Failure is a launcher failure: which phase, the exit code, and the
+// root-cause paragraph for the termination log.
+type Failure struct {
+	Phase string
+	Code  exitcode.Code
+	Err   error
+	Hint  string
+}
+
+func (f *Failure) Error() string {
+	s := fmt.Sprintf("%s: %v", f.Phase, f.Err)
+	if f.Hint != "" {
+		s += "\nhint: " + f.Hint
+	}
+	return s
+}
+
+func (f *Failure) Unwrap() error { return f.Err }
+
+// Prepared is the outcome of the phases before mpirun: the hosts with their
+// slots, the implementation, and where the hostfile went.
+type Prepared struct {
+	Plan     discovery.Plan
+	Hosts    []hostfile.Host
+	Impl     mpirun.Implementation
+	Version  string
+	Hostfile string
+	Results  []probe.Result
+}
+
+// Launcher runs the phases.
+type Launcher struct {
+	cfg   Config
+	log   *slog.Logger
+	m     *Metrics
+	start time.Time
+}
+
+// New checks cfg and fills defaults.
+func New(cfg Config) (*Launcher, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
+	if cfg.DiscoveryTimeout <= 0 {
+		cfg.DiscoveryTimeout = 5 * time.Minute
+	}
+	if cfg.ProbeTimeout <= 0 {
+		cfg.ProbeTimeout = 2 * time.Minute
+	}
+	if cfg.SSHPort <= 0 {
+		cfg.SSHPort = 2222
+	}
+	if cfg.WorkerWebPort <= 0 {
+		cfg.WorkerWebPort = 9022
+	}
+	if cfg.SlotsMode == "" {
+		cfg.SlotsMode = "auto"
+	}
+	if cfg.Stdout == nil {
+		cfg.Stdout = os.Stdout
+	}
+	if cfg.Stderr == nil {
+		cfg.Stderr = os.Stderr
+	}
+	if cfg.HostfilePath == "" {
+		cfg.HostfilePath = filepath.Join(os.TempDir(), "podmpi", "hostfile")
+	}
+	return &Launcher{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, start: time.Now()}, nil
+}
+
+// Metrics returns the launcher's metrics.
+func (l *Launcher) Metrics() *Metrics { return l.m }
+
+// phase times fn and records its duration and success.
+func (l *Launcher) phase(name string, fn func() error) error {
+	t0 := time.Now()
+	l.log.Info("phase start", "phase", name)
+	err := fn()
+	d := time.Since(t0)
+	l.m.PhaseDuration.WithLabelValues(name).Set(d.Seconds())
+	ok := 1.0
+	if err != nil {
+		ok = 0
+	}
+	l.m.PhaseSuccess.WithLabelValues(name).Set(ok)
+	l.log.Info("phase done", "phase", name, "seconds", round(d), "ok", err == nil)
+	return err
+}
+
+func round(d time.Duration) float64 { return float64(d.Round(time.Millisecond)) / float64(time.Second) }
+
+func (l *Launcher) report(format string, args ...any) {
+	if l.cfg.Report != nil {
+		fmt.Fprintf(l.cfg.Report, format, args...)
+	}
+}
+
+// Prepare runs every phase before mpirun. probeWorkers=false skips the SSH
+// probe (used by `launcher hostfile`).
+func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, error) {
+	p := &Prepared{}
+	cfg := l.cfg
+
+	// discovery: the static part (flags, hostfile, template).
+	err := l.phase(PhaseDiscovery, func() error {
+		plan, err := discovery.Resolve(cfg.Discovery)
+		if err != nil {
+			return &Failure{Phase: PhaseDiscovery, Code: exitcode.Config, Err: err,
+				Hint: "give the workers with --workers, --hostfile, --discovery.service or --discovery.template"}
+		}
+		p.Plan = plan
+		expected := len(plan.Hosts)
+		if expected == 0 {
+			expected = cfg.Discovery.Expected
+		}
+		l.m.WorkersExpected.Set(float64(expected))
+		l.log.Info("discovery plan", "source", string(plan.Source), "hosts", len(plan.Hosts), "expected", expected, "selfIndex", plan.SelfIndex)
+		for _, ign := range plan.Ignored {
+			l.log.Warn("discovery source ignored: a higher-precedence source is set", "ignored", string(ign), "used", string(plan.Source))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	// dns-wait: every name, and the launcher's own, resolves.
+	var resolved []discovery.Resolved
+	err = l.phase(PhaseDNSWait, func() error {
+		r, err := discovery.Wait(ctx, cfg.Discovery, p.Plan, discovery.WaitOptions{
+			Resolver: cfg.Resolver,
+			Timeout:  cfg.DiscoveryTimeout,
+			Logger:   l.log,
+			Progress: func(pr discovery.Progress) {
+				l.m.WorkersResolved.Set(float64(pr.Resolved))
+				l.log.Info(pr.String(), "resolved", pr.Resolved, "expected", pr.Expected)
+			},
+		})
+		if err != nil {
+			var te *discovery.TimeoutError
+			if errors.As(err, &te) {
+				l.m.WorkersResolved.Set(float64(te.Resolved))
+				return &Failure{Phase: PhaseDNSWait, Code: exitcode.DiscoveryTimeout, Err: err, Hint: te.Hint()}
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return &Failure{Phase: PhaseDNSWait, Code: exitcode.DiscoveryTimeout, Err: err}
+		}
+		resolved = r
+		l.m.WorkersResolved.Set(float64(len(r)))
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	hosts := make([]hostfile.Host, len(resolved))
+	for i, r := range resolved {
+		hosts[i] = r.Host
+	}
+
+	// implementation: decides the hostfile format and the daemons probed.
+	impl, ver, err := l.implementation(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.Impl, p.Version = impl, ver
+
+	// slots.
+	err = l.phase(PhaseSlots, func() error {
+		self := ""
+		if p.Plan.SelfIndex >= 0 && p.Plan.SelfIndex < len(hosts) {
+			self = hosts[p.Plan.SelfIndex].Name
+		}
+		addrs := make(map[string][]string, len(resolved))
+		for _, r := range resolved {
+			addrs[r.Host.Name] = r.Addrs
+		}
+		out, decisions, err := slots.Decide(ctx, hosts, addrs, slots.Options{
+			Mode:         cfg.SlotsMode,
+			WebPort:      cfg.WorkerWebPort,
+			DefaultSlots: max(cfg.DefaultSlots, 1),
+			Self:         self,
+			Logger:       l.log,
+		})
+		if err != nil {
+			return &Failure{Phase: PhaseSlots, Code: exitcode.Config, Err: err, Hint: "--slots takes auto or a positive integer"}
+		}
+		for _, d := range decisions {
+			if d.Warning != "" {
+				l.log.Warn(d.Warning, "host", d.Host)
+			}
+		}
+		hosts = out
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.Hosts = hosts
+
+	// hostfile.
+	err = l.phase(PhaseHostfile, func() error {
+		if err := os.MkdirAll(filepath.Dir(cfg.HostfilePath), 0o755); err != nil {
+			return &Failure{Phase: PhaseHostfile, Code: exitcode.Config, Err: err,
+				Hint: "choose a writable --hostfile.output (an emptyDir or /tmp under readOnlyRootFilesystem)"}
+		}
+		if err := hostfile.WriteFile(cfg.HostfilePath, impl.HostfileFormat(), hosts, 0o644); err != nil {
+			return &Failure{Phase: PhaseHostfile, Code: exitcode.Config, Err: err,
+				Hint: "choose a writable --hostfile.output (an emptyDir or /tmp under readOnlyRootFilesystem)"}
+		}
+		p.Hostfile = cfg.HostfilePath
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var hf strings.Builder
+	_ = hostfile.Render(&hf, impl.HostfileFormat(), hosts)
+	l.report("== hostfile %s (%s, %d hosts, %d slots)\n%s", p.Hostfile, impl.HostfileFormat(), len(hosts), hostfile.TotalSlots(hosts), hf.String())
+
+	if !probeWorkers || cfg.SkipProbe {
+		return p, nil
+	}
+
+	// probe: every worker but ourselves.
+	err = l.phase(PhaseProbe, func() error {
+		client, err := sshclient.LoadJobConfig(cfg.AuthDir, os.Getenv("HOME"), "")
+		if err != nil {
+			return &Failure{Phase: PhaseProbe, Code: exitcode.Config, Err: err}
+		}
+		if cfg.SSHUser != "" {
+			client.User = cfg.SSHUser
+		}
+		if cfg.InsecureIgnoreHostKey {
+			l.log.Warn("host keys are NOT verified (--ssh.insecure-ignore-host-key): anyone who can answer on a worker's address gets the job's commands")
+			client.InsecureIgnoreHostKey = true
+		}
+		var targets []probe.Target
+		for i, h := range hosts {
+			if i == p.Plan.SelfIndex {
+				continue
+			}
+			targets = append(targets, probe.Target{Host: h.Name, Port: cfg.SSHPort})
+		}
+		results := probe.Run(ctx, targets, probe.Options{
+			Client:   client,
+			Daemons:  impl.Daemons(),
+			Parallel: cfg.ProbeParallel,
+			Deadline: cfg.ProbeTimeout,
+			Logger:   l.log,
+		})
+		p.Results = results
+		ok := 0
+		var failed []probe.Result
+		for _, r := range results {
+			if r.OK {
+				ok++
+				l.m.ProbeLatency.WithLabelValues(r.Target.Host).Set(r.Latency.Seconds())
+			} else {
+				failed = append(failed, r)
+			}
+		}
+		l.m.WorkersReach.Set(float64(ok))
+		if l.cfg.Report != nil {
+			l.report("== probe (%d/%d workers reachable)\n", ok, len(results))
+			probe.WriteReport(l.cfg.Report, results)
+		}
+		if len(failed) > 0 {
+			var b strings.Builder
+			for _, r := range failed {
+				fmt.Fprintf(&b, "%v\n", r.Failure)
+			}
+			return &Failure{Phase: PhaseProbe, Code: exitcode.ProbeFailed,
+				Err: fmt.Errorf("%d of %d workers failed the SSH probe:\n%s", len(failed), len(results), strings.TrimSpace(b.String()))}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// implementation resolves --mpi.implementation, detecting it from the
+// command's mpirun when auto.
+func (l *Launcher) implementation(ctx context.Context) (mpirun.Implementation, string, error) {
+	impl, auto, err := mpirun.ParseImplementation(l.cfg.Implementation)
+	if err != nil {
+		return "", "", &Failure{Phase: PhaseDiscovery, Code: exitcode.Usage, Err: err}
+	}
+	if !auto {
+		return impl, "", nil
+	}
+	prog := "mpirun"
+	if len(l.cfg.Command) > 0 {
+		prog = l.cfg.Command[0]
+	}
+	impl, ver, err := mpirun.Detect(ctx, prog)
+	if err != nil && prog != "mpirun" {
+		impl, ver, err = mpirun.Detect(ctx, "mpirun")
+	}
+	if err != nil {
+		return "", "", &Failure{Phase: PhaseDiscovery, Code: exitcode.MPIRunNotFound, Err: err,
+			Hint: "install an MPI in the launcher image, or set --mpi.implementation to openmpi, intelmpi or mpich"}
+	}
+	l.log.Info("mpi implementation", "implementation", string(impl), "version", ver)
+	return impl, ver, nil
+}

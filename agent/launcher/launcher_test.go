@@ -1,0 +1,222 @@
+package launcher
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
+	"golang.org/x/crypto/ssh"
+
+	"github.com/podmpi/podmpi/agent/discovery"
+	"github.com/podmpi/podmpi/agent/exitcode"
+	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
+	"github.com/podmpi/podmpi/hostfile"
+)
+
+// fixture is one loopback SSH server with the job's key, and an auth dir.
+type fixture struct {
+	authDir string
+	port    int
+}
+
+func newFixture(t *testing.T, authorized bool, path string) fixture {
+	t.Helper()
+	job := sshtest.NewTrainerKey(t)
+	dir := sshtest.WriteAuthDir(t, job)
+	client := job.Public()
+	if !authorized {
+		client = sshtest.NewKey(t).Public()
+	}
+	srv := sshtest.Start(t, sshtest.Options{
+		HostKey:    job.Signer,
+		Authorized: []ssh.PublicKey{client},
+		Env:        []string{"PATH=" + path},
+	})
+	return fixture{authDir: dir, port: srv.Port}
+}
+
+// fakeDaemonDir holds executables named like the MPI daemons.
+func fakeDaemonDir(t *testing.T, names ...string) string {
+	t.Helper()
+	d := t.TempDir()
+	for _, n := range names {
+		if err := os.WriteFile(filepath.Join(d, n), []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
+
+func baseConfig(f fixture, workers ...string) Config {
+	return Config{
+		Discovery:        discovery.Spec{Workers: workers, Self: "launcher-not-listed"},
+		DiscoveryTimeout: 5 * time.Second,
+		SlotsMode:        "auto",
+		DefaultSlots:     1,
+		WorkerWebPort:    1, // nothing answers /info: the hostfile's slots stand
+		Implementation:   "mpich",
+		AuthDir:          f.authDir,
+		SSHPort:          f.port,
+		ProbeTimeout:     5 * time.Second,
+	}
+}
+
+func TestPrepareWritesHostfileAndProbes(t *testing.T) {
+	f := newFixture(t, true, fakeDaemonDir(t, "hydra_pmi_proxy")+":/usr/bin:/bin")
+	cfg := baseConfig(f, "127.0.0.1=2", "localhost=3")
+	cfg.HostfilePath = filepath.Join(t.TempDir(), "out", "hostfile")
+	var report bytes.Buffer
+	cfg.Report = &report
+	l, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := l.Prepare(context.Background(), true)
+	if err != nil {
+		t.Fatalf("prepare: %v\nreport:\n%s", err, report.String())
+	}
+	got, err := os.ReadFile(cfg.HostfilePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != "127.0.0.1:2\nlocalhost:3\n" {
+		t.Fatalf("hostfile = %q", got)
+	}
+	if hostfile.TotalSlots(p.Hosts) != 5 || len(p.Results) != 2 {
+		t.Fatalf("prepared %+v", p)
+	}
+	m := l.Metrics()
+	for _, ph := range []string{PhaseDiscovery, PhaseDNSWait, PhaseSlots, PhaseHostfile, PhaseProbe} {
+		if v := testutil.ToFloat64(m.PhaseSuccess.WithLabelValues(ph)); v != 1 {
+			t.Errorf("phase %s success = %v", ph, v)
+		}
+	}
+	if v := testutil.ToFloat64(m.WorkersReach); v != 2 {
+		t.Errorf("reachable = %v", v)
+	}
+	if !strings.Contains(report.String(), "== probe (2/2 workers reachable)") {
+		t.Errorf("report lacks the probe table:\n%s", report.String())
+	}
+}
+
+func TestPrepareProbeFailureNamesHostAndPhase(t *testing.T) {
+	for name, tc := range map[string]struct {
+		authorized bool
+		path       string
+		phase      string
+	}{
+		"auth":           {false, "/usr/bin:/bin", "auth"},
+		"missing-daemon": {true, t.TempDir(), "remote-command"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, tc.authorized, tc.path)
+			cfg := baseConfig(f, "127.0.0.1")
+			cfg.SlotsMode = "1"
+			cfg.HostfilePath = filepath.Join(t.TempDir(), "hostfile")
+			l, _ := New(cfg)
+			_, err := l.Prepare(context.Background(), true)
+			var fl *Failure
+			if !errors.As(err, &fl) || fl.Code != exitcode.ProbeFailed || fl.Phase != PhaseProbe {
+				t.Fatalf("want probe failure, got %v", err)
+			}
+			if !strings.Contains(err.Error(), "127.0.0.1:") || !strings.Contains(err.Error(), ": "+tc.phase+": ") {
+				t.Fatalf("diagnosis does not name host and phase %q: %v", tc.phase, err)
+			}
+			if v := testutil.ToFloat64(l.Metrics().PhaseSuccess.WithLabelValues(PhaseProbe)); v != 0 {
+				t.Fatalf("probe success metric = %v", v)
+			}
+		})
+	}
+}
+
+func TestPrepareDiscoveryTimeout(t *testing.T) {
+	cfg := Config{
+		Discovery:        discovery.Spec{Workers: []string{"tj-node-0-9.podmpi-test.invalid"}},
+		DiscoveryTimeout: 800 * time.Millisecond,
+		Implementation:   "openmpi4",
+	}
+	l, _ := New(cfg)
+	_, err := l.Prepare(context.Background(), true)
+	var fl *Failure
+	if !errors.As(err, &fl) || fl.Code != exitcode.DiscoveryTimeout {
+		t.Fatalf("want discovery timeout, got %v", err)
+	}
+	if !strings.Contains(err.Error(), "tj-node-0-9.podmpi-test.invalid") || fl.Hint == "" {
+		t.Fatalf("message must name the missing host and give a hint: %v", err)
+	}
+}
+
+func TestRunExitCodes(t *testing.T) {
+	f := newFixture(t, true, "/usr/bin:/bin")
+	for name, tc := range map[string]struct {
+		cmd  []string
+		want exitcode.Code
+	}{
+		"success":   {[]string{"sh", "-c", "exit 0"}, exitcode.OK},
+		"passthru":  {[]string{"sh", "-c", "exit 3"}, 3},
+		"not-found": {[]string{"/nonexistent/mpirun", "-np", "2", "x"}, exitcode.MPIRunNotFound},
+		"timeout":   {[]string{"sleep", "30"}, exitcode.MPIRunTimeout},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := baseConfig(f, "127.0.0.1=2")
+			cfg.SkipProbe = true
+			cfg.SlotsMode = "2"
+			cfg.HostfilePath = filepath.Join(t.TempDir(), "hostfile")
+			cfg.TempDir = t.TempDir()
+			cfg.Executable = "/bin/true"
+			cfg.MPIRunTimeout = 2 * time.Second
+			cfg.KillGrace = time.Second
+			cfg.Command = tc.cmd
+			var out bytes.Buffer
+			cfg.Stdout, cfg.Stderr = &out, &out
+			l, _ := New(cfg)
+			code, err := l.Run(context.Background())
+			if code != tc.want {
+				t.Fatalf("code %d, want %d (err %v, out %q)", code, tc.want, err, out.String())
+			}
+			if (err == nil) != (tc.want == exitcode.OK) {
+				t.Fatalf("err = %v for code %d", err, code)
+			}
+			if msg := TerminationMessage(code, err); !strings.Contains(msg, "exit code") {
+				t.Fatalf("termination message %q", msg)
+			}
+		})
+	}
+}
+
+func TestMetricsPassPromtool(t *testing.T) {
+	m := NewMetrics()
+	for _, ph := range Phases {
+		m.PhaseDuration.WithLabelValues(ph).Set(0.5)
+		m.PhaseSuccess.WithLabelValues(ph).Set(1)
+	}
+	m.ProbeLatency.WithLabelValues("tj-node-0-1.tj").Set(0.002)
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool not installed (Debian package prometheus); metric names not linted")
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = &buf
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool check metrics: %v\n%s", err, out)
+	}
+}

@@ -1,0 +1,200 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/push"
+
+	"github.com/podmpi/podmpi/agent/exitcode"
+	"github.com/podmpi/podmpi/agent/mpirun"
+	"github.com/podmpi/podmpi/agent/slots"
+)
+
+// Run runs every phase and then the user's command. It returns the exit
+// code the process should end with: mpirun's own, or one of the launcher's
+// documented codes. The error, when not nil, is the root cause to report.
+func (l *Launcher) Run(ctx context.Context) (exitcode.Code, error) {
+	if len(l.cfg.Command) == 0 {
+		return exitcode.Usage, &Failure{Phase: "run", Code: exitcode.Usage, Err: errors.New("no command given"),
+			Hint: "usage: launcher [flags] -- mpirun [mpirun flags] program"}
+	}
+	p, err := l.Prepare(ctx, true)
+	if err != nil {
+		return codeOf(err), err
+	}
+	return l.exec(ctx, p)
+}
+
+// exec wires the environment and runs the command under supervision.
+func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error) {
+	cfg := l.cfg
+	self := cfg.Executable
+	if self == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return exitcode.Internal, &Failure{Phase: PhaseMPIRun, Code: exitcode.Internal, Err: fmt.Errorf("locating this binary: %w", err)}
+		}
+		self = exe
+	}
+	rshPath, rshDir, cleanup, err := mpirun.Setup(self, cfg.TempDir)
+	if err != nil {
+		return exitcode.Config, &Failure{Phase: PhaseMPIRun, Code: exitcode.Config, Err: err,
+			Hint: "the launcher needs a writable temp dir (TMPDIR, an emptyDir under readOnlyRootFilesystem)"}
+	}
+	defer cleanup()
+
+	w := mpirun.Wiring{
+		Impl:        p.Impl,
+		RshPath:     rshPath,
+		RshDir:      rshDir,
+		Hostfile:    p.Hostfile,
+		Slots:       firstSlots(p),
+		Root:        os.Getuid() == 0,
+		SSHPort:     cfg.SSHPort,
+		AuthDir:     cfg.AuthDir,
+		NoTreeSpawn: cfg.NoTreeSpawn,
+	}
+	if name, cidr, addr, multi, err := mpirun.PodInterface(); err == nil {
+		w.Iface, w.IfaceCIDR, w.LocalAddr, w.MultiNIC = name, cidr, addr, multi
+		if multi {
+			l.log.Info("several network interfaces; pinning MPI traffic to the pod interface", "iface", name, "cidr", cidr)
+		}
+	} else {
+		l.log.Warn("could not determine the pod interface", "err", err)
+	}
+	env, settings := w.Env(os.Environ())
+	for _, s := range settings {
+		if s.Kept {
+			l.log.Info("keeping the user's setting", "name", s.Name, "ours", s.Value)
+		} else {
+			l.log.Debug("set", "name", s.Name, "value", s.Value)
+		}
+	}
+	if cfg.SSHUser != "" {
+		env = append(env, "PODMPI_SSH_USER="+cfg.SSHUser)
+	}
+	if cfg.InsecureIgnoreHostKey {
+		env = append(env, "PODMPI_SSH_INSECURE_IGNORE_HOST_KEY=true")
+	}
+
+	argv := cfg.Command
+	total := 0
+	for _, h := range p.Hosts {
+		total += h.Slots
+	}
+	if !slots.CommandHasNP(argv) {
+		injected := slots.InjectNP(argv, total)
+		if len(injected) != len(argv) {
+			l.log.Info("the command sets no -np; using the sum of slots", "np", total)
+		}
+		argv = injected
+	}
+
+	init := time.Since(l.start)
+	l.m.InitDuration.Set(init.Seconds())
+	l.report("== init done in %s; running: %s\n", init.Round(time.Millisecond), strings.Join(argv, " "))
+	l.log.Info("running", "argv0", argv[0], "args", len(argv)-1, "init_seconds", round(init))
+
+	var res mpirun.RunResult
+	runErr := l.phase(PhaseMPIRun, func() error {
+		var err error
+		res, err = mpirun.Run(ctx, mpirun.RunOptions{
+			Argv:      argv,
+			Env:       env,
+			Timeout:   cfg.MPIRunTimeout,
+			KillGrace: cfg.KillGrace,
+			Stdin:     cfg.Stdin,
+			Stdout:    cfg.Stdout,
+			Stderr:    cfg.Stderr,
+			Logger:    l.log,
+		})
+		if err == nil && res.ExitCode != 0 {
+			return fmt.Errorf("exit code %d", res.ExitCode)
+		}
+		return err
+	})
+	l.m.MPIRunExitCode.Set(float64(res.ExitCode))
+	switch {
+	case res.NotFound:
+		return exitcode.MPIRunNotFound, &Failure{Phase: PhaseMPIRun, Code: exitcode.MPIRunNotFound, Err: runErr,
+			Hint: "install the MPI in the launcher image or put " + argv[0] + " on PATH"}
+	case res.TimedOut:
+		return exitcode.MPIRunTimeout, &Failure{Phase: PhaseMPIRun, Code: exitcode.MPIRunTimeout,
+			Err:  fmt.Errorf("%s ran longer than --mpirun.timeout=%s and was stopped", argv[0], cfg.MPIRunTimeout),
+			Hint: "raise --mpirun.timeout, or look for a rank that hangs (a worker that cannot call back, a second NIC)"}
+	case runErr != nil && res.ExitCode == 0:
+		return exitcode.Internal, &Failure{Phase: PhaseMPIRun, Code: exitcode.Internal, Err: runErr}
+	case res.ExitCode != 0:
+		return exitcode.Code(res.ExitCode), &Failure{Phase: PhaseMPIRun, Code: exitcode.Code(res.ExitCode),
+			Err:  fmt.Errorf("%s exited with %d", argv[0], res.ExitCode),
+			Hint: "the MPI job itself failed; mpirun's output above names the rank or daemon; the probe passed for every worker, so SSH and PATH were fine"}
+	}
+	return exitcode.OK, nil
+}
+
+func firstSlots(p *Prepared) int {
+	for _, h := range p.Hosts {
+		if h.Slots > 0 {
+			return h.Slots
+		}
+	}
+	return 1
+}
+
+// codeOf maps an error from Prepare to an exit code.
+func codeOf(err error) exitcode.Code {
+	var f *Failure
+	if errors.As(err, &f) {
+		return f.Code
+	}
+	if errors.Is(err, context.Canceled) {
+		return exitcode.Code(128 + 15)
+	}
+	return exitcode.Internal
+}
+
+// TerminationMessage is the root-cause paragraph for the termination log:
+// at most 4 KiB (the kubelet's limit), phase first.
+func TerminationMessage(code exitcode.Code, err error) string {
+	var b strings.Builder
+	if err == nil {
+		fmt.Fprintf(&b, "podmpi launcher: job finished, exit code %d\n", code)
+	} else {
+		fmt.Fprintf(&b, "podmpi launcher failed (exit code %d): %v\n", code, err)
+	}
+	s := b.String()
+	if len(s) > 4000 {
+		s = s[:4000] + "\n[truncated]\n"
+	}
+	return s
+}
+
+// WriteTerminationLog writes msg to path; "" or an unwritable path is
+// skipped silently except for a debug log (outside Kubernetes there is no
+// /dev/termination-log).
+func (l *Launcher) WriteTerminationLog(path, msg string) {
+	if path == "" {
+		return
+	}
+	if err := os.WriteFile(path, []byte(msg), 0o644); err != nil {
+		l.log.Debug("termination log not written", "path", path, "err", err)
+	}
+}
+
+// Push sends the metrics to a Prometheus Pushgateway, bounded by ctx.
+func (l *Launcher) Push(ctx context.Context, url, job string) error {
+	if url == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := push.New(url, job).Gatherer(l.m.Registry).PushContext(ctx); err != nil {
+		return fmt.Errorf("pushing metrics to %s: %w", url, err)
+	}
+	return nil
+}

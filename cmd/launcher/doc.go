@@ -1,0 +1,57 @@
+// Command launcher is the entrypoint of the launcher pod of an MPI job.
+//
+//	launcher [flags] -- mpirun [mpirun flags] program [args]
+//	launcher rsh [ssh options] [user@]host command...   (mpirun's ssh program)
+//	launcher probe                                      (diagnose only)
+//	launcher hostfile                                   (print the hostfile it would write)
+//	launcher discover-hosts                             (Horovod --host-discovery-script)
+//	launcher version
+//
+// It discovers the workers (flag, hostfile, headless-service DNS or a name
+// template), waits until every name and its own resolves, asks each
+// worker-agent for its slots, writes the hostfile in the format of the MPI
+// found on PATH, probes SSH to every worker naming the cause of each failure,
+// and then runs the command with the environment that MPI needs: this binary
+// as its ssh program (through a "podmpi-rsh" symlink), fully qualified host
+// names kept, the hostfile, default slots, the pod interface when there are
+// several, and OpenMPI 4 and 5 variable names. Values the user already set are
+// kept and reported.
+//
+// Every flag has an environment twin; the flag wins over the twin:
+//
+//	--workers                       PODMPI_WORKERS                       worker names, name or name=slots, comma-separated
+//	--hostfile                      PODMPI_HOSTFILE                      existing hostfile (default /etc/mpi/hostfile when present)
+//	--discovery.service             PODMPI_DISCOVERY_SERVICE             headless Service: SRV _ssh._tcp.<service>, else A records
+//	--discovery.template            PODMPI_DISCOVERY_TEMPLATE            name template with {i}, e.g. tj-node-0-{i}.tj
+//	--workers-expected              PODMPI_WORKERS_EXPECTED              workers to wait for (service, template)
+//	--self                          PODMPI_SELF                          the launcher's own name (default: hostname)
+//	--discovery.default-slots       PODMPI_DISCOVERY_DEFAULT_SLOTS       slots when the source gives none (1)
+//	--discovery.timeout             PODMPI_DISCOVERY_TIMEOUT             DNS wait deadline (5m)
+//	--slots                         PODMPI_SLOTS                         auto or N (auto)
+//	--worker.web-port               PODMPI_WORKER_WEB_PORT               worker-agent HTTP port for /info (9022)
+//	--mpi.implementation            PODMPI_MPI_IMPLEMENTATION            auto, openmpi, openmpi4, openmpi5, intelmpi, mpich (auto)
+//	--ssh.auth-dir                  PODMPI_SSH_AUTH_DIR                  dir with id_rsa and id_rsa.pub
+//	--ssh.port                      PODMPI_SSH_PORT                      worker SSH port (2222)
+//	--ssh.user                      PODMPI_SSH_USER                      user name sent to workers
+//	--ssh.insecure-ignore-host-key  PODMPI_SSH_INSECURE_IGNORE_HOST_KEY  skip host-key pinning (insecure)
+//	--probe.timeout                 PODMPI_PROBE_TIMEOUT                 probe deadline (2m)
+//	--probe.parallel                PODMPI_PROBE_PARALLEL                workers probed at once (64)
+//	--probe.skip                    PODMPI_PROBE_SKIP                    skip the probe
+//	--hostfile.output               PODMPI_HOSTFILE_OUTPUT               where the hostfile is written ($TMPDIR/podmpi/hostfile)
+//	--mpirun.timeout                PODMPI_MPIRUN_TIMEOUT                stop mpirun after this long (0: never)
+//	--mpirun.kill-grace             PODMPI_MPIRUN_KILL_GRACE             SIGTERM to SIGKILL grace (10s)
+//	--mpirun.no-tree-spawn          PODMPI_MPIRUN_NO_TREE_SPAWN          Open MPI: no tree spawn
+//	--web.listen-address            PODMPI_WEB_LISTEN_ADDRESS            /metrics address (:9022; empty: off)
+//	--metrics.push-url              PODMPI_METRICS_PUSH_URL              Pushgateway URL
+//	--termination-log               PODMPI_TERMINATION_LOG               termination message file (/dev/termination-log)
+//	--log.format                    PODMPI_LOG_FORMAT                    auto, json or text (auto: JSON in Kubernetes)
+//	--log.level                     PODMPI_LOG_LEVEL                     debug, info, warn, error
+//
+// The rsh client reads PODMPI_SSH_AUTH_DIR, PODMPI_SSH_PORT, PODMPI_SSH_USER,
+// PODMPI_SSH_INSECURE_IGNORE_HOST_KEY and PODMPI_SSH_CONNECT_TIMEOUT, which
+// the launcher sets for mpirun's children.
+//
+// Exit codes: mpirun's own; 64 usage; 65 config; 66 discovery timeout; 67
+// probe failed; 68 command not found; 69 mpirun timeout; 71 internal; 255 rsh
+// could not reach the worker; 128+N when ended by signal N.
+package main
