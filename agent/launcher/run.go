@@ -100,6 +100,16 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 	l.report("== init done in %s; running: %s\n", init.Round(time.Millisecond), strings.Join(argv, " "))
 	l.log.Info("running", "argv0", argv[0], "args", len(argv)-1, "init_seconds", round(init))
 
+	// Orphans of mpirun (a rank's own children, a daemon that double-forked)
+	// are reparented to us: reap them, even when not PID 1.
+	reap := false
+	if os.Getpid() != 1 {
+		if err := mpirun.SetSubreaper(); err == nil {
+			reap = true
+		} else {
+			l.log.Debug("not a child subreaper", "err", err)
+		}
+	}
 	var res mpirun.RunResult
 	runErr := l.phase(PhaseMPIRun, func() error {
 		var err error
@@ -112,6 +122,7 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 			Stdout:    cfg.Stdout,
 			Stderr:    cfg.Stderr,
 			Logger:    l.log,
+			Reap:      reap,
 		})
 		if err == nil && res.ExitCode != 0 {
 			return fmt.Errorf("exit code %d", res.ExitCode)

@@ -1,0 +1,420 @@
+package mpirun
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// RshName is the file name of the rsh program Setup creates. The launcher
+// binary acts as the rsh client when started under this name.
+const RshName = "podmpi-rsh"
+
+// Environment variables read by podmpi-rsh (the launcher started as
+// RshName). Env always sets them from Wiring: they carry the launcher's own
+// flag values, so they replace whatever the environment held.
+const (
+	EnvSSHPort    = "PODMPI_SSH_PORT"
+	EnvSSHAuthDir = "PODMPI_SSH_AUTH_DIR"
+)
+
+// DefaultPath is the PATH assumed when the environment has none.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Wiring describes what the launcher prepared for mpirun; Env turns it into
+// the environment of the user's unchanged mpirun command.
+type Wiring struct {
+	// Impl is the MPI to wire.
+	Impl Implementation
+	// RshPath is the absolute path of the rsh program (Setup's symlink
+	// <RshDir>/podmpi-rsh to the launcher binary).
+	RshPath string
+	// RshDir is the directory holding podmpi-rsh; it is prepended to PATH.
+	RshDir string
+	// Hostfile is the path of the hostfile the launcher wrote ("" sets no
+	// default hostfile).
+	Hostfile string
+	// Slots is the default slot count per host (Open MPI set_default_slots,
+	// Intel I_MPI_PERHOST); 0 sets nothing.
+	Slots int
+	// Iface is the pod's network interface (eth0), "" when unknown. Hydra
+	// (MPICH and Intel) always gets it as HYDRA_IFACE / I_MPI_HYDRA_IFACE:
+	// without it Hydra's proxies call back to the launcher's bare hostname,
+	// which does not resolve from other pods, and mpiexec hangs
+	// (harness-notes §5 gotcha 2). Open MPI gets it only when MultiNIC.
+	Iface string
+	// MultiNIC is true when the pod has more than one UP non-loopback IPv4
+	// interface (PodInterface's multi): Open MPI's oob and btl then get
+	// if_include=Iface, since a docker0-like second NIC that looks the same in
+	// every pod makes Open MPI hang (gotcha 3).
+	MultiNIC bool
+	// IfaceCIDR is the pod interface's network (10.250.0.0/24). It is NOT
+	// used when Iface is known: Open MPI forwards if_include to every worker,
+	// and on Kubernetes each node usually has its own pod subnet (or /32
+	// addresses with Calico), so the launcher's CIDR matches no interface on
+	// the workers. It is used for Open MPI only when MultiNIC and Iface is "".
+	IfaceCIDR string
+	// LocalAddr is the launcher's pod IP. Hydra has no environment variable
+	// for -localhost, so it only appears in the report when Iface is unknown.
+	LocalAddr string
+	// Root is true when the launcher runs as uid 0: Open MPI then needs the
+	// allow-run-as-root variables.
+	Root bool
+	// SSHPort is the worker-agent SSH port, passed to podmpi-rsh as
+	// PODMPI_SSH_PORT; 0 sets nothing.
+	SSHPort int
+	// AuthDir is the SSH auth directory, passed to podmpi-rsh as
+	// PODMPI_SSH_AUTH_DIR; "" sets nothing.
+	AuthDir string
+	// NoTreeSpawn sets Open MPI's plm no_tree_spawn. Off by default, keeping
+	// Open MPI's own default (tree spawn beyond routed_radix=64 daemons, where
+	// orteds on workers start other workers' daemons through the rsh agent;
+	// that needs podmpi-rsh or ssh on the workers' PATH, see rshAgent). MPICH
+	// launches flat anyway; Intel MPI's hierarchy is not touched.
+	NoTreeSpawn bool
+}
+
+// Setting is one environment variable Env decided about.
+type Setting struct {
+	// Name is the variable.
+	Name string
+	// Value is what podmpi wanted to set ("" for a report-only entry).
+	Value string
+	// Kept is true when the user had already set this variable, or an
+	// equivalent one (UserName), so podmpi left the environment unchanged.
+	Kept bool
+	// UserValue is the value found in the environment when Kept.
+	UserValue string
+	// UserName is the variable the user set when it differs from Name (an
+	// alias or the other naming of the same parameter).
+	UserName string
+	// Note explains a consequence the user should know about (a kept value
+	// that breaks the job, a variable the MPI ignores).
+	Note string
+}
+
+// String formats s for logs: "NAME=value (set)" or "NAME kept user value".
+func (s Setting) String() string {
+	switch {
+	case s.Kept && s.UserName != "" && s.UserName != s.Name:
+		return fmt.Sprintf("%s not set: user set %s=%s", s.Name, s.UserName, s.UserValue)
+	case s.Kept:
+		return fmt.Sprintf("%s kept user value %s (podmpi would set %s)", s.Name, s.UserValue, s.Value)
+	case s.Value == "":
+		return s.Name + ": " + s.Note
+	}
+	return s.Name + "=" + s.Value
+}
+
+// param is one logical parameter: the names podmpi sets (all of them, e.g.
+// both the OMPI_MCA_ and PRTE_MCA_ spelling), and further names that mean the
+// same or conflict (aliases, the exclude twin of an include list). If the
+// user set any of set ∪ aliases, podmpi sets none of them.
+type param struct {
+	set     []string
+	aliases []string
+	value   string
+	// keptNote is added when the user's value is kept.
+	keptNote func(userName, userValue string) string
+}
+
+// rshAgent is the Open MPI rsh/ssh agent list. Open MPI tries the
+// ':'-separated entries in order and uses the first one found. mpirun (on
+// the launcher) finds the absolute RshPath. The same value is forwarded to
+// every orted/prted with -mca, and a daemon that cannot find any entry dies
+// at start-up, even without tree spawn (measured with ORTE 4.1.4: "The value
+// of the MCA parameter plm_rsh_agent was set to a path that could not be
+// found", then a crash); the private RshPath never exists on a worker. The
+// fallbacks "podmpi-rsh" (found when the worker image puts it on PATH) and
+// "ssh : rsh" (Open MPI's own default) keep the daemons alive and make tree
+// spawn work wherever the workers can reach each other.
+func (w Wiring) rshAgent() string {
+	return w.RshPath + " : " + RshName + " : ssh : rsh"
+}
+
+func keepFQDNNote(name, v string) string {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "0", "false", "no", "f", "n":
+		return name + "=" + v + " makes Open MPI strip the domain from hostfile names (job-node-0-1.job becomes job-node-0-1), which does not resolve on Kubernetes; unset it"
+	}
+	return ""
+}
+
+func (w Wiring) params() []param {
+	var ps []param
+	ifaceInclude := w.Iface
+	if ifaceInclude == "" {
+		ifaceInclude = w.IfaceCIDR
+	}
+	slots := ""
+	if w.Slots > 0 {
+		slots = strconv.Itoa(w.Slots)
+	}
+	switch w.Impl {
+	case OpenMPI4:
+		ps = append(ps,
+			param{set: []string{"OMPI_MCA_plm_rsh_agent"}, aliases: []string{"OMPI_MCA_orte_rsh_agent", "OMPI_MCA_pls_rsh_agent"}, value: w.rshAgent(),
+				keptNote: func(string, string) string {
+					return "mpirun will not use podmpi-rsh; unset it to use the launcher's rsh client"
+				}},
+			param{set: []string{"OMPI_MCA_orte_keep_fqdn_hostnames"}, value: "1", keptNote: keepFQDNNote},
+			param{set: []string{"OMPI_MCA_orte_default_hostfile"}, value: w.Hostfile},
+			param{set: []string{"OMPI_MCA_orte_set_default_slots"}, value: slots},
+		)
+		if w.MultiNIC && ifaceInclude != "" {
+			ps = append(ps,
+				param{set: []string{"OMPI_MCA_oob_tcp_if_include"}, aliases: []string{"OMPI_MCA_oob_tcp_if_exclude"}, value: ifaceInclude},
+				param{set: []string{"OMPI_MCA_btl_tcp_if_include"}, aliases: []string{"OMPI_MCA_btl_tcp_if_exclude"}, value: ifaceInclude},
+			)
+		}
+		if w.NoTreeSpawn {
+			ps = append(ps, param{set: []string{"OMPI_MCA_plm_rsh_no_tree_spawn"}, value: "1"})
+		}
+		if w.Root {
+			ps = append(ps,
+				param{set: []string{"OMPI_ALLOW_RUN_AS_ROOT"}, value: "1"},
+				param{set: []string{"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"}, value: "1"},
+			)
+		}
+	case OpenMPI5:
+		// PRRTE reads PRTE_MCA_*; Open MPI 5's schizo translates some
+		// OMPI_MCA_* names (check_prte_overlap), which differs between
+		// versions: set both (conventions §3 point 5).
+		ps = append(ps,
+			param{set: []string{"PRTE_MCA_plm_ssh_agent", "OMPI_MCA_plm_rsh_agent"}, aliases: []string{"OMPI_MCA_plm_ssh_agent", "PRTE_MCA_plm_rsh_agent", "OMPI_MCA_orte_rsh_agent"}, value: w.rshAgent(),
+				keptNote: func(string, string) string {
+					return "mpirun will not use podmpi-rsh; unset it to use the launcher's rsh client"
+				}},
+			param{set: []string{"PRTE_MCA_prte_keep_fqdn_hostnames", "OMPI_MCA_orte_keep_fqdn_hostnames"}, aliases: []string{"OMPI_MCA_prte_keep_fqdn_hostnames"}, value: "1", keptNote: keepFQDNNote},
+			param{set: []string{"PRTE_MCA_prte_default_hostfile", "OMPI_MCA_orte_default_hostfile"}, aliases: []string{"OMPI_MCA_prte_default_hostfile"}, value: w.Hostfile},
+			param{set: []string{"PRTE_MCA_prte_set_default_slots", "OMPI_MCA_orte_set_default_slots"}, aliases: []string{"OMPI_MCA_prte_set_default_slots"}, value: slots},
+		)
+		if w.MultiNIC && ifaceInclude != "" {
+			ps = append(ps,
+				param{set: []string{"PRTE_MCA_oob_tcp_if_include", "OMPI_MCA_oob_tcp_if_include"}, aliases: []string{"PRTE_MCA_oob_tcp_if_exclude", "OMPI_MCA_oob_tcp_if_exclude"}, value: ifaceInclude},
+				// btl is an OMPI (MPI library) framework: OMPI_MCA_ only.
+				param{set: []string{"OMPI_MCA_btl_tcp_if_include"}, aliases: []string{"OMPI_MCA_btl_tcp_if_exclude"}, value: ifaceInclude},
+			)
+		}
+		if w.NoTreeSpawn {
+			ps = append(ps, param{set: []string{"PRTE_MCA_plm_ssh_no_tree_spawn", "OMPI_MCA_plm_rsh_no_tree_spawn"}, value: "1"})
+		}
+		if w.Root {
+			ps = append(ps,
+				param{set: []string{"OMPI_ALLOW_RUN_AS_ROOT", "PRTE_ALLOW_RUN_AS_ROOT"}, value: "1"},
+				param{set: []string{"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "PRTE_ALLOW_RUN_AS_ROOT_CONFIRM"}, value: "1"},
+			)
+		}
+	case MPICH:
+		ps = append(ps,
+			param{set: []string{"HYDRA_LAUNCHER"}, aliases: []string{"HYDRA_BOOTSTRAP"}, value: "ssh",
+				keptNote: func(n, v string) string {
+					if v != "ssh" {
+						return n + "=" + v + ": mpiexec will not start proxies through podmpi-rsh"
+					}
+					return ""
+				}},
+			param{set: []string{"HYDRA_LAUNCHER_EXEC"}, aliases: []string{"HYDRA_BOOTSTRAP_EXEC"}, value: w.RshPath,
+				keptNote: func(string, string) string {
+					return "mpiexec will not use podmpi-rsh; unset it to use the launcher's rsh client"
+				}},
+			param{set: []string{"HYDRA_HOST_FILE"}, value: w.Hostfile},
+			param{set: []string{"HYDRA_IFACE"}, value: w.Iface},
+		)
+	case IntelMPI:
+		ps = append(ps,
+			param{set: []string{"I_MPI_HYDRA_BOOTSTRAP"}, value: "ssh",
+				keptNote: func(n, v string) string {
+					if v != "ssh" {
+						return n + "=" + v + ": mpirun will not start proxies through podmpi-rsh"
+					}
+					return ""
+				}},
+			param{set: []string{"I_MPI_HYDRA_BOOTSTRAP_EXEC"}, value: w.RshPath,
+				keptNote: func(string, string) string {
+					return "mpirun will not use podmpi-rsh; unset it to use the launcher's rsh client"
+				}},
+			param{set: []string{"I_MPI_HYDRA_HOST_FILE"}, aliases: []string{"I_MPI_HYDRA_HOSTFILE"}, value: w.Hostfile},
+			param{set: []string{"I_MPI_PERHOST"}, value: slots},
+			param{set: []string{"I_MPI_HYDRA_IFACE"}, value: w.Iface},
+		)
+	}
+	return ps
+}
+
+// Env returns the environment for the user's mpirun: base with podmpi's
+// settings for w.Impl added, and the report of every decision.
+//
+// A variable the user already set (non-empty in base) is never overridden:
+// the report lists it with Kept and the user's value. This covers aliases and
+// other spellings too: with Open MPI 5, a user's OMPI_MCA_orte_default_hostfile
+// stops podmpi from setting PRTE_MCA_prte_default_hostfile as well, since
+// PRRTE would otherwise prefer podmpi's value to the user's. Variables with an
+// empty value count as unset.
+//
+// The exceptions are PATH, which always gets RshDir prepended, and
+// PODMPI_SSH_PORT / PODMPI_SSH_AUTH_DIR, which carry the launcher's own
+// settings to podmpi-rsh and so replace older values.
+//
+// Report-only entries (Value "") flag environment that has no effect:
+// mpi-operator's misspelled HYDRA_LAUNCH_EXTRA_ARGS under MPICH, and a Hydra
+// launch without a known interface.
+func (w Wiring) Env(base []string) (env []string, report []Setting) {
+	user := make(map[string]string, len(base))
+	for _, kv := range base {
+		if k, v, ok := strings.Cut(kv, "="); ok && v != "" {
+			user[k] = v // the last one wins, as in exec
+		}
+	}
+	override := map[string]string{}
+	var add []string // in order
+	setVar := func(k, v string) {
+		if _, ok := override[k]; !ok {
+			add = append(add, k)
+		}
+		override[k] = v
+	}
+
+	for _, p := range w.params() {
+		if p.value == "" {
+			continue
+		}
+		userName, userValue := "", ""
+		for _, n := range append(append([]string(nil), p.set...), p.aliases...) {
+			if v, ok := user[n]; ok {
+				userName, userValue = n, v
+				break
+			}
+		}
+		for _, n := range p.set {
+			s := Setting{Name: n, Value: p.value}
+			if userName != "" {
+				s.Kept = true
+				if v, ok := user[n]; ok {
+					s.UserValue = v
+				} else {
+					s.UserName, s.UserValue = userName, userValue
+				}
+				if p.keptNote != nil {
+					s.Note = p.keptNote(userName, userValue)
+				}
+			} else {
+				setVar(n, p.value)
+			}
+			report = append(report, s)
+		}
+	}
+
+	switch w.Impl {
+	case MPICH:
+		if v, ok := user["HYDRA_LAUNCH_EXTRA_ARGS"]; ok {
+			note := "MPICH ignores HYDRA_LAUNCH_EXTRA_ARGS (renamed HYDRA_LAUNCHER_EXTRA_ARGS in 2011; mpi-operator still sets the old name), so these arguments have no effect"
+			if _, set := user["HYDRA_LAUNCHER_EXTRA_ARGS"]; !set {
+				note += "; use HYDRA_LAUNCHER_EXTRA_ARGS"
+			}
+			report = append(report, Setting{Name: "HYDRA_LAUNCH_EXTRA_ARGS", Kept: true, UserValue: v, Note: note})
+		}
+		if w.Iface == "" && user["HYDRA_IFACE"] == "" {
+			report = append(report, Setting{Name: "HYDRA_IFACE", Note: hydraNoIfaceNote("HYDRA_IFACE", w.LocalAddr)})
+		}
+	case IntelMPI:
+		if w.Iface == "" && user["I_MPI_HYDRA_IFACE"] == "" {
+			report = append(report, Setting{Name: "I_MPI_HYDRA_IFACE", Note: hydraNoIfaceNote("I_MPI_HYDRA_IFACE", w.LocalAddr)})
+		}
+	}
+
+	if w.SSHPort > 0 {
+		v := strconv.Itoa(w.SSHPort)
+		setVar(EnvSSHPort, v)
+		report = append(report, Setting{Name: EnvSSHPort, Value: v})
+	}
+	if w.AuthDir != "" {
+		setVar(EnvSSHAuthDir, w.AuthDir)
+		report = append(report, Setting{Name: EnvSSHAuthDir, Value: w.AuthDir})
+	}
+	if w.RshDir != "" {
+		p := user["PATH"]
+		if p == "" {
+			p = DefaultPath
+		}
+		v := w.RshDir + string(os.PathListSeparator) + p
+		setVar("PATH", v)
+		report = append(report, Setting{Name: "PATH", Value: v})
+	}
+
+	env = make([]string, 0, len(base)+len(add))
+	done := map[string]bool{}
+	for _, kv := range base {
+		k, _, _ := strings.Cut(kv, "=")
+		if v, ok := override[k]; ok {
+			if !done[k] {
+				env = append(env, k+"="+v)
+				done[k] = true
+			}
+			continue
+		}
+		env = append(env, kv)
+	}
+	for _, k := range add {
+		if !done[k] {
+			env = append(env, k+"="+override[k])
+			done[k] = true
+		}
+	}
+	return env, report
+}
+
+func hydraNoIfaceNote(name, addr string) string {
+	n := "pod interface unknown, " + name + " not set: Hydra proxies will call back to this pod's bare hostname, which other pods usually cannot resolve, and mpiexec then hangs; pass the interface (e.g. eth0)"
+	if addr != "" {
+		n += " or add -localhost " + addr + " to the mpiexec command"
+	}
+	return n
+}
+
+// unsafePathChars are characters that break the rsh path inside MPI
+// parameters: Open MPI splits the agent on ':' and spaces; shells and the
+// quoted command strings break on quotes and '$'.
+const unsafePathChars = " \t\r\n:;\"'`$\\"
+
+// Setup creates a private directory <tmpDir>/podmpi-XXXX (mode 0700) holding
+// a symlink podmpi-rsh pointing to self (the launcher binary, usually
+// os.Executable()). tmpDir "" means os.TempDir(). It returns the symlink's
+// absolute path, its directory, and a cleanup that removes both.
+func Setup(self, tmpDir string) (rshPath, rshDir string, cleanup func(), err error) {
+	if !filepath.IsAbs(self) {
+		return "", "", nil, fmt.Errorf("setting up %s: launcher path %q is not absolute", RshName, self)
+	}
+	if fi, err := os.Stat(self); err != nil {
+		return "", "", nil, fmt.Errorf("setting up %s: launcher binary: %w", RshName, err)
+	} else if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return "", "", nil, fmt.Errorf("setting up %s: launcher binary %s is not an executable file (mode %s)", RshName, self, fi.Mode())
+	}
+	if tmpDir == "" {
+		tmpDir = os.TempDir()
+	}
+	tmpDir, err = filepath.Abs(tmpDir)
+	if err != nil {
+		return "", "", nil, fmt.Errorf("setting up %s: temp dir: %w", RshName, err)
+	}
+	if strings.ContainsAny(tmpDir, unsafePathChars) {
+		return "", "", nil, fmt.Errorf("setting up %s: temp dir %q contains a space, ':' or quote, which MPI parameters cannot carry; set TMPDIR to a plain path such as /tmp", RshName, tmpDir)
+	}
+	dir, err := os.MkdirTemp(tmpDir, "podmpi-")
+	if err != nil {
+		return "", "", nil, fmt.Errorf("setting up %s: creating a private dir in %s (is it writable? with readOnlyRootFilesystem mount an emptyDir there): %w", RshName, tmpDir, err)
+	}
+	cleanup = func() { _ = os.RemoveAll(dir) }
+	if err := os.Chmod(dir, 0o700); err != nil {
+		cleanup()
+		return "", "", nil, fmt.Errorf("setting up %s: chmod %s: %w", RshName, dir, err)
+	}
+	p := filepath.Join(dir, RshName)
+	if err := os.Symlink(self, p); err != nil {
+		cleanup()
+		return "", "", nil, fmt.Errorf("setting up %s: symlink %s -> %s: %w", RshName, p, self, err)
+	}
+	return p, dir, cleanup, nil
+}

@@ -1,0 +1,414 @@
+package mpirun
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/podmpi/podmpi/hostfile"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/env/*.env golden files")
+
+func baseWiring(impl Implementation) Wiring {
+	return Wiring{
+		Impl:      impl,
+		RshPath:   "/tmp/podmpi-123/podmpi-rsh",
+		RshDir:    "/tmp/podmpi-123",
+		Hostfile:  "/tmp/podmpi-123/hostfile",
+		Slots:     2,
+		Iface:     "eth0",
+		MultiNIC:  true,
+		IfaceCIDR: "10.250.0.0/24",
+		LocalAddr: "10.250.0.10",
+		Root:      true,
+		SSHPort:   2222,
+		AuthDir:   "/etc/mpi-ssh",
+	}
+}
+
+var goldenBase = []string{"HOME=/home/mpiuser", "PATH=/usr/bin:/bin", "PODMPI_SSH_PORT=22"}
+
+// envMap returns the variables of env (last wins).
+func envMap(env []string) map[string]string {
+	m := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	return m
+}
+
+func renderGolden(w Wiring, base []string) []byte {
+	env, report := w.Env(base)
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# Wiring.Env for %s, root=%v multinic=%v, base %q\n", w.Impl, w.Root, w.MultiNIC, base)
+	for _, kv := range env {
+		b.WriteString(kv + "\n")
+	}
+	b.WriteString("# report\n")
+	for _, s := range report {
+		b.WriteString("# " + s.String() + "\n")
+	}
+	return b.Bytes()
+}
+
+func TestEnvGolden(t *testing.T) {
+	for _, impl := range Implementations {
+		for _, variant := range []string{"root-multinic", "user-onenic"} {
+			name := string(impl) + "-" + variant
+			t.Run(name, func(t *testing.T) {
+				w := baseWiring(impl)
+				if variant == "user-onenic" {
+					w.Root, w.MultiNIC = false, false
+				}
+				got := renderGolden(w, goldenBase)
+				path := filepath.Join("testdata", "env", name+".env")
+				if *update {
+					if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(path, got, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				want, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatalf("%v (run go test -update to create it)", err)
+				}
+				if !bytes.Equal(got, want) {
+					t.Errorf("%s differs from golden (go test -run TestEnvGolden -update):\n--- got\n%s--- want\n%s", path, got, want)
+				}
+			})
+		}
+	}
+}
+
+func TestEnvOpenMPI4(t *testing.T) {
+	w := baseWiring(OpenMPI4)
+	env, _ := w.Env(goldenBase)
+	m := envMap(env)
+	want := map[string]string{
+		"OMPI_MCA_plm_rsh_agent":            "/tmp/podmpi-123/podmpi-rsh : podmpi-rsh : ssh : rsh",
+		"OMPI_MCA_orte_keep_fqdn_hostnames": "1",
+		"OMPI_MCA_orte_default_hostfile":    "/tmp/podmpi-123/hostfile",
+		"OMPI_MCA_orte_set_default_slots":   "2",
+		"OMPI_MCA_oob_tcp_if_include":       "eth0",
+		"OMPI_MCA_btl_tcp_if_include":       "eth0",
+		"OMPI_ALLOW_RUN_AS_ROOT":            "1",
+		"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM":    "1",
+		"PODMPI_SSH_PORT":                   "2222", // the launcher's flag wins over the stale 22
+		"PODMPI_SSH_AUTH_DIR":               "/etc/mpi-ssh",
+		"PATH":                              "/tmp/podmpi-123:/usr/bin:/bin",
+		"HOME":                              "/home/mpiuser",
+	}
+	for k, v := range want {
+		if m[k] != v {
+			t.Errorf("%s = %q, want %q", k, m[k], v)
+		}
+	}
+	for k := range m {
+		if strings.HasPrefix(k, "PRTE_") || strings.HasPrefix(k, "HYDRA_") || strings.HasPrefix(k, "I_MPI_") {
+			t.Errorf("Open MPI 4 env has foreign variable %s", k)
+		}
+	}
+	if len(env) != len(m) {
+		t.Errorf("env has duplicate names: %q", env)
+	}
+}
+
+func TestEnvRootOnlyWhenRoot(t *testing.T) {
+	for _, impl := range []Implementation{OpenMPI4, OpenMPI5} {
+		w := baseWiring(impl)
+		w.Root = false
+		env, _ := w.Env(nil)
+		for _, kv := range env {
+			if strings.Contains(kv, "ALLOW_RUN_AS_ROOT") {
+				t.Errorf("%s non-root env has %s", impl, kv)
+			}
+		}
+		w.Root = true
+		m := envMap(first(w.Env(nil)))
+		if m["OMPI_ALLOW_RUN_AS_ROOT"] != "1" || m["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] != "1" {
+			t.Errorf("%s root env lacks OMPI_ALLOW_RUN_AS_ROOT(+_CONFIRM)", impl)
+		}
+	}
+	// Hydra needs no root switch.
+	for _, impl := range []Implementation{MPICH, IntelMPI} {
+		for _, kv := range first(baseWiring(impl).Env(nil)) {
+			if strings.Contains(kv, "ROOT") {
+				t.Errorf("%s env has %s", impl, kv)
+			}
+		}
+	}
+}
+
+func first(env []string, _ []Setting) []string { return env }
+
+func TestEnvOpenMPI5SetsBothNamings(t *testing.T) {
+	m := envMap(first(baseWiring(OpenMPI5).Env(nil)))
+	pairs := [][2]string{
+		{"PRTE_MCA_plm_ssh_agent", "OMPI_MCA_plm_rsh_agent"},
+		{"PRTE_MCA_prte_keep_fqdn_hostnames", "OMPI_MCA_orte_keep_fqdn_hostnames"},
+		{"PRTE_MCA_prte_default_hostfile", "OMPI_MCA_orte_default_hostfile"},
+		{"PRTE_MCA_prte_set_default_slots", "OMPI_MCA_orte_set_default_slots"},
+		{"PRTE_MCA_oob_tcp_if_include", "OMPI_MCA_oob_tcp_if_include"},
+		{"PRTE_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT"},
+	}
+	for _, p := range pairs {
+		if m[p[0]] == "" || m[p[0]] != m[p[1]] {
+			t.Errorf("%s=%q %s=%q: want both set, equal", p[0], m[p[0]], p[1], m[p[1]])
+		}
+	}
+	if m["OMPI_MCA_btl_tcp_if_include"] != "eth0" {
+		t.Errorf("OMPI_MCA_btl_tcp_if_include = %q", m["OMPI_MCA_btl_tcp_if_include"])
+	}
+	if _, ok := m["PRTE_MCA_btl_tcp_if_include"]; ok {
+		t.Error("btl is an OMPI framework; PRTE_MCA_btl_tcp_if_include is meaningless")
+	}
+}
+
+func TestEnvIfaceRules(t *testing.T) {
+	// One NIC: Open MPI is left alone, Hydra still gets the interface.
+	w := baseWiring(OpenMPI4)
+	w.MultiNIC = false
+	for _, kv := range first(w.Env(nil)) {
+		if strings.Contains(kv, "if_include") {
+			t.Errorf("single NIC: %s", kv)
+		}
+	}
+	for impl, name := range map[Implementation]string{MPICH: "HYDRA_IFACE", IntelMPI: "I_MPI_HYDRA_IFACE"} {
+		w := baseWiring(impl)
+		w.MultiNIC = false
+		if got := envMap(first(w.Env(nil)))[name]; got != "eth0" {
+			t.Errorf("%s single NIC: %s=%q; want eth0 (gotcha 2: Hydra hangs without it)", impl, name, got)
+		}
+		w.Iface = ""
+		env, rep := w.Env(nil)
+		if _, ok := envMap(env)[name]; ok {
+			t.Errorf("%s: %s set without an interface", impl, name)
+		}
+		i := slices.IndexFunc(rep, func(s Setting) bool { return s.Name == name })
+		if i < 0 || !strings.Contains(rep[i].Note, "hangs") || !strings.Contains(rep[i].Note, "-localhost 10.250.0.10") {
+			t.Errorf("%s without interface: report %+v lacks the hang warning", impl, rep)
+		}
+	}
+	// Interface unknown but CIDR known: Open MPI gets the CIDR.
+	w = baseWiring(OpenMPI4)
+	w.Iface = ""
+	if got := envMap(first(w.Env(nil)))["OMPI_MCA_oob_tcp_if_include"]; got != "10.250.0.0/24" {
+		t.Errorf("CIDR fallback: %q", got)
+	}
+}
+
+func TestEnvUserValueKeptAndReported(t *testing.T) {
+	base := []string{
+		"OMPI_MCA_orte_default_hostfile=/etc/mpi/hostfile", // Trainer v2 sets these
+		"OMPI_MCA_orte_keep_fqdn_hostnames=true",
+		"OMPI_MCA_orte_set_default_slots=4",
+		"OMPI_MCA_plm_rsh_args=-o ConnectionAttempts=10",
+		"OMPI_MCA_btl_tcp_if_exclude=docker0,lo", // conflicts with include
+		"OMPI_MCA_plm_rsh_agent=",                // empty counts as unset
+	}
+	for _, impl := range []Implementation{OpenMPI4, OpenMPI5} {
+		env, rep := baseWiring(impl).Env(base)
+		m := envMap(env)
+		if m["OMPI_MCA_orte_default_hostfile"] != "/etc/mpi/hostfile" || m["OMPI_MCA_orte_set_default_slots"] != "4" || m["OMPI_MCA_orte_keep_fqdn_hostnames"] != "true" {
+			t.Errorf("%s: user values overridden: %v", impl, m)
+		}
+		if _, ok := m["OMPI_MCA_btl_tcp_if_include"]; ok {
+			t.Errorf("%s: btl_tcp_if_include set although the user set btl_tcp_if_exclude (Open MPI rejects both)", impl)
+		}
+		if !strings.HasPrefix(m["OMPI_MCA_plm_rsh_agent"], "/tmp/podmpi-123/podmpi-rsh") {
+			t.Errorf("%s: empty user agent not replaced: %q", impl, m["OMPI_MCA_plm_rsh_agent"])
+		}
+		if impl == OpenMPI5 {
+			// The other naming is not set either: PRRTE would prefer it.
+			for _, k := range []string{"PRTE_MCA_prte_default_hostfile", "PRTE_MCA_prte_set_default_slots", "PRTE_MCA_prte_keep_fqdn_hostnames"} {
+				if v, ok := m[k]; ok {
+					t.Errorf("OpenMPI5: %s=%q set although the user set its OMPI_MCA_ twin", k, v)
+				}
+			}
+		}
+		kept := map[string]Setting{}
+		for _, s := range rep {
+			if s.Kept {
+				kept[s.Name] = s
+			}
+		}
+		s, ok := kept["OMPI_MCA_orte_default_hostfile"]
+		if !ok || s.UserValue != "/etc/mpi/hostfile" || s.Value != "/tmp/podmpi-123/hostfile" {
+			t.Errorf("%s: hostfile not reported kept: %+v", impl, s)
+		}
+		if impl == OpenMPI5 {
+			s := kept["PRTE_MCA_prte_default_hostfile"]
+			if s.UserName != "OMPI_MCA_orte_default_hostfile" || s.UserValue != "/etc/mpi/hostfile" {
+				t.Errorf("OpenMPI5: PRTE hostfile report %+v", s)
+			}
+		}
+		if _, ok := kept["OMPI_MCA_btl_tcp_if_include"]; !ok {
+			t.Errorf("%s: btl_tcp_if_include not reported kept", impl)
+		}
+		if !strings.Contains(kept["OMPI_MCA_btl_tcp_if_include"].String(), "OMPI_MCA_btl_tcp_if_exclude") {
+			t.Errorf("%s: report does not name the user's variable: %s", impl, kept["OMPI_MCA_btl_tcp_if_include"])
+		}
+	}
+	// keep_fqdn disabled by the user: kept, with a warning.
+	_, rep := baseWiring(OpenMPI4).Env([]string{"OMPI_MCA_orte_keep_fqdn_hostnames=0"})
+	i := slices.IndexFunc(rep, func(s Setting) bool { return s.Name == "OMPI_MCA_orte_keep_fqdn_hostnames" })
+	if i < 0 || !rep[i].Kept || !strings.Contains(rep[i].Note, "strip the domain") {
+		t.Errorf("keep_fqdn=0 report: %+v", rep)
+	}
+	// A user's ssh agent is kept and the report says podmpi-rsh is unused.
+	env, rep := baseWiring(OpenMPI4).Env([]string{"OMPI_MCA_orte_rsh_agent=/usr/bin/ssh"})
+	if _, ok := envMap(env)["OMPI_MCA_plm_rsh_agent"]; ok {
+		t.Error("plm_rsh_agent set although the user set its synonym orte_rsh_agent")
+	}
+	i = slices.IndexFunc(rep, func(s Setting) bool { return s.Name == "OMPI_MCA_plm_rsh_agent" })
+	if i < 0 || !rep[i].Kept || rep[i].UserName != "OMPI_MCA_orte_rsh_agent" || !strings.Contains(rep[i].Note, "podmpi-rsh") {
+		t.Errorf("agent synonym report: %+v", rep[i])
+	}
+}
+
+func TestEnvMPICH(t *testing.T) {
+	w := baseWiring(MPICH)
+	env, rep := w.Env([]string{"HYDRA_LAUNCH_EXTRA_ARGS=-o ConnectionAttempts=10", "HYDRA_HOST_FILE=/etc/mpi/hostfile"})
+	m := envMap(env)
+	want := map[string]string{
+		"HYDRA_LAUNCHER":          "ssh",
+		"HYDRA_LAUNCHER_EXEC":     "/tmp/podmpi-123/podmpi-rsh",
+		"HYDRA_HOST_FILE":         "/etc/mpi/hostfile", // kept
+		"HYDRA_IFACE":             "eth0",
+		"HYDRA_LAUNCH_EXTRA_ARGS": "-o ConnectionAttempts=10", // untouched
+	}
+	for k, v := range want {
+		if m[k] != v {
+			t.Errorf("%s = %q, want %q", k, m[k], v)
+		}
+	}
+	if _, ok := m["HYDRA_LAUNCHER_EXTRA_ARGS"]; ok {
+		t.Error("HYDRA_LAUNCHER_EXTRA_ARGS set")
+	}
+	i := slices.IndexFunc(rep, func(s Setting) bool { return s.Name == "HYDRA_LAUNCH_EXTRA_ARGS" })
+	if i < 0 || !strings.Contains(rep[i].Note, "MPICH ignores") || !strings.Contains(rep[i].Note, "HYDRA_LAUNCHER_EXTRA_ARGS") {
+		t.Errorf("misspelled HYDRA_LAUNCH_EXTRA_ARGS not reported: %+v", rep)
+	}
+	for k := range m {
+		if strings.HasPrefix(k, "OMPI_") || strings.HasPrefix(k, "PRTE_") || strings.HasPrefix(k, "I_MPI_") {
+			t.Errorf("MPICH env has foreign variable %s", k)
+		}
+	}
+}
+
+// TestEnvIntelReference checks the Intel MPI wiring against the names of the
+// Intel MPI Developer Reference ("Hydra Environment Variables"), as listed in
+// conventions §3 (Intel column) and §2.4: Intel MPI cannot be installed here.
+func TestEnvIntelReference(t *testing.T) {
+	w := baseWiring(IntelMPI)
+	env, rep := w.Env([]string{"I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS=-o ConnectionAttempts=10", "K_MPI_JOB_ROLE=launcher"})
+	m := envMap(env)
+	want := map[string]string{
+		"I_MPI_HYDRA_BOOTSTRAP":                 "ssh",
+		"I_MPI_HYDRA_BOOTSTRAP_EXEC":            "/tmp/podmpi-123/podmpi-rsh",
+		"I_MPI_HYDRA_HOST_FILE":                 "/tmp/podmpi-123/hostfile",
+		"I_MPI_PERHOST":                         "2",
+		"I_MPI_HYDRA_IFACE":                     "eth0",
+		"I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS": "-o ConnectionAttempts=10", // mpi-operator's, untouched
+		"PATH":                                  "/tmp/podmpi-123:" + DefaultPath,
+	}
+	for k, v := range want {
+		if m[k] != v {
+			t.Errorf("%s = %q, want %q", k, m[k], v)
+		}
+	}
+	for k := range m {
+		if strings.HasPrefix(k, "OMPI_") || strings.HasPrefix(k, "PRTE_") || strings.HasPrefix(k, "HYDRA_") {
+			t.Errorf("Intel env has foreign variable %s", k)
+		}
+	}
+	for _, s := range rep {
+		if s.Kept {
+			t.Errorf("unexpected kept %+v", s)
+		}
+	}
+	// Intel reads "host:N" hostfiles, as mpi-operator writes them.
+	var b bytes.Buffer
+	if err := hostfile.Render(&b, IntelMPI.HostfileFormat(), []hostfile.Host{{Name: "pi-worker-0.pi.default.svc", Slots: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if b.String() != "pi-worker-0.pi.default.svc:2\n" {
+		t.Errorf("Intel hostfile = %q", b.String())
+	}
+	// A user's I_MPI_PERHOST wins.
+	env, rep = w.Env([]string{"I_MPI_PERHOST=allcores"})
+	if envMap(env)["I_MPI_PERHOST"] != "allcores" {
+		t.Error("user I_MPI_PERHOST overridden")
+	}
+	if i := slices.IndexFunc(rep, func(s Setting) bool { return s.Name == "I_MPI_PERHOST" }); i < 0 || !rep[i].Kept || rep[i].UserValue != "allcores" {
+		t.Errorf("I_MPI_PERHOST not reported kept: %+v", rep)
+	}
+}
+
+func TestEnvNoTreeSpawnAndZeroes(t *testing.T) {
+	w := baseWiring(OpenMPI5)
+	w.NoTreeSpawn = true
+	m := envMap(first(w.Env(nil)))
+	if m["PRTE_MCA_plm_ssh_no_tree_spawn"] != "1" || m["OMPI_MCA_plm_rsh_no_tree_spawn"] != "1" {
+		t.Errorf("no tree spawn: %v", m)
+	}
+	w = Wiring{Impl: OpenMPI4, RshPath: "/r/podmpi-rsh"}
+	m = envMap(first(w.Env([]string{"PATH=/bin"})))
+	for _, k := range []string{"OMPI_MCA_orte_default_hostfile", "OMPI_MCA_orte_set_default_slots", "PODMPI_SSH_PORT", "PODMPI_SSH_AUTH_DIR"} {
+		if _, ok := m[k]; ok {
+			t.Errorf("%s set from a zero field", k)
+		}
+	}
+	if m["PATH"] != "/bin" {
+		t.Errorf("PATH changed without RshDir: %q", m["PATH"])
+	}
+}
+
+func TestSetup(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	rsh, dir, cleanup, err := Setup(self, tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Dir(rsh) != dir || filepath.Base(rsh) != RshName || !strings.HasPrefix(dir, tmp+"/podmpi-") {
+		t.Errorf("Setup = %q, %q", rsh, dir)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("dir mode %v, %v", fi.Mode(), err)
+	}
+	if target, err := os.Readlink(rsh); err != nil || target != self {
+		t.Errorf("symlink -> %q, %v", target, err)
+	}
+	cleanup()
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("cleanup left %s: %v", dir, err)
+	}
+
+	for _, c := range []struct{ self, tmp, want string }{
+		{"relative/launcher", tmp, "not absolute"},
+		{"/nonexistent/launcher", tmp, "no such file"},
+		{self, filepath.Join(tmp, "with space"), "space"},
+		{self, filepath.Join(tmp, "missing"), "creating a private dir"},
+	} {
+		if c.want == "space" {
+			_ = os.Mkdir(c.tmp, 0o755)
+		}
+		if _, _, _, err := Setup(c.self, c.tmp); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Setup(%q, %q) err = %v, want %q", c.self, c.tmp, err, c.want)
+		}
+	}
+}
