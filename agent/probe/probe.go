@@ -156,7 +156,7 @@ func probeOne(ctx context.Context, t Target, deadline time.Time, opts Options, l
 	log = log.With("worker", t.String())
 	for n := 1; ; n++ {
 		start := time.Now()
-		path, f := attempt(ctx, t, opts)
+		path, f := attemptBounded(ctx, t, opts, deadline, start)
 		lat := time.Since(start)
 		if f == nil {
 			if opts.OnAttempt != nil {
@@ -192,6 +192,27 @@ func probeOne(ctx context.Context, t Target, deadline time.Time, opts Options, l
 // not retry in lockstep.
 func jitter(d time.Duration) time.Duration {
 	return d/2 + rand.N(d)
+}
+
+// minAttempt is the least time an attempt gets, even right at the deadline,
+// so that every worker is tried once for real.
+const minAttempt = time.Second
+
+// attemptBounded runs attempt under the probe deadline: an attempt never
+// outlives the deadline (a SYN into a NetworkPolicy drop would otherwise
+// wait out the whole connect timeout), except that it always gets
+// minAttempt.
+func attemptBounded(ctx context.Context, t Target, opts Options, deadline, start time.Time) (string, *sshclient.Failure) {
+	if deadline.IsZero() {
+		return attempt(ctx, t, opts)
+	}
+	end := deadline
+	if floor := start.Add(minAttempt); end.Before(floor) {
+		end = floor
+	}
+	actx, cancel := context.WithDeadline(ctx, end)
+	defer cancel()
+	return attempt(actx, t, opts)
 }
 
 // attempt makes one connection and runs the remote check.

@@ -386,3 +386,19 @@ func TestRunNoTargets(t *testing.T) {
 		t.Fatalf("report %q", b.String())
 	}
 }
+
+// A connect that never completes (a NetworkPolicy drop) must not outlive
+// the probe deadline, even with a long per-attempt connect timeout.
+func TestRunDeadlineCutsHangingConnect(t *testing.T) {
+	cfg := newJob(t).cfg
+	cfg.ConnectTimeout = 30 * time.Second
+	start := time.Now()
+	res := Run(context.Background(), []Target{local(sshtest.FullBacklogPort(t))}, Options{Client: cfg, Deadline: 1500 * time.Millisecond})
+	took := time.Since(start)
+	if res[0].OK || res[0].Failure.Phase != sshclient.PhaseTCPTimeout {
+		t.Fatalf("want tcp-timeout, got %+v", res[0])
+	}
+	if took > 3*time.Second {
+		t.Fatalf("probe took %s with a 1.5s deadline", took)
+	}
+}

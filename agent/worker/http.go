@@ -1,0 +1,71 @@
+package worker
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// maxMetricsInFlight bounds concurrent /metrics scrapes.
+const maxMetricsInFlight = 4
+
+func (w *Worker) newMux() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", w.healthz)
+	mux.HandleFunc("GET /readyz", w.readyz)
+	mux.HandleFunc("GET /info", w.info)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(w.reg, promhttp.HandlerOpts{
+		ErrorLog:            promLogger{w},
+		Registry:            w.reg,
+		MaxRequestsInFlight: maxMetricsInFlight,
+		Timeout:             10 * time.Second,
+	}))
+	mux.HandleFunc("GET /{$}", w.index)
+	return mux
+}
+
+func (w *Worker) index(rw http.ResponseWriter, _ *http.Request) {
+	rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = rw.Write([]byte("worker-agent\n\n/healthz  liveness\n/readyz   readiness (503 with the reasons when not ready)\n/info     JSON: slots, GPUs, MPI daemons, host key, version\n/metrics  Prometheus metrics\n"))
+}
+
+func (w *Worker) healthz(rw http.ResponseWriter, _ *http.Request) {
+	rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	rw.Header().Set("Cache-Control", "no-store")
+	_, _ = rw.Write([]byte("ok\n"))
+}
+
+func (w *Worker) readyz(rw http.ResponseWriter, _ *http.Request) {
+	rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	rw.Header().Set("Cache-Control", "no-store")
+	ok, why := w.Readiness()
+	if ok {
+		_, _ = rw.Write([]byte("ready\n"))
+		return
+	}
+	rw.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = rw.Write([]byte("not ready: " + strings.Join(why, "; ") + "\n"))
+}
+
+func (w *Worker) info(rw http.ResponseWriter, _ *http.Request) {
+	rw.Header().Set("Content-Type", "application/json")
+	rw.Header().Set("Cache-Control", "no-store")
+	enc := json.NewEncoder(rw)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(w.Info()); err != nil {
+		w.log.Debug("writing /info", "err", err)
+	}
+}
+
+// promLogger adapts the worker's slog logger to promhttp's Logger.
+type promLogger struct{ w *Worker }
+
+func (l promLogger) Println(v ...any) {
+	l.w.log.Error("serving /metrics", "err", strings.TrimSpace(sprintln(v...)))
+}
+
+func sprintln(v ...any) string { return fmt.Sprintln(v...) }

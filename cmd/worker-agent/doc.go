@@ -1,0 +1,83 @@
+// Command worker-agent is the entrypoint of the worker pods of an MPI job
+// (Kubeflow Trainer v2, mpi-operator). It replaces OpenSSH's sshd: it serves
+// SSH for mpirun's remote daemons (orted, prted, hydra_pmi_proxy,
+// hydra_bstrap_proxy) as any UID, including a random OpenShift UID with no
+// /etc/passwd entry and no capabilities, authenticating clients with the
+// job's mounted authorized_keys and presenting the job's id_rsa as its host
+// key. It also serves HTTP:
+//
+//	/healthz  liveness: 200 while the process runs
+//	/readyz   200 only when the SSH listener accepts, the keys are loaded and
+//	          GPU detection is done; else 503 with the reasons
+//	/info     JSON: hostname, slots, GPUs, MPI daemons on PATH, uid/gid,
+//	          auth dir, host key fingerprint, SSH address, version
+//	/metrics  Prometheus: mpi_worker_ssh_* (connections, auth failures by
+//	          reason, active sessions, session durations, exit codes),
+//	          mpi_worker_gpus, mpi_worker_slots, mpi_worker_ready,
+//	          mpi_worker_build_info, go_* and process_*
+//
+// Usage:
+//
+//	worker-agent [flags]         serve SSH and HTTP until SIGTERM/SIGINT
+//	worker-agent version         print the version
+//	worker-agent rsh ARGS...     the ssh-compatible client (package agent/rsh);
+//	                             also run when invoked as podmpi-rsh
+//
+// # Flags and environment variables
+//
+// Every flag has an environment twin; a flag on the command line wins over
+// its twin, which wins over the default.
+//
+//	--ssh.listen-address      PODMPI_SSH_LISTEN_ADDRESS      SSH listen address (default :2222)
+//	--ssh.auth-dir            PODMPI_SSH_AUTH_DIR            directory with authorized_keys, id_rsa, id_rsa.pub
+//	                                                         (default: first of $HOME/.ssh, /home/mpiuser/.ssh,
+//	                                                         /root/.ssh that holds authorized_keys)
+//	--ssh.state-dir           PODMPI_SSH_STATE_DIR           writable dir for a generated host key when there is no
+//	                                                         id_rsa (default $PODMPI_STATE_DIR, else
+//	                                                         $TMPDIR/podmpi-state, /tmp/podmpi-state without TMPDIR)
+//	--ssh.shell               PODMPI_SSH_SHELL               shell running each command as SHELL -c COMMAND (default /bin/sh)
+//	--ssh.allow-pty           PODMPI_SSH_ALLOW_PTY           grant pseudo-terminals (default false)
+//	--ssh.login-grace-time    PODMPI_SSH_LOGIN_GRACE_TIME    accept-to-auth deadline (default 30s)
+//	--ssh.max-startups        PODMPI_SSH_MAX_STARTUPS        concurrent unauthenticated connections (default 100)
+//	--ssh.max-auth-tries      PODMPI_SSH_MAX_AUTH_TRIES      failed auth attempts per connection (default 6)
+//	--ssh.max-sessions        PODMPI_SSH_MAX_SESSIONS        session channels per connection (default 10)
+//	--ssh.keepalive-interval  PODMPI_SSH_KEEPALIVE_INTERVAL  keepalive probe interval, 0 disables (default 15s)
+//	--ssh.kill-grace          PODMPI_SSH_KILL_GRACE          SIGTERM-to-SIGKILL delay for an abandoned session (default 1s)
+//	--web.listen-address      PODMPI_WEB_LISTEN_ADDRESS      HTTP listen address, empty disables (default :9022)
+//	--slots                   PODMPI_SLOTS                   auto, gpu, cpu or N (default auto: one per GPU, else 1)
+//	--gpu.detect              PODMPI_GPU_DETECT              auto, nvml or none (default auto)
+//	--gpu.detect-timeout      PODMPI_GPU_DETECT_TIMEOUT      deadline of GPU detection (default 2m)
+//	--shutdown.grace          PODMPI_SHUTDOWN_GRACE          time sessions get after SIGTERM (default 25s, within
+//	                                                         the pod's default 30s terminationGracePeriodSeconds)
+//	--log.format              PODMPI_LOG_FORMAT              auto (JSON in Kubernetes), json or text (default auto)
+//	--log.level               PODMPI_LOG_LEVEL               debug, info, warn or error (default info)
+//
+// PODMPI_STATE_DIR sets the default of --ssh.state-dir. The rsh client reads
+// its own variables (PODMPI_SSH_AUTH_DIR, PODMPI_SSH_PORT, ...; see package
+// agent/rsh).
+//
+// Sessions get the agent's own environment, so the PATH that /info uses to
+// find the MPI daemons is the PATH the daemons are started with.
+//
+// # Lifecycle
+//
+// On SIGTERM or SIGINT, /readyz turns 503 first, then the SSH server stops
+// accepting, running sessions get SIGTERM and are killed when
+// --shutdown.grace runs out, HTTP stops, and the agent exits 0.
+//
+// # Exit codes
+//
+// A startup failure prints exactly one line on stderr,
+//
+//	worker-agent: <what>: <cause>; hint: <fix>
+//
+// and exits with one of (see package agent/exitcode):
+//
+//	0   stopped by SIGTERM/SIGINT after a graceful shutdown
+//	64  bad flag, argument or environment twin
+//	65  key or configuration problem: auth dir missing, key file unreadable,
+//	    malformed or world-writable, id_rsa and id_rsa.pub mismatch, GPU
+//	    detection failure with --gpu.detect=nvml or --slots=gpu
+//	70  cannot listen on the SSH or HTTP address (port busy, no such address)
+//	71  internal error
+package main

@@ -1,0 +1,468 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/podmpi/podmpi/agent/authdir"
+	"github.com/podmpi/podmpi/agent/cli"
+	"github.com/podmpi/podmpi/agent/exitcode"
+	"github.com/podmpi/podmpi/agent/mpirun"
+	"github.com/podmpi/podmpi/agent/rsh"
+	"github.com/podmpi/podmpi/agent/version"
+	"github.com/podmpi/podmpi/agent/worker"
+	"github.com/podmpi/podmpi/gpu"
+	"github.com/podmpi/podmpi/sshd"
+)
+
+// EnvStateDir, when set, is the default of --ssh.state-dir (a shared
+// writable location such as an emptyDir, for images that set it once for
+// every podmpi tool).
+const EnvStateDir = "PODMPI_STATE_DIR"
+
+func main() {
+	os.Exit(int(run(context.Background(), os.Args, os.LookupEnv, os.Stdin, os.Stdout, os.Stderr)))
+}
+
+// run is main without os.Exit: it returns the exit code. env looks up
+// environment variables (flag twins, HOME, PATH, GPU visibility).
+func run(ctx context.Context, args []string, env func(string) (string, bool), stdin io.Reader, stdout, stderr io.Writer) exitcode.Code {
+	if len(args) > 0 && isRshName(args[0]) {
+		return runRsh(ctx, args[1:], env, stdin, stdout, stderr)
+	}
+	o := &options{env: env, stdin: stdin, stdout: stdout, stderr: stderr}
+	root := newRootCmd(o)
+	if len(args) > 0 {
+		args = args[1:]
+	}
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return o.code
+	}
+	var f *failure
+	if !errors.As(err, &f) {
+		// Everything cobra reports (unknown flag or command, bad value,
+		// extra arguments) is a usage error.
+		f = usage(err)
+	}
+	fmt.Fprintln(stderr, "worker-agent: "+f.Error())
+	return f.code
+}
+
+// failure is a startup error: exactly one line on stderr and an exit code.
+type failure struct {
+	code exitcode.Code
+	what string // optional prefix, e.g. "ssh keys"
+	err  error
+	hint string
+}
+
+func (f *failure) Error() string {
+	msg := oneLine(f.err.Error())
+	if f.what != "" {
+		msg = f.what + ": " + msg
+	}
+	if f.hint != "" {
+		msg += "; hint: " + oneLine(f.hint)
+	}
+	return msg
+}
+
+func (f *failure) Unwrap() error { return f.err }
+
+func usage(err error) *failure {
+	return &failure{code: exitcode.Usage, what: "bad flag", err: err,
+		hint: "run 'worker-agent --help'; every flag also has a PODMPI_* environment variable"}
+}
+
+func usagef(format string, a ...any) *failure { return usage(fmt.Errorf(format, a...)) }
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// options are the parsed flags.
+type options struct {
+	env            func(string) (string, bool)
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	code           exitcode.Code
+
+	sshListen     string
+	authDir       string
+	stateDir      string
+	shell         string
+	allowPTY      bool
+	loginGrace    time.Duration
+	maxStartups   int
+	maxAuthTries  int
+	maxSessions   int
+	keepAlive     time.Duration
+	killGrace     time.Duration
+	webListen     string
+	slots         string
+	gpuDetect     string
+	shutdownGrace time.Duration
+	log           cli.LogFlags
+	detectTimeout time.Duration
+}
+
+func (o *options) getenv(k string) string {
+	v, _ := o.env(k)
+	return v
+}
+
+// defaultStateDir is $PODMPI_STATE_DIR, else <tmp>/podmpi-state: writable
+// with a read-only root file system (an emptyDir on /tmp) and no $HOME.
+func (o *options) defaultStateDir() string {
+	if d := o.getenv(EnvStateDir); d != "" {
+		return d
+	}
+	tmp := o.getenv("TMPDIR")
+	if tmp == "" {
+		tmp = "/tmp"
+	}
+	return filepath.Join(tmp, "podmpi-state")
+}
+
+func (o *options) register(fs *pflag.FlagSet) {
+	fs.StringVar(&o.sshListen, "ssh.listen-address", ":2222", "SSH listen address (host:port)")
+	fs.StringVar(&o.authDir, "ssh.auth-dir", "", "directory with the job's authorized_keys, id_rsa and id_rsa.pub (default: first of $HOME/.ssh, /home/mpiuser/.ssh, /root/.ssh holding authorized_keys)")
+	fs.StringVar(&o.stateDir, "ssh.state-dir", o.defaultStateDir(), "writable directory for a generated host key when the auth dir has no id_rsa; defaults to $"+EnvStateDir+", else $TMPDIR/podmpi-state (/tmp when TMPDIR is unset)")
+	fs.StringVar(&o.shell, "ssh.shell", sshd.DefaultShell, "shell that runs each session command as: SHELL -c COMMAND")
+	fs.BoolVar(&o.allowPTY, "ssh.allow-pty", false, "grant pseudo-terminal requests (interactive debugging; MPI never asks for one)")
+	fs.DurationVar(&o.loginGrace, "ssh.login-grace-time", sshd.DefaultLoginGraceTime, "time from TCP accept to successful authentication")
+	fs.IntVar(&o.maxStartups, "ssh.max-startups", sshd.DefaultMaxStartups, "concurrent unauthenticated connections; more are closed at once")
+	fs.IntVar(&o.maxAuthTries, "ssh.max-auth-tries", sshd.DefaultMaxAuthTries, "failed authentication attempts per connection")
+	fs.IntVar(&o.maxSessions, "ssh.max-sessions", sshd.DefaultMaxSessions, "open session channels per connection")
+	fs.DurationVar(&o.keepAlive, "ssh.keepalive-interval", sshd.DefaultKeepAliveInterval, "interval of keepalive probes to idle clients (0 disables them)")
+	fs.DurationVar(&o.killGrace, "ssh.kill-grace", sshd.DefaultKillGrace, "SIGTERM to SIGKILL delay for a session's processes when its client goes away")
+	fs.StringVar(&o.webListen, "web.listen-address", ":9022", "HTTP listen address for /healthz, /readyz, /info and /metrics (empty disables)")
+	fs.StringVar(&o.slots, "slots", gpu.SlotsAuto, "MPI slots this worker offers: auto (one per GPU, else 1), gpu (one per GPU, none is an error), cpu (the cgroup CPU quota) or N")
+	fs.StringVar(&o.gpuDetect, "gpu.detect", gpu.ModeAuto, "GPU detection: auto (NVML when available, else CPU-only), nvml (NVML required) or none")
+	fs.DurationVar(&o.shutdownGrace, "shutdown.grace", worker.DefaultShutdownGrace, "on SIGTERM, how long running sessions get before they are killed (keep it below the pod's terminationGracePeriodSeconds, 30s by default)")
+	fs.DurationVar(&o.detectTimeout, "gpu.detect-timeout", worker.DefaultDetectTimeout, "deadline of GPU detection; a hung NVML call then stops the agent")
+	o.log.Register(fs)
+}
+
+func newRootCmd(o *options) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "worker-agent [flags]",
+		Short: "SSH server and health endpoints for the worker pods of an MPI job",
+		Long: `worker-agent runs in every worker pod of an MPI job (Kubeflow Trainer v2,
+mpi-operator). It serves SSH for mpirun's remote daemons (orted, prted,
+hydra_pmi_proxy) as any UID, authenticating with the job's mounted key, and
+HTTP /healthz, /readyz, /info and /metrics.
+
+Every flag has a PODMPI_* environment variable twin, shown in brackets.
+
+Exit codes: 0 ok (also after SIGTERM), 64 bad flags, 65 bad keys or
+configuration, 70 cannot listen, 71 internal error.`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.serve(cmd.Context())
+		},
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage(err) })
+	o.register(root.Flags())
+	cli.AnnotateEnv(root.Flags())
+	root.PreRunE = func(cmd *cobra.Command, _ []string) error {
+		if err := cli.ApplyEnv(cmd.Flags(), o.env); err != nil {
+			return usage(err)
+		}
+		return nil
+	}
+	root.AddCommand(
+		&cobra.Command{
+			Use:   "version",
+			Short: "Print the version",
+			Args:  cobra.NoArgs,
+			Run: func(cmd *cobra.Command, _ []string) {
+				fmt.Fprintln(o.stdout, "worker-agent", version.Get())
+			},
+		},
+		newRshCmd(o),
+	)
+	return root
+}
+
+// validate checks the flags that cobra cannot.
+func (o *options) validate() (gpu.SlotPolicy, error) {
+	if err := checkAddr("--ssh.listen-address", o.sshListen); err != nil {
+		return gpu.SlotPolicy{}, err
+	}
+	if o.webListen != "" {
+		if err := checkAddr("--web.listen-address", o.webListen); err != nil {
+			return gpu.SlotPolicy{}, err
+		}
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+		zero bool // zero allowed
+	}{
+		{"--ssh.login-grace-time", o.loginGrace, false},
+		{"--ssh.keepalive-interval", o.keepAlive, true},
+		{"--ssh.kill-grace", o.killGrace, false},
+		{"--shutdown.grace", o.shutdownGrace, false},
+		{"--gpu.detect-timeout", o.detectTimeout, false},
+	} {
+		if d.v < 0 || (d.v == 0 && !d.zero) {
+			return gpu.SlotPolicy{}, usagef("%s=%s: must be a positive duration such as 30s", d.name, d.v)
+		}
+	}
+	for _, n := range []struct {
+		name string
+		v    int
+	}{{"--ssh.max-startups", o.maxStartups}, {"--ssh.max-auth-tries", o.maxAuthTries}, {"--ssh.max-sessions", o.maxSessions}} {
+		if n.v < 1 {
+			return gpu.SlotPolicy{}, usagef("%s=%d: must be at least 1", n.name, n.v)
+		}
+	}
+	if o.shell == "" || !filepath.IsAbs(o.shell) {
+		return gpu.SlotPolicy{}, usagef("--ssh.shell=%q: must be an absolute path such as /bin/sh", o.shell)
+	}
+	switch strings.ToLower(strings.TrimSpace(o.gpuDetect)) {
+	case gpu.ModeAuto, gpu.ModeNVML, gpu.ModeNone:
+	default:
+		return gpu.SlotPolicy{}, usagef("--gpu.detect=%q: want auto, nvml or none", o.gpuDetect)
+	}
+	p, err := gpu.ParseSlots(o.slots)
+	if err != nil {
+		return gpu.SlotPolicy{}, usage(err)
+	}
+	return p, nil
+}
+
+func checkAddr(flag, addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return usagef("%s=%q: want host:port or :port, e.g. :2222", flag, addr)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		if _, lerr := net.LookupPort("tcp", port); lerr != nil || port == "" {
+			return usagef("%s=%q: %q is not a port number", flag, addr, port)
+		}
+	}
+	return nil
+}
+
+// serve is the default command: everything between flag parsing and exit.
+func (o *options) serve(ctx context.Context) error {
+	policy, err := o.validate()
+	if err != nil {
+		return err
+	}
+	base, err := o.log.NewLogger(o.stderr, o.getenv)
+	if err != nil {
+		return usage(err)
+	}
+	// Until both addresses are bound the log is held back: a failed
+	// startup prints only its one-line error (with --log.level=debug the
+	// held log is printed before it).
+	held := &heldLog{}
+	defer held.release(base.Enabled(context.Background(), slog.LevelDebug))
+	heldLogger := slog.New(held.handler(base.Handler()))
+	log := heldLogger.With("component", "worker-agent")
+
+	// Catch SIGTERM before anything listens, so the shutdown is graceful
+	// from the first accepted connection on.
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	uid, gid := os.Getuid(), os.Getgid()
+	var username string
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+		username = u.Username
+	}
+	vi := version.Get()
+	log.Info("starting worker-agent", "version", vi.Version, "commit", vi.Commit, "go", vi.GoVersion,
+		"uid", uid, "gid", gid, "user", username)
+
+	authDir, err := authdir.Find(o.authDir, o.getenv("HOME"), authdir.AuthorizedKeys)
+	if err != nil {
+		return keyFailure(err)
+	}
+	if abs, err := filepath.Abs(authDir); err == nil {
+		authDir = abs
+	}
+	detector, err := gpu.New(o.gpuDetect, o.env)
+	if err != nil {
+		return &failure{code: exitcode.Config, what: "gpu detection", err: err}
+	}
+
+	sessionEnv, cleanupRsh, err := o.sessionEnv(authDir, log)
+	if err != nil {
+		return &failure{code: exitcode.Config, what: "session environment", err: err,
+			hint: "the agent needs a writable temp dir (TMPDIR, an emptyDir under readOnlyRootFilesystem)"}
+	}
+	defer cleanupRsh()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	keepAlive := o.keepAlive
+	if keepAlive == 0 {
+		keepAlive = -1 // sshd: negative disables
+	}
+	srv, err := sshd.New(sshd.Config{
+		ListenAddress:     o.sshListen,
+		AuthDir:           authDir,
+		StateDir:          o.stateDir,
+		Shell:             o.shell,
+		Env:               sessionEnv,
+		AllowPTY:          o.allowPTY,
+		LoginGraceTime:    o.loginGrace,
+		MaxStartups:       o.maxStartups,
+		MaxAuthTries:      o.maxAuthTries,
+		MaxSessions:       o.maxSessions,
+		KeepAliveInterval: keepAlive,
+		KillGrace:         o.killGrace,
+		ShutdownGrace:     o.shutdownGrace,
+		Logger:            heldLogger.With("component", "sshd"),
+		Metrics:           sshd.NewMetrics(reg),
+	})
+	if err != nil {
+		return keyFailure(err)
+	}
+
+	hostname, _ := os.Hostname()
+	w, err := worker.New(worker.Config{
+		SSH:           srv,
+		SSHAddress:    o.sshListen,
+		WebAddress:    o.webListen,
+		AuthDir:       authDir,
+		Detector:      detector,
+		Slots:         policy,
+		CPUs:          gpu.NewCgroupCPUQuota(),
+		DetectTimeout: o.detectTimeout,
+		ShutdownGrace: o.shutdownGrace,
+		Hostname:      hostname,
+		UID:           uid,
+		GID:           gid,
+		User:          username,
+		Path:          envValue(sessionEnv, "PATH"),
+		Version:       vi,
+		Registry:      reg,
+		Logger:        log,
+		Listening: func() {
+			held.release(true)
+			if os.Geteuid() == 0 {
+				log.Warn("running as root: every SSH session runs as root; run as a non-root UID (runAsNonRoot, e.g. 1000) where you can")
+			}
+		},
+	})
+	if err != nil {
+		return &failure{code: exitcode.Internal, err: err, hint: "please report this with the log"}
+	}
+
+	err = w.Run(ctx)
+	var le *worker.ListenError
+	var de *worker.DetectError
+	switch {
+	case err == nil:
+		log.Info("worker-agent stopped")
+		return nil
+	case errors.As(err, &le):
+		return &failure{code: exitcode.Listen, err: le, hint: le.Hint()}
+	case errors.As(err, &de):
+		return &failure{code: exitcode.Config, err: de, hint: de.Hint()}
+	}
+	return &failure{code: exitcode.Internal, err: err, hint: "please report this with the log"}
+}
+
+// sessionEnv is the base environment of SSH sessions: the agent's own, so
+// the PATH and LD_LIBRARY_PATH of the image reach orted, plus what a worker
+// needs to act as an rsh client itself. Open MPI hands its plm_rsh_agent
+// ("... : podmpi-rsh : ssh : rsh") to every orted, which fails at start when
+// none of those is on PATH, and tree spawn (past 64 nodes) makes orted ssh
+// to other workers. So unless the image already ships podmpi-rsh, the agent
+// links it to itself in a private dir at the front of the sessions' PATH,
+// and points PODMPI_SSH_AUTH_DIR and PODMPI_SSH_PORT at its own settings.
+func (o *options) sessionEnv(authDir string, log *slog.Logger) ([]string, func(), error) {
+	env := os.Environ()
+	cleanup := func() {}
+	path := envValue(env, "PATH")
+	if worker.LookPath(mpirun.RshName, path) == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, nil, fmt.Errorf("locating this binary: %w", err)
+		}
+		_, dir, c, err := mpirun.Setup(self, "")
+		if err != nil {
+			return nil, nil, err
+		}
+		cleanup = c
+		if path == "" {
+			path = mpirun.DefaultPath
+		}
+		env = setEnv(env, "PATH", dir+":"+path)
+		log.Debug("podmpi-rsh linked for sessions", "dir", dir)
+	}
+	if envValue(env, rsh.EnvAuthDir) == "" {
+		env = setEnv(env, rsh.EnvAuthDir, authDir)
+	}
+	if envValue(env, rsh.EnvPort) == "" {
+		if _, port, err := net.SplitHostPort(o.sshListen); err == nil && port != "" {
+			env = setEnv(env, rsh.EnvPort, port)
+		}
+	}
+	return env, cleanup, nil
+}
+
+// envValue returns the value of name in env ("" when unset).
+func envValue(env []string, name string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(env[i], "="); ok && k == name {
+			return v
+		}
+	}
+	return ""
+}
+
+// setEnv returns env with name set to value, replacing earlier entries.
+func setEnv(env []string, name, value string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); k != name {
+			out = append(out, kv)
+		}
+	}
+	return append(out, name+"="+value)
+}
+
+// keyFailure turns an auth dir or host key problem into a Config failure
+// naming the file and the fix.
+func keyFailure(err error) *failure {
+	var ae *authdir.Error
+	if errors.As(err, &ae) {
+		return &failure{code: exitcode.Config, what: "ssh keys",
+			err: fmt.Errorf("%s %s: %w", ae.Op, ae.Path, ae.Err), hint: ae.Hint}
+	}
+	return &failure{code: exitcode.Config, what: "ssh server", err: err,
+		hint: "check --ssh.auth-dir and that --ssh.state-dir is writable by this uid"}
+}

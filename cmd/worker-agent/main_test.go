@@ -1,0 +1,716 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+	"golang.org/x/crypto/ssh"
+
+	"github.com/podmpi/podmpi/agent/cli"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/metric-names.golden")
+
+// agentBin is the worker-agent built once for the tests that run it.
+var agentBin string
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "worker-agent-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "creating build dir:", err)
+		os.Exit(1)
+	}
+	agentBin = filepath.Join(dir, "worker-agent")
+	build := exec.Command("go", "build", "-o", agentBin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build worker-agent: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// --- key material in the Trainer v2 layout ---
+
+type keys struct {
+	dir     string
+	signer  ssh.Signer
+	pubLine []byte // id_rsa.pub content
+	privPEM []byte
+}
+
+// writeKeys writes a Trainer v2 auth dir into dir: ECDSA P-521 SEC1 PEM
+// id_rsa (0640), id_rsa.pub and authorized_keys (0644).
+func writeKeys(t *testing.T, dir string) keys {
+	t.Helper()
+	priv, err := ecdsa.GenerateKey(elliptic.P521(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalECPrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	privPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
+	signer, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := ssh.MarshalAuthorizedKey(signer.PublicKey())
+	for _, f := range []struct {
+		name string
+		data []byte
+		mode os.FileMode
+	}{{"id_rsa", privPEM, 0o640}, {"id_rsa.pub", pub, 0o644}, {"authorized_keys", pub, 0o644}} {
+		p := filepath.Join(dir, f.name)
+		if err := os.WriteFile(p, f.data, f.mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, f.mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return keys{dir: dir, signer: signer, pubLine: pub, privPEM: privPEM}
+}
+
+// --- running the binary ---
+
+type agent struct {
+	cmd     *exec.Cmd
+	sshAddr string
+	webAddr string
+	done    chan struct{} // closed when the process has exited
+	exit    int
+
+	mu     sync.Mutex
+	stderr bytes.Buffer
+}
+
+func (a *agent) log() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stderr.String()
+}
+
+// startAgent runs argv (the binary, possibly behind setpriv) with JSON logs
+// on 127.0.0.1:0 and waits until both listeners are bound.
+func startAgent(t *testing.T, argv []string, env []string, dir string) *agent {
+	t.Helper()
+	args := append(argv[1:], "--log.format=json", "--log.level=info")
+	cmd := exec.Command(argv[0], args...)
+	cmd.Env = env
+	cmd.Dir = dir
+	pr, pw := io.Pipe()
+	cmd.Stderr = pw
+	a := &agent{cmd: cmd, done: make(chan struct{})}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %v: %v", argv, err)
+	}
+	pid := cmd.Process.Pid
+	t.Cleanup(func() {
+		select {
+		case <-a.done:
+		default:
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			<-a.done
+		}
+	})
+	addrs := make(chan [2]string, 1)
+	go func() {
+		var ssh, web string
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			a.mu.Lock()
+			a.stderr.WriteString(line + "\n")
+			a.mu.Unlock()
+			var rec struct {
+				Msg  string `json:"msg"`
+				Addr string `json:"addr"`
+			}
+			if json.Unmarshal([]byte(line), &rec) != nil {
+				continue
+			}
+			switch rec.Msg {
+			case "ssh listening":
+				ssh = rec.Addr
+			case "http listening":
+				web = rec.Addr
+				addrs <- [2]string{ssh, web}
+			}
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	go func() {
+		err := cmd.Wait()
+		a.exit = exitCode(err)
+		pw.Close()
+		close(a.done)
+	}()
+	select {
+	case got := <-addrs:
+		a.sshAddr, a.webAddr = got[0], got[1]
+	case <-a.done:
+		t.Fatalf("worker-agent exited %d before listening:\n%s", a.exit, a.log())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("worker-agent did not listen within 30s:\n%s", a.log())
+	}
+	return a
+}
+
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	return -1
+}
+
+func (a *agent) wait(t *testing.T, d time.Duration) int {
+	t.Helper()
+	select {
+	case <-a.done:
+		return a.exit
+	case <-time.After(d):
+		t.Fatalf("worker-agent still running after %s:\n%s", d, a.log())
+		return -1
+	}
+}
+
+func (a *agent) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + a.webAddr + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func (a *agent) waitReady(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	var code int
+	var body string
+	for time.Now().Before(deadline) {
+		if code, body = a.get(t, "/readyz"); code == 200 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("/readyz never 200 (last %d %q):\n%s", code, body, a.log())
+}
+
+// baseEnv is a minimal environment: no HOME, a distinctive PATH.
+func baseEnv(extra ...string) []string {
+	return append([]string{"PATH=/opt/mpi/bin:/usr/bin:/bin"}, extra...)
+}
+
+func loopbackArgs(authDir string, extra ...string) []string {
+	return append([]string{agentBin, "--ssh.listen-address=127.0.0.1:0", "--web.listen-address=127.0.0.1:0",
+		"--ssh.auth-dir=" + authDir, "--gpu.detect=none"}, extra...)
+}
+
+// runOnce runs the binary to completion with a deadline.
+func runOnce(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, agentBin, args...)
+	cmd.Env = env
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("worker-agent %v did not finish within 30s", args)
+	}
+	return exitCode(err), o.String(), e.String()
+}
+
+func assertOneLine(t *testing.T, stderr string, wantParts ...string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], "worker-agent: ") || !strings.HasSuffix(stderr, "\n") {
+		t.Fatalf("stderr = %q, want exactly one line starting with \"worker-agent: \"", stderr)
+	}
+	for _, p := range wantParts {
+		if !strings.Contains(lines[0], p) {
+			t.Errorf("stderr line %q does not contain %q", lines[0], p)
+		}
+	}
+}
+
+// --- tests ---
+
+func TestVersion(t *testing.T) {
+	code, out, errOut := runOnce(t, baseEnv(), "version")
+	if code != 0 || !strings.HasPrefix(out, "worker-agent ") || errOut != "" {
+		t.Fatalf("version: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	t.Parallel()
+	keys := writeKeys(t, t.TempDir())
+	tests := []struct {
+		name string
+		env  []string
+		args []string
+		want []string
+	}{
+		{"unknown flag", nil, []string{"--ssh.listen-adress=:2222"}, []string{"unknown flag: --ssh.listen-adress", "hint: run 'worker-agent --help'"}},
+		{"bad duration", nil, []string{"--shutdown.grace=soon"}, []string{"--shutdown.grace"}},
+		{"negative duration", nil, []string{"--ssh.kill-grace=-1s"}, []string{"--ssh.kill-grace=-1s: must be a positive duration"}},
+		{"bad slots", nil, []string{"--slots=many"}, []string{`invalid --slots value "many"`}},
+		{"bad gpu mode", nil, []string{"--gpu.detect=cuda"}, []string{`--gpu.detect="cuda": want auto, nvml or none`}},
+		{"bad address", nil, []string{"--ssh.listen-address=2222"}, []string{`--ssh.listen-address="2222": want host:port`}},
+		{"bad port", nil, []string{"--web.listen-address=:http2x"}, []string{`"http2x" is not a port number`}},
+		{"zero max sessions", nil, []string{"--ssh.max-sessions=0"}, []string{"--ssh.max-sessions=0: must be at least 1"}},
+		{"relative shell", nil, []string{"--ssh.shell=sh"}, []string{`--ssh.shell="sh": must be an absolute path`}},
+		{"bad log level", nil, []string{"--log.level=loud"}, []string{`--log.level "loud"`}},
+		{"extra argument", nil, []string{"serve"}, []string{`unknown command "serve"`}},
+		{"bad env twin", []string{"PODMPI_SSH_MAX_STARTUPS=lots"}, nil, []string{"PODMPI_SSH_MAX_STARTUPS (twin of --ssh.max-startups) is not a valid int"}},
+		{"bad env twin slots", []string{"PODMPI_SLOTS=-3"}, nil, []string{`invalid --slots value "-3"`}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			args := append([]string{"--ssh.auth-dir=" + keys.dir, "--ssh.listen-address=127.0.0.1:0", "--web.listen-address=127.0.0.1:0"}, tc.args...)
+			code, out, errOut := runOnce(t, baseEnv(tc.env...), args...)
+			if code != 64 {
+				t.Fatalf("exit %d, want 64; stdout %q stderr %q", code, out, errOut)
+			}
+			assertOneLine(t, errOut, append([]string{"worker-agent: bad flag: "}, tc.want...)...)
+		})
+	}
+}
+
+func TestHelpListsEnvTwins(t *testing.T) {
+	t.Parallel()
+	code, out, _ := runOnce(t, baseEnv(), "--help")
+	if code != 0 {
+		t.Fatalf("--help exit %d", code)
+	}
+	for _, name := range flagNames(t) {
+		if !strings.Contains(out, "[$"+cli.EnvName(name)+"]") {
+			t.Errorf("--help does not show $%s for --%s", cli.EnvName(name), name)
+		}
+	}
+}
+
+func TestKeyProblems(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, dir string) (file string)
+		want  []string
+	}{
+		{"malformed private key", func(t *testing.T, dir string) string {
+			p := filepath.Join(dir, "id_rsa")
+			mustWrite(t, p, "-----BEGIN EC PRIVATE KEY-----\nbm90IGEga2V5\n-----END EC PRIVATE KEY-----\n", 0o640)
+			return p
+		}, []string{"parse private key", "hint: "}},
+		{"malformed authorized_keys", func(t *testing.T, dir string) string {
+			p := filepath.Join(dir, "authorized_keys")
+			mustWrite(t, p, "ecdsa-sha2-nistp521 not-base64!!\n", 0o644)
+			return p
+		}, []string{"no usable public key", "line 1"}},
+		{"missing authorized_keys", func(t *testing.T, dir string) string {
+			p := filepath.Join(dir, "authorized_keys")
+			if err := os.Remove(p); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}, []string{"no such file", "hint: "}},
+		{"world-writable key", func(t *testing.T, dir string) string {
+			p := filepath.Join(dir, "id_rsa")
+			if err := os.Chmod(p, 0o666); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}, []string{"world-writable", "hint: "}},
+		{"mismatched pair", func(t *testing.T, dir string) string {
+			other := writeKeys(t, t.TempDir())
+			p := filepath.Join(dir, "id_rsa.pub")
+			mustWrite(t, p, string(other.pubLine), 0o644)
+			return p
+		}, []string{"id_rsa and id_rsa.pub must come from the same Secret"}},
+		{"auth dir missing", func(t *testing.T, dir string) string {
+			if err := os.RemoveAll(dir); err != nil {
+				t.Fatal(err)
+			}
+			return dir
+		}, []string{"find auth dir"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := filepath.Join(t.TempDir(), "ssh")
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			writeKeys(t, dir)
+			file := tc.setup(t, dir)
+			code, _, errOut := runOnce(t, baseEnv(), loopbackArgs(dir)[1:]...)
+			if code != 65 {
+				t.Fatalf("exit %d, want 65; stderr %q", code, errOut)
+			}
+			assertOneLine(t, errOut, append([]string{"worker-agent: ssh keys: ", file}, tc.want...)...)
+		})
+	}
+}
+
+func TestBusyPort(t *testing.T) {
+	t.Parallel()
+	keys := writeKeys(t, t.TempDir())
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { busy.Close() })
+	addr := busy.Addr().String()
+	for _, tc := range []struct {
+		name, flag, hint string
+	}{
+		{"ssh", "--ssh.listen-address=" + addr, "--ssh.listen-address"},
+		{"http", "--web.listen-address=" + addr, "--web.listen-address"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			code, _, errOut := runOnce(t, baseEnv(), loopbackArgs(keys.dir, tc.flag)[1:]...)
+			if code != 70 {
+				t.Fatalf("exit %d, want 70; stderr %q", code, errOut)
+			}
+			assertOneLine(t, errOut, "worker-agent: listen "+tc.name+" on "+addr+": address already in use", "hint: ", tc.hint)
+		})
+	}
+}
+
+func TestNvmlWithoutCgo(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(t.TempDir(), "worker-agent-nocgo")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("CGO_ENABLED=0 go build: %v\n%s", err, out)
+	}
+	keys := writeKeys(t, t.TempDir())
+	cmd := exec.Command(bin, "--ssh.auth-dir="+keys.dir, "--ssh.listen-address=127.0.0.1:0", "--web.listen-address=127.0.0.1:0", "--gpu.detect=nvml")
+	cmd.Env = baseEnv()
+	var e bytes.Buffer
+	cmd.Stderr = &e
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if c := exitCode(err); c != 65 {
+			t.Fatalf("no-cgo binary with --gpu.detect=nvml: exit %d, want 65; stderr %q", c, e.String())
+		}
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatal("no-cgo binary did not exit within 30s")
+	}
+	assertOneLine(t, e.String(), "worker-agent: gpu detection: ", "CGO_ENABLED=0")
+
+	// And the no-cgo binary serves, CPU-only, in auto mode.
+	a := startAgent(t, []string{bin, "--ssh.auth-dir=" + keys.dir, "--ssh.listen-address=127.0.0.1:0", "--web.listen-address=127.0.0.1:0"}, baseEnv(), t.TempDir())
+	a.waitReady(t)
+	_, body := a.get(t, "/info")
+	if !strings.Contains(body, "built without cgo") {
+		t.Fatalf("/info of the no-cgo binary does not give the no-cgo reason:\n%s", body)
+	}
+}
+
+// TestSIGTERMDuringSession starts a session whose processes ignore SIGTERM,
+// sends the agent SIGTERM, and checks /readyz turns 503 at once, the
+// session is ended within --shutdown.grace, and the agent exits 0.
+func TestSIGTERMDuringSession(t *testing.T) {
+	t.Parallel()
+	keys := writeKeys(t, t.TempDir())
+	const grace = 2 * time.Second
+	a := startAgent(t, loopbackArgs(keys.dir, "--shutdown.grace="+grace.String()), baseEnv(), t.TempDir())
+	a.waitReady(t)
+
+	client := dial(t, a.sshAddr, keys.signer, keys.signer.PublicKey())
+	sess, err := client.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out lockedBuffer
+	sess.Stdout = &out
+	if err := sess.Start(`trap "" TERM; echo started; sleep 60`); err != nil {
+		t.Fatal(err)
+	}
+	sessDone := make(chan error, 1)
+	go func() { sessDone <- sess.Wait() }()
+	waitUntil(t, "session output", func() bool { return strings.Contains(out.String(), "started") })
+
+	start := time.Now()
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "/readyz 503 shutting down", func() bool {
+		code, body := a.get(t, "/readyz")
+		return code == 503 && strings.Contains(body, "shutting down")
+	})
+	select {
+	case <-sessDone:
+		t.Fatal("the TERM-ignoring session ended before the grace period")
+	default:
+	}
+	code := a.wait(t, grace+5*time.Second)
+	took := time.Since(start)
+	if code != 0 {
+		t.Fatalf("exit %d after SIGTERM, want 0:\n%s", code, a.log())
+	}
+	if took > grace+3*time.Second {
+		t.Errorf("shutdown took %s, want within the %s grace (plus slack)", took, grace)
+	}
+	select {
+	case err := <-sessDone:
+		var ee *ssh.ExitError
+		var em *ssh.ExitMissingError
+		if err == nil || !(errors.As(err, &ee) || errors.As(err, &em) || errors.Is(err, io.EOF)) {
+			t.Errorf("session end = %v, want it killed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("session still open after the agent exited")
+	}
+}
+
+func TestRshSubcommandAndName(t *testing.T) {
+	t.Parallel()
+	keys := writeKeys(t, t.TempDir())
+	a := startAgent(t, loopbackArgs(keys.dir), baseEnv(), t.TempDir())
+	a.waitReady(t)
+	host, port, _ := net.SplitHostPort(a.sshAddr)
+
+	link := filepath.Join(t.TempDir(), "podmpi-rsh")
+	if err := os.Symlink(agentBin, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, argv := range [][]string{
+		{agentBin, "rsh", "-p", port, host, "echo via-rsh; exit 5"},
+		{link, "-p", port, host, "echo via-rsh; exit 5"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		cmd.Env = baseEnv("PODMPI_SSH_AUTH_DIR=" + keys.dir)
+		var o, e bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &e
+		err := cmd.Run()
+		cancel()
+		if c := exitCode(err); c != 5 || o.String() != "via-rsh\n" {
+			t.Errorf("%s: exit %d stdout %q stderr %q, want exit 5 and via-rsh", filepath.Base(argv[0]), c, o.String(), e.String())
+		}
+	}
+}
+
+// TestMetrics drives a session and an auth failure, scrapes /metrics,
+// checks it with promtool when installed, and compares the metric names
+// with testdata/metric-names.golden (-update rewrites it).
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	keys := writeKeys(t, t.TempDir())
+	a := startAgent(t, loopbackArgs(keys.dir, "--slots=3"), baseEnv(), t.TempDir())
+	a.waitReady(t)
+
+	client := dial(t, a.sshAddr, keys.signer, keys.signer.PublicKey())
+	sess, err := client.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ee *ssh.ExitError
+	if err := sess.Run("exit 3"); !errors.As(err, &ee) || ee.ExitStatus() != 3 {
+		t.Fatalf("session: %v, want exit status 3", err)
+	}
+	client.Close()
+	stranger := writeKeys(t, t.TempDir())
+	if c, err := dialErr(a.sshAddr, stranger.signer, keys.signer.PublicKey()); err == nil {
+		c.Close()
+		t.Fatal("a key not in authorized_keys was accepted")
+	}
+
+	var body string
+	waitUntil(t, "session metrics", func() bool {
+		_, body = a.get(t, "/metrics")
+		return strings.Contains(body, `mpi_worker_ssh_session_exits_total{code="other"} 1`) &&
+			strings.Contains(body, `mpi_worker_ssh_auth_failures_total{reason="unknown_key"} 1`)
+	})
+	for _, want := range []string{"mpi_worker_slots 3", "mpi_worker_gpus 0", "mpi_worker_ready 1",
+		"mpi_worker_ssh_session_duration_seconds_count 1", `mpi_worker_build_info{commit=`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+
+	if promtool, err := exec.LookPath("promtool"); err != nil {
+		t.Log("promtool not installed (apt install prometheus); skipping promtool check metrics")
+	} else {
+		cmd := exec.Command(promtool, "check", "metrics")
+		cmd.Stdin = strings.NewReader(body)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("promtool check metrics: %v\n%s", err, out)
+		}
+	}
+
+	names := metricNames(body)
+	golden := filepath.Join("testdata", "metric-names.golden")
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(golden, []byte(names), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test -run TestMetrics -update ./cmd/worker-agent/ to create it)", err)
+	}
+	if names != string(want) {
+		t.Errorf("metric names differ from %s (run with -update after checking the change):\ngot:\n%s\nwant:\n%s", golden, names, want)
+	}
+}
+
+// metricNames returns "name type" for every # TYPE line, sorted.
+func metricNames(exposition string) string {
+	var out []string
+	for _, line := range strings.Split(exposition, "\n") {
+		if f := strings.Fields(line); len(f) == 4 && f[0] == "#" && f[1] == "TYPE" {
+			out = append(out, f[2]+" "+f[3])
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, "\n") + "\n"
+}
+
+// TestDocListsEveryFlag checks that doc.go names every flag and its
+// environment twin.
+func TestDocListsEveryFlag(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range flagNames(t) {
+		line := regexp.MustCompile(`(?m)^//\s+--` + regexp.QuoteMeta(name) + `\s+` + regexp.QuoteMeta(cli.EnvName(name)) + `\s`)
+		if !line.Match(doc) {
+			t.Errorf("doc.go does not list --%s with %s on one line", name, cli.EnvName(name))
+		}
+	}
+}
+
+func flagNames(t *testing.T) []string {
+	t.Helper()
+	root := newRootCmd(&options{env: func(string) (string, bool) { return "", false }})
+	var names []string
+	root.Flags().VisitAll(func(f *pflag.Flag) {
+		if f.Name != "help" {
+			names = append(names, f.Name)
+		}
+	})
+	if len(names) < 17 {
+		t.Fatalf("only %d flags found: %v", len(names), names)
+	}
+	return names
+}
+
+// --- ssh helpers ---
+
+func dial(t *testing.T, addr string, signer ssh.Signer, hostKey ssh.PublicKey) *ssh.Client {
+	t.Helper()
+	c, err := dialErr(addr, signer, hostKey)
+	if err != nil {
+		t.Fatalf("ssh dial %s: %v", addr, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func dialErr(addr string, signer ssh.Signer, hostKey ssh.PublicKey) (*ssh.Client, error) {
+	return ssh.Dial("tcp", addr, &ssh.ClientConfig{
+		User:            "mpiuser",
+		Auth:            []ssh.AuthMethod{ssh.PublicKeys(signer)},
+		HostKeyCallback: ssh.FixedHostKey(hostKey),
+		Timeout:         10 * time.Second,
+	})
+}
+
+// lockedBuffer is a bytes.Buffer safe for one writer goroutine and readers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func waitUntil(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if f() {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func mustWrite(t *testing.T, path, data string, mode os.FileMode) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(data), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		t.Fatal(err)
+	}
+}

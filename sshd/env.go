@@ -1,0 +1,194 @@
+package sshd
+
+import (
+	"net"
+	"os"
+	"os/user"
+	"strconv"
+	"strings"
+
+	"golang.org/x/crypto/ssh"
+)
+
+// envPrefixes are the variable-name prefixes a client may set with an "env"
+// request: what mpirun/mpiexec, PMIx, UCX and NCCL read. LANG is allowed by
+// exact name (see EnvAllowed).
+var envPrefixes = []string{"OMPI_", "PRTE_", "PMIX_", "I_MPI_", "HYDRA_", "UCX_", "NCCL_", "LC_"}
+
+const (
+	maxEnvNameLen    = 256
+	maxEnvValueLen   = 64 << 10
+	maxEnvPerSession = 256
+)
+
+// EnvAllowed reports whether a client may set the environment variable name
+// in a session (an SSH "env" request, RFC 4254 §6.4). Allowed are LANG and
+// names starting with OMPI_, PRTE_, PMIX_, I_MPI_, HYDRA_, UCX_, NCCL_ or LC_
+// followed by at least one more character; the name must be a portable
+// identifier ([A-Za-z_][A-Za-z0-9_]*, at most 256 bytes). Everything else,
+// notably PATH, LD_PRELOAD, LD_LIBRARY_PATH, HOME and BASH_ENV, is refused:
+// the session environment comes from the agent, not from the client.
+func EnvAllowed(name string) bool {
+	if !validEnvName(name) {
+		return false
+	}
+	if name == "LANG" {
+		return true
+	}
+	for _, p := range envPrefixes {
+		if len(name) > len(p) && strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func validEnvName(name string) bool {
+	if name == "" || len(name) > maxEnvNameLen {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c == '_', c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validEnvValue rejects values the kernel cannot pass (NUL) and huge ones.
+func validEnvValue(v string) bool {
+	return len(v) <= maxEnvValueLen && !strings.ContainsRune(v, 0)
+}
+
+// envRequest is the payload of an "env" channel request (RFC 4254 §6.4).
+type envRequest struct {
+	Name  string
+	Value string
+}
+
+// parseEnvRequest decodes an "env" request payload and applies the
+// allow-list. ok is false for malformed payloads and refused names or values;
+// name is returned (for logging the refusal) when it could be decoded.
+func parseEnvRequest(payload []byte) (name, value string, ok bool) {
+	var r envRequest
+	if err := ssh.Unmarshal(payload, &r); err != nil {
+		return "", "", false
+	}
+	if !EnvAllowed(r.Name) || !validEnvValue(r.Value) {
+		return r.Name, "", false
+	}
+	return r.Name, r.Value, true
+}
+
+// identity is what the session environment says about the agent's user.
+type identity struct {
+	passwdName string // "" when the uid has no passwd entry (random OpenShift UIDs)
+	home       string
+}
+
+// lookupIdentity resolves the passwd entry of the current uid, if any, and
+// the home directory: the passwd home when it exists, else $HOME from base
+// when that is a directory, else /tmp.
+func lookupIdentity(base []string) identity {
+	var id identity
+	if u, err := user.LookupId(strconv.Itoa(os.Getuid())); err == nil {
+		id.passwdName = u.Username
+		if isDir(u.HomeDir) {
+			id.home = u.HomeDir
+		}
+	}
+	if id.home == "" {
+		if h := envValue(base, "HOME"); h != "" && isDir(h) {
+			id.home = h
+		}
+	}
+	if id.home == "" {
+		id.home = "/tmp"
+	}
+	return id
+}
+
+func isDir(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
+}
+
+func envValue(env []string, name string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(env[i], "="); ok && k == name {
+			return v
+		}
+	}
+	return ""
+}
+
+// sessionEnv builds a session's environment: base (the agent's), then the
+// variables sshd sets, then the client's allowed variables. Later entries
+// replace earlier ones with the same name; the order of first appearance is
+// kept.
+func sessionEnv(base []string, id identity, shell, sshUser string, remote, local net.Addr, extra, client []string) []string {
+	userName := id.passwdName
+	if userName == "" {
+		userName = sshUser
+	}
+	rip, rport := splitAddr(remote)
+	lip, lport := splitAddr(local)
+	set := []string{
+		"HOME=" + id.home,
+		"USER=" + userName,
+		"LOGNAME=" + userName,
+		"SHELL=" + shell,
+		"SSH_CONNECTION=" + rip + " " + rport + " " + lip + " " + lport,
+		"SSH_CLIENT=" + rip + " " + rport + " " + lport,
+	}
+	all := make([]string, 0, len(base)+len(set)+len(extra)+len(client))
+	for _, kv := range base {
+		if k, _, _ := strings.Cut(kv, "="); !droppedEnv[k] {
+			all = append(all, kv)
+		}
+	}
+	all = append(all, set...)
+	all = append(all, extra...)
+	all = append(all, client...)
+	return dedupEnv(all)
+}
+
+// droppedEnv are agent variables that would describe a different SSH
+// connection than the session's own.
+var droppedEnv = map[string]bool{"SSH_AUTH_SOCK": true, "SSH_TTY": true, "SSH_ORIGINAL_COMMAND": true}
+
+func dedupEnv(env []string) []string {
+	idx := make(map[string]int, len(env))
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.ContainsRune(kv, 0) {
+			continue
+		}
+		if i, seen := idx[k]; seen {
+			out[i] = kv
+			continue
+		}
+		idx[k] = len(out)
+		out = append(out, kv)
+	}
+	return out
+}
+
+func splitAddr(a net.Addr) (host, port string) {
+	if a == nil {
+		return "UNKNOWN", "0"
+	}
+	if t, ok := a.(*net.TCPAddr); ok {
+		return t.IP.String(), strconv.Itoa(t.Port)
+	}
+	h, p, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return "UNKNOWN", "0"
+	}
+	return h, p
+}

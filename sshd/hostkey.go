@@ -1,0 +1,126 @@
+package sshd
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/podmpi/podmpi/agent/authdir"
+	"golang.org/x/crypto/ssh"
+)
+
+// GeneratedHostKeyFile is the file name of the host key generated into
+// Config.StateDir when the auth dir has no id_rsa.
+const GeneratedHostKeyFile = "ssh_host_ed25519_key"
+
+// loadHostKey returns the host key and whether it is the job's id_rsa (which
+// clients can pin to id_rsa.pub). Without id_rsa it loads or generates an
+// ed25519 key in stateDir; with no stateDir it generates one in memory.
+func loadHostKey(authDir, stateDir string, log *slog.Logger) (ssh.Signer, bool, error) {
+	jobKey := filepath.Join(authDir, authdir.PrivateKey)
+	if _, err := os.Stat(jobKey); err == nil || !errors.Is(err, fs.ErrNotExist) {
+		signer, err := authdir.LoadSigner(jobKey)
+		if err != nil {
+			return nil, false, err
+		}
+		pubPath := filepath.Join(authDir, authdir.PublicKey)
+		if authdir.Exists(authDir, authdir.PublicKey) {
+			pub, err := authdir.LoadPublicKey(pubPath)
+			if err != nil {
+				return nil, false, err
+			}
+			if err := authdir.CheckPair(authDir, signer, pub); err != nil {
+				return nil, false, err
+			}
+		}
+		return signer, true, nil
+	}
+
+	const cannotPin = "clients cannot pin this host key to id_rsa.pub; mount the job Secret's ssh-privatekey as id_rsa in the auth dir"
+	if stateDir == "" {
+		signer, err := generateEd25519()
+		if err != nil {
+			return nil, false, err
+		}
+		log.Warn("no job private key and no state dir: using an in-memory host key that changes on every start; "+cannotPin,
+			"missing", jobKey, "host_key_fp", authdir.Fingerprint(signer.PublicKey()))
+		return signer, false, nil
+	}
+	signer, created, err := loadOrCreateStateKey(stateDir)
+	if err != nil {
+		return nil, false, err
+	}
+	log.Warn("no job private key: using a host key generated for this agent; "+cannotPin,
+		"missing", jobKey, "host_key", filepath.Join(stateDir, GeneratedHostKeyFile),
+		"generated_now", created, "host_key_fp", authdir.Fingerprint(signer.PublicKey()))
+	return signer, false, nil
+}
+
+func generateEd25519() (ssh.Signer, error) {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generate ed25519 host key: %w", err)
+	}
+	s, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		return nil, fmt.Errorf("generate ed25519 host key: %w", err)
+	}
+	return s, nil
+}
+
+// loadOrCreateStateKey reuses stateDir/GeneratedHostKeyFile, or generates it
+// once (dir 0700, file 0600, written to a temporary file and linked into
+// place so two starts never see a half-written key).
+func loadOrCreateStateKey(stateDir string) (ssh.Signer, bool, error) {
+	path := filepath.Join(stateDir, GeneratedHostKeyFile)
+	if _, err := os.Stat(path); err == nil {
+		s, err := authdir.LoadSigner(path)
+		return s, false, err
+	}
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return nil, false, &authdir.Error{Path: stateDir, Op: "create state dir", Err: err,
+			Hint: "point --ssh.state-dir at a writable directory (an emptyDir), or mount the job's id_rsa in the auth dir"}
+	}
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, false, fmt.Errorf("generate ed25519 host key: %w", err)
+	}
+	block, err := ssh.MarshalPrivateKey(priv, "podmpi worker-agent host key")
+	if err != nil {
+		return nil, false, fmt.Errorf("encode ed25519 host key: %w", err)
+	}
+	tmp, err := os.CreateTemp(stateDir, "."+GeneratedHostKeyFile+".tmp*")
+	if err != nil {
+		return nil, false, &authdir.Error{Path: stateDir, Op: "write host key", Err: err,
+			Hint: "the state dir must be writable by this uid"}
+	}
+	defer os.Remove(tmp.Name())
+	werr := tmp.Chmod(0o600)
+	if werr == nil {
+		_, werr = tmp.Write(pem.EncodeToMemory(block))
+	}
+	if werr == nil {
+		werr = tmp.Sync()
+	}
+	if cerr := tmp.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return nil, false, &authdir.Error{Path: tmp.Name(), Op: "write host key", Err: werr}
+	}
+	if err := os.Link(tmp.Name(), path); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, false, &authdir.Error{Path: path, Op: "write host key", Err: err}
+	} else if err != nil {
+		// Another agent sharing the state dir won the race: use its key.
+		s, err := authdir.LoadSigner(path)
+		return s, false, err
+	}
+	s, err := authdir.LoadSigner(path)
+	return s, true, err
+}
