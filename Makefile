@@ -8,7 +8,7 @@ LDFLAGS    := -s -w -X github.com/podmpi/podmpi/agent/version.Version=$(VERSION)
 FUZZTIME   ?= 30s
 TESTFLAGS  ?=
 
-.PHONY: all build test test-short lint vet fmt fuzz bench e2e demo images image-test clean clean-stale
+.PHONY: all build test test-short lint vet fmt fuzz bench e2e e2e-ompi5 demo images image-test clean clean-stale
 
 all: build
 
@@ -56,6 +56,12 @@ bench: build
 ## e2e: only the multi-host end-to-end tests (root)
 e2e:
 	$(GO) test -race -count=1 -timeout 30m -v ./test/...
+
+## e2e-ompi5: build (once, cached in /var/cache/podmpi) a Debian trixie root with
+## Open MPI 5 and run the PRRTE end-to-end test in it (root, network for apt)
+e2e-ompi5:
+	./scripts/trixie-rootfs.sh
+	PODMPI_E2E_OMPI5=1 $(GO) test -race -count=1 -timeout 20m -v -run TestOpenMPI5 ./test/e2e/
 
 ## demo: the main job — a real OpenMPI allreduce across 3 worker pods (root)
 demo:
