@@ -1,0 +1,219 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/podmpi/podmpi/agent/cli"
+	"github.com/podmpi/podmpi/agent/exitcode"
+	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
+)
+
+var launcherBin, agentBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "launcher-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	launcherBin = filepath.Join(dir, "launcher")
+	agentBin = filepath.Join(dir, "worker-agent")
+	for bin, pkg := range map[string]string{launcherBin: ".", agentBin: "../worker-agent"} {
+		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, out)
+			os.RemoveAll(dir)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// startAgent runs a real worker-agent on loopback with the job's keys and
+// waits until /readyz answers 200.
+func startAgent(t *testing.T, authDir string) (sshPort int) {
+	t.Helper()
+	sshPort, webPort := freePort(t), freePort(t)
+	var log bytes.Buffer
+	cmd := exec.Command(agentBin,
+		"--ssh.listen-address", fmt.Sprintf(":%d", sshPort),
+		"--web.listen-address", fmt.Sprintf("127.0.0.1:%d", webPort),
+		"--ssh.auth-dir", authDir, "--ssh.state-dir", t.TempDir(), "--slots", "2", "--gpu.detect", "none")
+	cmd.Stdout, cmd.Stderr = &log, &log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("worker-agent log:\n%s", log.String())
+		}
+	})
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", webPort))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return sshPort
+			}
+		}
+		select {
+		case <-done:
+			t.Fatalf("worker-agent exited early:\n%s", log.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	t.Fatalf("worker-agent not ready in 15s:\n%s", log.String())
+	return 0
+}
+
+// runLauncher runs the launcher binary with a deadline and returns its exit
+// code and combined output.
+func runLauncher(t *testing.T, env []string, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, launcherBin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, string(out)
+	case errors.As(err, &ee):
+		return ee.ExitCode(), string(out)
+	}
+	t.Fatalf("running launcher: %v\n%s", err, out)
+	return -1, ""
+}
+
+func TestRshAgainstWorkerAgent(t *testing.T) {
+	dir := sshtest.WriteAuthDir(t, sshtest.NewTrainerKey(t))
+	port := startAgent(t, dir)
+	env := []string{cli.EnvName("ssh.auth-dir") + "=" + dir}
+	code, out := runLauncher(t, env, "rsh", "-p", fmt.Sprint(port), "127.0.0.1", "exit 5")
+	if code != 5 {
+		t.Fatalf("launcher rsh ... 'exit 5' = %d, want 5\n%s", code, out)
+	}
+	// OpenMPI's argv shape: options, host, then a command string with a
+	// leading space and quotes.
+	code, out = runLauncher(t, env, "rsh", "-p", fmt.Sprint(port), "-o", "StrictHostKeyChecking=no", "127.0.0.1", ` echo "a;b" 'c d'`)
+	if code != 0 || strings.TrimSpace(out) != "a;b c d" {
+		t.Fatalf("quoted command: code %d, output %q", code, out)
+	}
+}
+
+// TestRealMPIThroughLauncherOnLoopback runs real mpirun.openmpi and
+// mpiexec.hydra through `launcher -- ...` against a real worker-agent.
+// 127.0.0.2 is not one of this host's interface addresses, so neither MPI
+// treats it as local: both start their remote daemon through podmpi-rsh.
+func TestRealMPIThroughLauncherOnLoopback(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: no real MPI")
+	}
+	dir := sshtest.WriteAuthDir(t, sshtest.NewTrainerKey(t))
+	port := startAgent(t, dir)
+	for _, tc := range []struct{ impl, prog string }{
+		{"openmpi", "mpirun.openmpi"},
+		{"mpich", "mpiexec.hydra"},
+	} {
+		t.Run(tc.impl, func(t *testing.T) {
+			if _, err := exec.LookPath(tc.prog); err != nil {
+				t.Skipf("%s not installed (Debian: openmpi-bin / mpich)", tc.prog)
+			}
+			code, out := runLauncher(t, nil,
+				"--workers", "127.0.0.2=2", "--ssh.port", fmt.Sprint(port), "--ssh.auth-dir", dir,
+				"--slots", "2", "--web.listen-address", "", "--termination-log", "",
+				"--hostfile.output", filepath.Join(t.TempDir(), "hostfile"), "--mpirun.timeout", "45s",
+				"--", tc.prog, "hostname")
+			if code != 0 {
+				t.Fatalf("launcher -- %s hostname: exit %d\n%s", tc.prog, code, out)
+			}
+			host, _ := os.Hostname()
+			if n := strings.Count(out, host+"\n"); n != 2 {
+				t.Fatalf("want 2 ranks printing %q (np injected from slots), got %d\n%s", host, n, out)
+			}
+			if !strings.Contains(out, "127.0.0.2:"+fmt.Sprint(port)+"  ok") {
+				t.Fatalf("the probe table does not show the worker ok:\n%s", out)
+			}
+		})
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for name, args := range map[string][]string{
+		"no command":    {},
+		"no dash":       {"mpirun", "x"},
+		"bad flag":      {"--nope", "--", "true"},
+		"bad slots":     {"--slots", "many", "--workers", "a", "--", "true"},
+		"template no n": {"--discovery.template", "w-{i}.job", "--", "true"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			code, out := runLauncher(t, nil, args...)
+			if code != int(exitcode.Usage) {
+				t.Fatalf("exit %d, want %d\n%s", code, exitcode.Usage, out)
+			}
+			if !strings.HasPrefix(out, "launcher: ") {
+				t.Fatalf("want one clear line, got %q", out)
+			}
+		})
+	}
+	code, out := runLauncher(t, []string{"PODMPI_WORKERS_EXPECTED=lots"}, "--discovery.template", "w-{i}.job", "--", "true")
+	if code != int(exitcode.Usage) || !strings.Contains(out, "PODMPI_WORKERS_EXPECTED") {
+		t.Fatalf("bad env twin: exit %d\n%s", code, out)
+	}
+}
+
+func TestDocListsEveryFlag(t *testing.T) {
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &options{}
+	root := newRootCmd(o)
+	n := 0
+	root.PersistentFlags().VisitAll(func(f *pflag.Flag) {
+		n++
+		if !bytes.Contains(doc, []byte("--"+f.Name+" ")) || !bytes.Contains(doc, []byte(cli.EnvName(f.Name))) {
+			t.Errorf("doc.go does not list --%s with %s", f.Name, cli.EnvName(f.Name))
+		}
+	})
+	if n < 20 {
+		t.Fatalf("only %d flags found", n)
+	}
+}
