@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/push"
 
+	"github.com/podmpi/podmpi/agent/discovery"
 	"github.com/podmpi/podmpi/agent/exitcode"
 	"github.com/podmpi/podmpi/agent/mpirun"
 	"github.com/podmpi/podmpi/agent/slots"
@@ -67,11 +68,23 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 	} else {
 		l.log.Warn("could not determine the pod interface", "err", err)
 	}
-	env, settings := w.Env(os.Environ())
+	base := os.Environ()
+	if p.Plan.Source == discovery.SourceHostfile {
+		var dropped []string
+		base, dropped = mpirun.DropHostfileVarsNaming(base, cfg.Discovery.Hostfile)
+		for _, name := range dropped {
+			l.log.Info("replacing the operator's default hostfile with the launcher's (same hosts, slots checked against the worker-agents)",
+				"name", name, "read", cfg.Discovery.Hostfile, "written", p.Hostfile)
+		}
+	}
+	env, settings := w.Env(base)
 	for _, s := range settings {
-		if s.Kept {
-			l.log.Info("keeping the user's setting", "name", s.Name, "ours", s.Value)
-		} else {
+		switch {
+		case s.Kept:
+			l.log.Info("keeping the user's setting", "name", s.Name, "ours", s.Value, "note", s.Note)
+		case s.Note != "":
+			l.log.Warn(s.Note, "name", s.Name)
+		default:
 			l.log.Debug("set", "name", s.Name, "value", s.Value)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -417,4 +418,35 @@ func Setup(self, tmpDir string) (rshPath, rshDir string, cleanup func(), err err
 		return "", "", nil, fmt.Errorf("setting up %s: symlink %s -> %s: %w", RshName, p, self, err)
 	}
 	return p, dir, cleanup, nil
+}
+
+// HostfileVars are every variable through which an MPI reads its default
+// hostfile, in any implementation's spelling.
+var HostfileVars = []string{
+	"OMPI_MCA_orte_default_hostfile", "PRTE_MCA_prte_default_hostfile", "OMPI_MCA_prte_default_hostfile",
+	"HYDRA_HOST_FILE", "I_MPI_HYDRA_HOST_FILE", "I_MPI_HYDRA_HOSTFILE",
+}
+
+// DropHostfileVarsNaming returns env without the default-hostfile variables
+// whose value is path (compared after filepath.Clean), and their names.
+// Trainer v2 and mpi-operator set these to the hostfile they mount; when the
+// launcher read that very file and wrote its own from it (same hosts, slots
+// checked against the worker-agents), the operator's setting is replaced
+// rather than kept as a user choice would be.
+func DropHostfileVarsNaming(env []string, path string) ([]string, []string) {
+	if path == "" {
+		return env, nil
+	}
+	want := filepath.Clean(path)
+	var out []string
+	var dropped []string
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		if slices.Contains(HostfileVars, k) && v != "" && filepath.Clean(v) == want {
+			dropped = append(dropped, k)
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out, dropped
 }

@@ -412,3 +412,22 @@ func TestSetup(t *testing.T) {
 		}
 	}
 }
+
+func TestDropHostfileVarsNaming(t *testing.T) {
+	env := []string{
+		"OMPI_MCA_orte_default_hostfile=/etc/mpi/hostfile",
+		"I_MPI_HYDRA_HOST_FILE=/etc/mpi//hostfile",
+		"HYDRA_HOST_FILE=/other/hostfile",
+		"PATH=/usr/bin",
+	}
+	out, dropped := DropHostfileVarsNaming(env, "/etc/mpi/hostfile")
+	if len(dropped) != 2 || dropped[0] != "OMPI_MCA_orte_default_hostfile" || dropped[1] != "I_MPI_HYDRA_HOST_FILE" {
+		t.Fatalf("dropped %v", dropped)
+	}
+	if len(out) != 2 || out[0] != "HYDRA_HOST_FILE=/other/hostfile" || out[1] != "PATH=/usr/bin" {
+		t.Fatalf("kept %v", out)
+	}
+	if out, dropped := DropHostfileVarsNaming(env, ""); len(out) != 4 || dropped != nil {
+		t.Fatalf("empty path must drop nothing: %v %v", out, dropped)
+	}
+}
