@@ -4,6 +4,8 @@ package sshd
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
 	"errors"
 	"os"
 	"os/exec"
@@ -109,6 +111,24 @@ func TestOpenSSHClient(t *testing.T) {
 	if code != 255 || !strings.Contains(errOut, "Permission denied (publickey)") {
 		t.Errorf("password/keyboard-interactive only: code %d stderr %q", code, errOut)
 	}
+	// 64 MiB of output arrives intact through OpenSSH too.
+	blob := make([]byte, 64<<20)
+	_, _ = rand.Read(blob)
+	blobFile := filepath.Join(t.TempDir(), "blob")
+	must(t, os.WriteFile(blobFile, blob, 0o644))
+	if out, errOut, code := o.run(t, nil, "cat "+blobFile); code != 0 || sha256.Sum256([]byte(out)) != sha256.Sum256(blob) {
+		t.Errorf("64 MiB via OpenSSH: code %d, got %d bytes (want %d), stderr %q", code, len(out), len(blob), errOut)
+	}
+	// An unknown client key is rejected.
+	_, otherPEM := newP521(t)
+	unknown := filepath.Join(t.TempDir(), "unknown_key")
+	must(t, os.WriteFile(unknown, otherPEM, 0o600))
+	jobKey := o.key
+	o.key = unknown
+	if _, errOut, code := o.run(t, nil, "true"); code != 255 || !strings.Contains(errOut, "Permission denied (publickey)") {
+		t.Errorf("unknown key: code %d stderr %q", code, errOut)
+	}
+	o.key = jobKey
 	// A wrong pinned host key is refused by the client.
 	other, _ := newP521(t)
 	must(t, os.WriteFile(o.kh, []byte("[127.0.0.1]:"+strconv.Itoa(ts.port)+" "+string(ssh.MarshalAuthorizedKey(other.PublicKey()))), 0o644))
