@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -219,4 +222,57 @@ func TestMetricsPassPromtool(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("promtool check metrics: %v\n%s", err, out)
 	}
+}
+
+func TestPushSendsMetricsToPushgateway(t *testing.T) {
+	type req struct {
+		method, path string
+		body         string
+	}
+	got := make(chan req, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- req{r.Method, r.URL.Path, string(b)}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	l, _ := New(Config{})
+	l.Metrics().WorkersExpected.Set(3)
+	if err := l.Push(context.Background(), srv.URL, "podmpi_launcher"); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.method != http.MethodPut || r.path != "/metrics/job/podmpi_launcher" || !strings.Contains(r.body, "mpi_launcher_workers_expected") {
+		t.Fatalf("push request %s %s (%d bytes)", r.method, r.path, len(r.body))
+	}
+	// An unreachable gateway is an error naming the URL, bounded in time.
+	if err := l.Push(context.Background(), "http://127.0.0.1:1", "podmpi_launcher"); err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Fatalf("want error naming the gateway, got %v", err)
+	}
+}
+
+func TestTerminationLogNamesRootCause(t *testing.T) {
+	cfg := Config{
+		Discovery:        discovery.Spec{Workers: []string{"tj-node-0-3.podmpi-test.invalid"}},
+		DiscoveryTimeout: 500 * time.Millisecond,
+		Implementation:   "openmpi4",
+		Command:          []string{"mpirun", "true"},
+	}
+	l, _ := New(cfg)
+	code, err := l.Run(context.Background())
+	path := filepath.Join(t.TempDir(), "termination-log")
+	l.WriteTerminationLog(path, TerminationMessage(code, err))
+	b, rerr := os.ReadFile(path)
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	msg := string(b)
+	if code != exitcode.DiscoveryTimeout || !strings.Contains(msg, "exit code 66") || !strings.Contains(msg, "tj-node-0-3.podmpi-test.invalid") || !strings.Contains(msg, "hint") {
+		t.Fatalf("termination message (code %d):\n%s", code, msg)
+	}
+	if len(msg) > 4096 {
+		t.Fatalf("termination message is %d bytes; the kubelet keeps 4096", len(msg))
+	}
+	// An unwritable path (no /dev/termination-log outside Kubernetes) is skipped quietly.
+	l.WriteTerminationLog(filepath.Join(t.TempDir(), "no", "such", "dir"), "x")
 }
