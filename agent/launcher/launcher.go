@@ -333,6 +333,9 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 			}
 		}
 		l.m.WorkersReach.Set(float64(ok))
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		if l.cfg.Report != nil {
 			l.report("== probe (%d/%d workers reachable)\n", ok, len(results))
 			probe.WriteReport(l.cfg.Report, results)

@@ -177,7 +177,7 @@ func codeOf(err error) exitcode.Code {
 		return f.Code
 	}
 	if errors.Is(err, context.Canceled) {
-		return exitcode.Code(128 + 15)
+		return exitcode.Code(128 + 15) // stopped by SIGTERM/SIGINT before mpirun ran
 	}
 	return exitcode.Internal
 }

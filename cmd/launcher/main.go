@@ -341,8 +341,11 @@ func (o *options) runJob(ctx context.Context, command []string) error {
 	}
 	stop := serveMetrics(o.webAddr, l, lg)
 	defer stop()
-	// Only the phases before mpirun are cancelled by our own signal
-	// handling; once mpirun runs, mpirun.Run forwards signals to it.
+	// SIGINT/SIGTERM before mpirun cancels the phases (exit 128+N with a
+	// termination message); once mpirun runs, mpirun.Run also receives them
+	// and forwards them to mpirun, which tears down its remote daemons.
+	ctx, cancel := signalContext(ctx)
+	defer cancel()
 	code, runErr := l.Run(ctx)
 	l.WriteTerminationLog(o.terminationLog, launcher.TerminationMessage(code, runErr))
 	if err := l.Push(context.Background(), o.pushURL, "podmpi_launcher"); err != nil {

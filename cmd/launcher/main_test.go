@@ -217,3 +217,33 @@ func TestDocListsEveryFlag(t *testing.T) {
 		t.Fatalf("only %d flags found", n)
 	}
 }
+
+// SIGTERM while the launcher waits for DNS ends it with 143 and a
+// termination message, not a silent kill.
+func TestSIGTERMDuringDiscovery(t *testing.T) {
+	term := filepath.Join(t.TempDir(), "termination-log")
+	cmd := exec.Command(launcherBin, "--workers", "tj-node-0-1.podmpi-test.invalid", "--discovery.timeout", "1m",
+		"--mpi.implementation", "openmpi4", "--web.listen-address", "", "--termination-log", term, "--", "mpirun", "true")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 143 {
+			t.Fatalf("want exit 143, got %v\n%s", err, out.String())
+		}
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("launcher did not stop within 10s of SIGTERM\n%s", out.String())
+	}
+	if b, err := os.ReadFile(term); err != nil || !strings.Contains(string(b), "exit code 143") {
+		t.Fatalf("termination log %q (%v)", b, err)
+	}
+}
