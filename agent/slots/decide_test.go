@@ -353,3 +353,24 @@ func TestDecodeInfoSuperset(t *testing.T) {
 		t.Errorf("%+v", info)
 	}
 }
+
+// A CPU-only worker-agent on --slots auto answers its default of 1 slot;
+// that must not override the operator's numProcPerNode in the hostfile.
+func TestDecideAgentDefaultDoesNotOverrideHostfile(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"hostname":"w","slots":{"n":1,"source":"default"},"gpus":{"count":0,"source":"none"}}`))
+	}))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	hosts := []hostfile.Host{{Name: "w-0.job", Slots: 2}, {Name: "w-1.job"}}
+	out, ds, err := Decide(context.Background(), hosts, nil, Options{Mode: "auto", AddrFor: func(string) string { return addr }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Slots != 2 || ds[0].Source != SourceHostfile || ds[0].Warning != "" {
+		t.Fatalf("host with hostfile slots: %+v %+v", out[0], ds[0])
+	}
+	if out[1].Slots != 1 || ds[1].Source != SourceAgent {
+		t.Fatalf("host without hostfile slots: %+v %+v", out[1], ds[1])
+	}
+}

@@ -8,7 +8,9 @@
 //   - auto: each worker-agent is asked for GET http://<host>:<web-port>/info
 //     (default port 9022) with bounded retries (go-retryablehttp, jittered
 //     exponential backoff, a per-host deadline). When it answers, its slot
-//     count wins (Source "agent"), as the issue specifies; when the hostfile
+//     count wins (Source "agent") unless it is only the agent's default
+//     (no GPU found, no --slots given: source "default"), in which case a
+//     count from the hostfile stands (Source "hostfile"); when the hostfile
 //     also gave a count and the two disagree, Decision.Warning says so and
 //     how to make them agree. When the agent cannot be reached (or answers
 //     garbage), the hostfile's count is used (Source "hostfile"), else
@@ -278,6 +280,17 @@ func (o Options) decideOne(ctx context.Context, h hostfile.Host, addrs []string,
 		return o.fallback(d, h, err)
 	}
 	d.Info = &info
+	// An agent that found no GPU and was given no count answers a default
+	// (1 slot): that says nothing about the job, so a count the operator
+	// wrote into the hostfile (numProcPerNode, slotsPerWorker) stands.
+	if info.Slots.Source == "default" && h.Slots > 0 {
+		d.Slots, d.Source = h.Slots, SourceHostfile
+		if info.GPUs.Count > 0 && info.GPUs.Count != h.Slots {
+			d.Warning = fmt.Sprintf("%s: hostfile says slots=%d but worker-agent sees %d GPUs; set numProcPerNode/slotsPerWorker to %d or pass --slots",
+				h.Name, h.Slots, info.GPUs.Count, info.GPUs.Count)
+		}
+		return d
+	}
 	d.Slots, d.Source = info.Slots.N, SourceAgent
 	if h.Slots > 0 && h.Slots != info.Slots.N {
 		if info.GPUs.Count > 0 && info.GPUs.Count != h.Slots {

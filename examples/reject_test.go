@@ -1,0 +1,287 @@
+package examples
+
+import (
+	"encoding/json"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// loadExample reads one example document and returns it as a fresh,
+// mutable document.
+func loadExample(t *testing.T, file string, index int) document {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := splitYAML(b)
+	if index >= len(docs) {
+		t.Fatalf("%s has %d documents, want index %d", file, len(docs), index)
+	}
+	d, err := parseDocument(file, index, docs[index])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// mutate applies f to a deep copy of d.Obj and re-encodes Raw from it, so
+// that the strict decoders see the same change as the schema validator.
+func mutate(t *testing.T, d document, f func(obj map[string]any)) document {
+	t.Helper()
+	js, err := json.Marshal(d.Obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := decodeJSON(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := v.(map[string]any)
+	f(obj)
+	raw, err := yaml.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2, err := parseDocument(d.File, d.Index, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d2
+}
+
+// at returns the map at path (keys, or "[i]" for list items), failing the
+// test when it is missing.
+func at(t *testing.T, v any, path ...string) map[string]any {
+	t.Helper()
+	for _, k := range path {
+		if strings.HasPrefix(k, "[") {
+			i, err := strconv.Atoi(strings.Trim(k, "[]"))
+			if err != nil {
+				t.Fatalf("bad index %q", k)
+			}
+			l, ok := v.([]any)
+			if !ok || i >= len(l) {
+				t.Fatalf("path %v: no item %s", path, k)
+			}
+			v = l[i]
+			continue
+		}
+		m, ok := v.(map[string]any)
+		if !ok {
+			t.Fatalf("path %v: %q is not under a map", path, k)
+		}
+		v = m[k]
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		t.Fatalf("path %v: not a map", path)
+	}
+	return m
+}
+
+// TestChecksReject proves each check fails on a manifest that breaks it:
+// the clean examples passing means something only because these fail.
+func TestChecksReject(t *testing.T) {
+	crds := loadCRDs(t)
+	runtimes := map[string]bool{"podmpi-openmpi": true}
+	mpijob := loadExample(t, "mpi-operator/mpijob-openmpi.yaml", 0)
+	ctr := loadExample(t, "trainer/clustertrainingruntime-openmpi.yaml", 0)
+	trainjob := loadExample(t, "trainer/trainjob-allreduce.yaml", 0)
+	netpol := loadExample(t, "trainer/networkpolicy.yaml", 0)
+
+	worker := []string{"spec", "mpiReplicaSpecs", "Worker", "template", "spec", "containers", "[0]"}
+	node := []string{"spec", "template", "spec", "replicatedJobs", "[0]", "template", "spec", "template", "spec", "containers", "[0]"}
+
+	for _, tc := range []struct {
+		name string
+		doc  document
+		f    func(t *testing.T, o map[string]any)
+		want string // substring of one reported problem
+	}{
+		{"MPIJob misspelt spec field", mpijob, func(t *testing.T, o map[string]any) {
+			at(t, o, "spec")["slotPerWorker"] = json.Number("2")
+		}, "spec.slotPerWorker: unknown field"},
+		{"MPIJob missing required mpiReplicaSpecs", mpijob, func(t *testing.T, o map[string]any) {
+			delete(at(t, o, "spec"), "mpiReplicaSpecs")
+		}, "spec.mpiReplicaSpecs: required field missing"},
+		{"MPIJob enum", mpijob, func(t *testing.T, o map[string]any) {
+			at(t, o, "spec")["mpiImplementation"] = "OpenMPI5"
+		}, `string "OpenMPI5" is not one of`},
+		{"MPIJob wrong type", mpijob, func(t *testing.T, o map[string]any) {
+			at(t, o, "spec")["slotsPerWorker"] = "two"
+		}, "spec.slotsPerWorker: want integer"},
+		{"MPIJob int32 overflow", mpijob, func(t *testing.T, o map[string]any) {
+			at(t, o, "spec")["slotsPerWorker"] = json.Number("4294967296")
+		}, "overflows int32"},
+		{"unknown field deep in a pod template", mpijob, func(t *testing.T, o map[string]any) {
+			at(t, o, append(worker, "securityContext")...)["readOnlyRootFileSystem"] = true
+		}, "securityContext.readOnlyRootFileSystem: unknown field"},
+		{"pod template fails strict core/v1 decode", mpijob, func(t *testing.T, o map[string]any) {
+			at(t, o, append(worker, "securityContext")...)["readOnlyRootFileSystem"] = true
+		}, `as a core/v1 PodTemplateSpec: unknown field "spec.containers[0].securityContext.readOnlyRootFileSystem"`},
+		{"int-or-string rejects a boolean", mpijob, func(t *testing.T, o map[string]any) {
+			at(t, o, append(worker, "readinessProbe", "httpGet")...)["port"] = true
+		}, "readinessProbe.httpGet.port: want integer or string"},
+		{"list-type map rejects duplicate keys", mpijob, func(t *testing.T, o map[string]any) {
+			c := at(t, o, worker...)
+			ports := c["ports"].([]any)
+			c["ports"] = append(ports, ports[0])
+		}, "duplicate key"},
+		{"missing required container name", mpijob, func(t *testing.T, o map[string]any) {
+			delete(at(t, o, worker...), "name")
+		}, "containers[0].name: required field missing"},
+		{"restricted: privilege escalation", mpijob, func(t *testing.T, o map[string]any) {
+			at(t, o, append(worker, "securityContext")...)["allowPrivilegeEscalation"] = true
+		}, "allowPrivilegeEscalation must be false"},
+		{"restricted: capabilities not dropped", mpijob, func(t *testing.T, o map[string]any) {
+			delete(at(t, o, append(worker, "securityContext")...), "capabilities")
+		}, "capabilities.drop must contain ALL"},
+		{"restricted: seccomp", mpijob, func(t *testing.T, o map[string]any) {
+			delete(at(t, o, append(worker, "securityContext")...), "seccompProfile")
+			delete(at(t, o, "spec", "mpiReplicaSpecs", "Worker", "template", "spec", "securityContext"), "seccompProfile")
+		}, "seccompProfile must be RuntimeDefault"},
+		{"restricted: root allowed", mpijob, func(t *testing.T, o map[string]any) {
+			delete(at(t, o, append(worker, "securityContext")...), "runAsNonRoot")
+			delete(at(t, o, "spec", "mpiReplicaSpecs", "Worker", "template", "spec", "securityContext"), "runAsNonRoot")
+		}, "runAsNonRoot must be true"},
+		{"restricted: hostPath volume", mpijob, func(t *testing.T, o map[string]any) {
+			s := at(t, o, "spec", "mpiReplicaSpecs", "Worker", "template", "spec")
+			s["volumes"] = append(s["volumes"].([]any), map[string]any{"name": "host", "hostPath": map[string]any{"path": "/"}})
+		}, `volume "host": type not allowed`},
+		{"podmpi: writable root", mpijob, func(t *testing.T, o map[string]any) {
+			at(t, o, append(worker, "securityContext")...)["readOnlyRootFilesystem"] = false
+		}, "readOnlyRootFilesystem must be true"},
+		{"podmpi: no /tmp emptyDir", mpijob, func(t *testing.T, o map[string]any) {
+			delete(at(t, o, worker...), "volumeMounts")
+		}, "/tmp must be an emptyDir mount"},
+		{"podmpi: worker probe", mpijob, func(t *testing.T, o map[string]any) {
+			at(t, o, append(worker, "readinessProbe", "httpGet")...)["path"] = "/healthz"
+		}, "needs readinessProbe httpGet /readyz"},
+		{"podmpi: worker runs sshd", mpijob, func(t *testing.T, o map[string]any) {
+			at(t, o, worker...)["command"] = []any{"/usr/sbin/sshd"}
+		}, "must run worker-agent"},
+		{"Trainer: container not named node", ctr, func(t *testing.T, o map[string]any) {
+			at(t, o, node...)["name"] = "worker"
+		}, `only into containers named "node"`},
+		{"Trainer: enum allows only OpenMPI", ctr, func(t *testing.T, o map[string]any) {
+			at(t, o, "spec", "mlPolicy", "mpi")["mpiImplementation"] = "MPICH"
+		}, `string "MPICH" is not one of`},
+		{"Trainer: launcher without dependsOn", ctr, func(t *testing.T, o map[string]any) {
+			delete(at(t, o, "spec", "template", "spec", "replicatedJobs", "[1]"), "dependsOn")
+		}, "want dependsOn"},
+		{"Trainer: numProcPerNode type", ctr, func(t *testing.T, o map[string]any) {
+			at(t, o, "spec", "mlPolicy", "mpi")["numProcPerNode"] = json.Number("1.5")
+		}, "mpi.numProcPerNode: want integer"},
+		{"TrainJob: unknown runtime", trainjob, func(t *testing.T, o map[string]any) {
+			at(t, o, "spec", "runtimeRef")["name"] = "nope"
+		}, `no ClusterTrainingRuntime of that name`},
+		{"TrainJob: missing runtimeRef", trainjob, func(t *testing.T, o map[string]any) {
+			delete(at(t, o, "spec"), "runtimeRef")
+		}, "spec.runtimeRef: required field missing"},
+		{"TrainJob: args too long", trainjob, func(t *testing.T, o map[string]any) {
+			args := make([]any, 129)
+			for i := range args {
+				args[i] = "x"
+			}
+			at(t, o, "spec", "trainer")["args"] = args
+		}, "exceed maxItems 128"},
+		{"NetworkPolicy: strict core decode", netpol, func(t *testing.T, o map[string]any) {
+			at(t, o, "spec")["podSelecter"] = map[string]any{}
+		}, `unknown field "spec.podSelecter"`},
+		{"NetworkPolicy: wrong type", netpol, func(t *testing.T, o map[string]any) {
+			at(t, o, "spec")["policyTypes"] = "Ingress"
+		}, "as networking.k8s.io/v1, Kind=NetworkPolicy"},
+		{"metadata: bad name", netpol, func(t *testing.T, o map[string]any) {
+			at(t, o, "metadata")["name"] = "Not_A_Name"
+		}, "metadata.name: a lowercase RFC 1123 subdomain"},
+		{"metadata: unknown field", netpol, func(t *testing.T, o map[string]any) {
+			at(t, o, "metadata")["lables"] = map[string]any{}
+		}, `metadata: unknown field "lables"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The unmodified document is clean, so the problem comes from
+			// the mutation.
+			if errs, _ := checkDocument(tc.doc, crds, runtimes); len(errs) != 0 {
+				t.Fatalf("unmodified %s is not clean: %v", tc.doc, errs)
+			}
+			d := mutate(t, tc.doc, func(o map[string]any) { tc.f(t, o) })
+			errs, _ := checkDocument(d, crds, runtimes)
+			for _, e := range errs {
+				if strings.Contains(e, tc.want) {
+					return
+				}
+			}
+			t.Errorf("want a problem containing %q, got %d:\n%s", tc.want, len(errs), strings.Join(errs, "\n"))
+		})
+	}
+}
+
+// TestValidateSchemaKeywords covers the validator on small hand-written
+// schemas, keyword by keyword.
+func TestValidateSchemaKeywords(t *testing.T) {
+	parse := func(s string) *schema {
+		t.Helper()
+		var sc schema
+		if err := json.Unmarshal([]byte(s), &sc); err != nil {
+			t.Fatal(err)
+		}
+		return &sc
+	}
+	val := func(s string) any {
+		t.Helper()
+		v, err := decodeJSON([]byte(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for _, tc := range []struct {
+		schema, value string
+		want          string // "" means valid
+	}{
+		{`{"type":"object","properties":{"a":{"type":"string"}}}`, `{"a":"x"}`, ""},
+		{`{"type":"object","properties":{"a":{"type":"string"}}}`, `{"b":"x"}`, "x.b: unknown field"},
+		{`{"type":"object","x-kubernetes-preserve-unknown-fields":true}`, `{"b":{"c":1}}`, ""},
+		{`{"type":"object","additionalProperties":{"type":"integer"}}`, `{"b":1}`, ""},
+		{`{"type":"object","additionalProperties":{"type":"integer"}}`, `{"b":"1"}`, "x.b: want integer"},
+		{`{"type":"object","additionalProperties":false,"properties":{"a":{}}}`, `{"b":1}`, "unknown field"},
+		{`{"type":"object","required":["a"],"properties":{"a":{}}}`, `{}`, "x.a: required field missing"},
+		{`{"type":"object","minProperties":1}`, `{}`, "below minProperties"},
+		{`{"type":"integer"}`, `1`, ""},
+		{`{"type":"integer"}`, `1.5`, "want integer"},
+		{`{"type":"number"}`, `1.5`, ""},
+		{`{"type":"integer","minimum":1}`, `0`, "below minimum"},
+		{`{"type":"string","enum":["a","b"]}`, `"c"`, "is not one of"},
+		{`{"type":"string","maxLength":2}`, `"abc"`, "exceeds maxLength"},
+		{`{"type":"string","pattern":"^[a-z]+$"}`, `"aB"`, "does not match pattern"},
+		{`{"type":"array","items":{"type":"boolean"}}`, `[true,1]`, "x[1]: want boolean"},
+		{`{"type":"array","x-kubernetes-list-type":"set","items":{"type":"string"}}`, `["a","a"]`, "duplicate of [0]"},
+		{`{"x-kubernetes-int-or-string":true,"anyOf":[{"type":"integer"},{"type":"string"}]}`, `"50%"`, ""},
+		{`{"x-kubernetes-int-or-string":true,"anyOf":[{"type":"integer"},{"type":"string"}]}`, `[]`, "want integer or string"},
+		{`{"type":"string"}`, `null`, "null is not allowed"},
+		{`{"type":"string","nullable":true}`, `null`, ""},
+		{`{"anyOf":[{"minimum":5},{"maximum":1}],"type":"integer"}`, `3`, "none of the anyOf"},
+	} {
+		errs := validate(parse(tc.schema), "x", val(tc.value))
+		if tc.want == "" {
+			if len(errs) != 0 {
+				t.Errorf("schema %s, value %s: want valid, got %v", tc.schema, tc.value, errs)
+			}
+			continue
+		}
+		found := false
+		for _, e := range errs {
+			if strings.Contains(e, tc.want) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("schema %s, value %s: want %q, got %v", tc.schema, tc.value, tc.want, errs)
+		}
+	}
+}

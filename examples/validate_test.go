@@ -1,0 +1,634 @@
+package examples
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	sigsjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+)
+
+// crdDir holds the upstream CRDs the manifests are validated against:
+// kubeflow/trainer @ 8c0f505 and kubeflow/mpi-operator @ caa3c47 (v0.8.2),
+// copied unchanged from the project's shared/upstream.
+const crdDir = "testdata/crds"
+
+// manifestDirs are the directories of Kubernetes manifests under examples/.
+var manifestDirs = []string{"trainer", "mpi-operator"}
+
+// coreKinds are the built-in kinds the examples may use, each decoded
+// strictly into its k8s.io/api type.
+var coreKinds = map[gvk]func() any{
+	{"v1", "ConfigMap"}:                                    func() any { return new(corev1.ConfigMap) },
+	{"v1", "Secret"}:                                       func() any { return new(corev1.Secret) },
+	{"v1", "Service"}:                                      func() any { return new(corev1.Service) },
+	{"v1", "ServiceAccount"}:                               func() any { return new(corev1.ServiceAccount) },
+	{"v1", "Pod"}:                                          func() any { return new(corev1.Pod) },
+	{"batch/v1", "Job"}:                                    func() any { return new(batchv1.Job) },
+	{"networking.k8s.io/v1", "NetworkPolicy"}:              func() any { return new(networkingv1.NetworkPolicy) },
+	{"rbac.authorization.k8s.io/v1", "Role"}:               func() any { return new(rbacv1.Role) },
+	{"rbac.authorization.k8s.io/v1", "RoleBinding"}:        func() any { return new(rbacv1.RoleBinding) },
+	{"rbac.authorization.k8s.io/v1", "ClusterRole"}:        func() any { return new(rbacv1.ClusterRole) },
+	{"rbac.authorization.k8s.io/v1", "ClusterRoleBinding"}: func() any { return new(rbacv1.ClusterRoleBinding) },
+}
+
+// document is one YAML document of a manifest file.
+type document struct {
+	File  string // relative to examples/
+	Index int    // 0-based position in the file
+	Raw   []byte // YAML
+	Obj   map[string]any
+	GVK   gvk
+	Name  string
+}
+
+func (d document) String() string {
+	return fmt.Sprintf("%s#%d (%s %q)", d.File, d.Index, d.GVK, d.Name)
+}
+
+var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)
+
+// splitYAML splits a multi-document YAML stream on "---" lines and drops
+// documents that hold only comments or whitespace.
+func splitYAML(b []byte) [][]byte {
+	var out [][]byte
+	for _, part := range docSeparator.Split(string(b), -1) {
+		empty := true
+		for _, line := range strings.Split(part, "\n") {
+			t := strings.TrimSpace(line)
+			if t != "" && !strings.HasPrefix(t, "#") {
+				empty = false
+				break
+			}
+		}
+		if !empty {
+			out = append(out, []byte(part))
+		}
+	}
+	return out
+}
+
+// parseDocument decodes one YAML document into a generic object and its kind.
+func parseDocument(file string, i int, raw []byte) (document, error) {
+	d := document{File: file, Index: i, Raw: raw}
+	js, err := yaml.YAMLToJSON(raw)
+	if err != nil {
+		return d, fmt.Errorf("%s#%d: YAML: %w", file, i, err)
+	}
+	v, err := decodeJSON(js)
+	if err != nil {
+		return d, fmt.Errorf("%s#%d: %w", file, i, err)
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return d, fmt.Errorf("%s#%d: want a YAML mapping (a Kubernetes object), got %s", file, i, describe(v))
+	}
+	d.Obj = obj
+	d.GVK.APIVersion, _ = obj["apiVersion"].(string)
+	d.GVK.Kind, _ = obj["kind"].(string)
+	if d.GVK.APIVersion == "" || d.GVK.Kind == "" {
+		return d, fmt.Errorf("%s#%d: apiVersion and kind are required", file, i)
+	}
+	if md, ok := obj["metadata"].(map[string]any); ok {
+		d.Name, _ = md["name"].(string)
+	}
+	return d, nil
+}
+
+// loadManifests reads every *.yaml / *.yml under the manifest directories.
+func loadManifests(t *testing.T) []document {
+	t.Helper()
+	var docs []document
+	for _, dir := range manifestDirs {
+		err := filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if e.IsDir() || !(strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
+				return nil
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			for i, raw := range splitYAML(b) {
+				d, err := parseDocument(path, i, raw)
+				if err != nil {
+					return err
+				}
+				docs = append(docs, d)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("reading manifests under examples/%s: %v", dir, err)
+		}
+	}
+	if len(docs) == 0 {
+		t.Fatalf("no manifests found under examples/%v", manifestDirs)
+	}
+	return docs
+}
+
+// loadCRDs reads every CRD under testdata/crds.
+func loadCRDs(t testing.TB) map[gvk]*schema {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(crdDir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no CRDs in examples/%s (err %v)", crdDir, err)
+	}
+	all := map[gvk]*schema{}
+	for _, f := range files {
+		m, err := loadCRD(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range m {
+			all[k] = v
+		}
+	}
+	return all
+}
+
+// strictYAML decodes YAML into a typed object the way the API server does
+// (sigs.k8s.io/json: case-sensitive field names), failing on unknown,
+// duplicate or wrongly typed fields: what kubectl's default
+// --validate=strict rejects. encoding/json alone would accept
+// "readOnlyRootFileSystem" for readOnlyRootFilesystem.
+func strictYAML(raw []byte, into any) error {
+	js, err := yaml.YAMLToJSON(raw)
+	if err != nil {
+		return err
+	}
+	strict, err := sigsjson.UnmarshalStrict(js, into)
+	if err != nil {
+		return err
+	}
+	return errors.Join(strict...)
+}
+
+// validateMetadata checks the root metadata as the API server does for
+// every kind: an ObjectMeta with a DNS-subdomain name.
+func validateMetadata(d document) []string {
+	md, ok := d.Obj["metadata"]
+	if !ok {
+		return []string{"metadata: required field missing"}
+	}
+	raw, err := yaml.Marshal(md)
+	if err != nil {
+		return []string{"metadata: " + err.Error()}
+	}
+	var om metav1.ObjectMeta
+	if err := strictYAML(raw, &om); err != nil {
+		return []string{"metadata: " + err.Error()}
+	}
+	var errs []string
+	if om.Name == "" {
+		errs = append(errs, "metadata.name: required")
+	}
+	for _, m := range validation.IsDNS1123Subdomain(om.Name) {
+		errs = append(errs, "metadata.name: "+m)
+	}
+	for k, v := range om.Labels {
+		for _, m := range validation.IsQualifiedName(k) {
+			errs = append(errs, fmt.Sprintf("metadata.labels[%q]: %s", k, m))
+		}
+		for _, m := range validation.IsValidLabelValue(v) {
+			errs = append(errs, fmt.Sprintf("metadata.labels[%q]: %s", k, m))
+		}
+	}
+	return errs
+}
+
+// podTemplate is a pod template found inside a manifest.
+type podTemplate struct {
+	Path string // JSON path in the manifest
+	Role string // "launcher", "worker" or "" when unknown
+	Spec corev1.PodTemplateSpec
+}
+
+// podTemplates extracts and strictly decodes every pod template of d.
+func podTemplates(d document) ([]podTemplate, []string) {
+	type found struct {
+		path, role string
+		v          any
+	}
+	var raw []found
+	switch d.GVK {
+	case gvk{"trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"}, gvk{"trainer.kubeflow.org/v1alpha1", "TrainingRuntime"}:
+		rjs, _ := dig(d.Obj, "spec", "template", "spec", "replicatedJobs").([]any)
+		for i, rj := range rjs {
+			m, _ := rj.(map[string]any)
+			name, _ := m["name"].(string)
+			role := map[string]string{"node": "worker", "launcher": "launcher"}[name]
+			raw = append(raw, found{fmt.Sprintf("spec.template.spec.replicatedJobs[%d].template.spec.template", i), role,
+				dig(m, "template", "spec", "template")})
+		}
+	case gvk{"kubeflow.org/v2beta1", "MPIJob"}:
+		specs, _ := dig(d.Obj, "spec", "mpiReplicaSpecs").(map[string]any)
+		for _, name := range sortedKeys(specs) {
+			m, _ := specs[name].(map[string]any)
+			raw = append(raw, found{"spec.mpiReplicaSpecs." + name + ".template", strings.ToLower(name), dig(m, "template")})
+		}
+	case gvk{"batch/v1", "Job"}:
+		raw = append(raw, found{"spec.template", "", dig(d.Obj, "spec", "template")})
+	case gvk{"v1", "Pod"}:
+		raw = append(raw, found{"", "", map[string]any{"metadata": d.Obj["metadata"], "spec": d.Obj["spec"]}})
+	}
+	var out []podTemplate
+	var errs []string
+	for _, f := range raw {
+		if f.v == nil {
+			errs = append(errs, f.path+": missing pod template")
+			continue
+		}
+		b, err := yaml.Marshal(f.v)
+		if err != nil {
+			errs = append(errs, f.path+": "+err.Error())
+			continue
+		}
+		var pt corev1.PodTemplateSpec
+		if err := strictYAML(b, &pt); err != nil {
+			errs = append(errs, f.path+": as a core/v1 PodTemplateSpec: "+err.Error())
+			continue
+		}
+		out = append(out, podTemplate{Path: f.path, Role: f.role, Spec: pt})
+	}
+	return out, errs
+}
+
+func dig(v any, keys ...string) any {
+	for _, k := range keys {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[k]
+	}
+	return v
+}
+
+func sortedKeys[M ~map[string]V, V any](m M) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// restrictedVolumeOK reports whether a volume type is allowed by the
+// restricted Pod Security Standard.
+func restrictedVolumeOK(v corev1.Volume) bool {
+	s := v.VolumeSource
+	return s.ConfigMap != nil || s.CSI != nil || s.DownwardAPI != nil || s.EmptyDir != nil ||
+		s.Ephemeral != nil || s.PersistentVolumeClaim != nil || s.Projected != nil || s.Secret != nil
+}
+
+// checkRestricted applies the restricted Pod Security Standard
+// (kubernetes.io/docs/concepts/security/pod-security-standards, v1.30+) and
+// podmpi's read-only-root rule to one pod template.
+func checkRestricted(p podTemplate) []string {
+	var errs []string
+	at := func(format string, a ...any) { errs = append(errs, p.Path+": "+fmt.Sprintf(format, a...)) }
+	ps := p.Spec.Spec
+	psc := ps.SecurityContext
+	if psc == nil {
+		psc = &corev1.PodSecurityContext{}
+	}
+	if ps.HostNetwork || ps.HostPID || ps.HostIPC {
+		at("hostNetwork/hostPID/hostIPC are forbidden")
+	}
+	if psc.RunAsUser != nil && *psc.RunAsUser == 0 {
+		at("securityContext.runAsUser 0 is forbidden")
+	}
+	for _, v := range ps.Volumes {
+		if !restrictedVolumeOK(v) {
+			at("volume %q: type not allowed by the restricted standard", v.Name)
+		}
+	}
+	emptyDirs := map[string]bool{}
+	for _, v := range ps.Volumes {
+		if v.EmptyDir != nil {
+			emptyDirs[v.Name] = true
+		}
+	}
+	all := append(append([]corev1.Container{}, ps.InitContainers...), ps.Containers...)
+	if len(ps.Containers) == 0 {
+		at("no containers")
+	}
+	for _, c := range all {
+		cat := func(format string, a ...any) { at("container %q: "+format, append([]any{c.Name}, a...)...) }
+		sc := c.SecurityContext
+		if sc == nil {
+			cat("no securityContext")
+			continue
+		}
+		if sc.Privileged != nil && *sc.Privileged {
+			cat("privileged is forbidden")
+		}
+		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			cat("allowPrivilegeEscalation must be false")
+		}
+		nonRoot := (sc.RunAsNonRoot != nil && *sc.RunAsNonRoot) || (sc.RunAsNonRoot == nil && psc.RunAsNonRoot != nil && *psc.RunAsNonRoot)
+		if !nonRoot {
+			cat("runAsNonRoot must be true (container or pod)")
+		}
+		if sc.RunAsUser != nil && *sc.RunAsUser == 0 {
+			cat("runAsUser 0 is forbidden")
+		}
+		seccomp := sc.SeccompProfile
+		if seccomp == nil {
+			seccomp = psc.SeccompProfile
+		}
+		if seccomp == nil || (seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault && seccomp.Type != corev1.SeccompProfileTypeLocalhost) {
+			cat("seccompProfile must be RuntimeDefault or Localhost (container or pod)")
+		}
+		if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
+			cat("capabilities.drop must contain ALL")
+		}
+		if sc.Capabilities != nil {
+			for _, a := range sc.Capabilities.Add {
+				if a != "NET_BIND_SERVICE" {
+					cat("capability %s may not be added", a)
+				}
+			}
+		}
+		for _, port := range c.Ports {
+			if port.HostPort != 0 {
+				cat("hostPort %d is forbidden", port.HostPort)
+			}
+		}
+		// podmpi: read-only root, and /tmp is writable through an emptyDir.
+		if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			cat("readOnlyRootFilesystem must be true")
+		}
+		tmp := false
+		for _, m := range c.VolumeMounts {
+			if m.MountPath == "/tmp" && emptyDirs[m.Name] {
+				tmp = true
+			}
+		}
+		if !tmp {
+			cat("/tmp must be an emptyDir mount (read-only root: MPI session dirs, the launcher's hostfile)")
+		}
+	}
+	return errs
+}
+
+// checkPodmpiRoles checks what podmpi's images and the operators need of the
+// launcher and worker containers.
+func checkPodmpiRoles(d document, p podTemplate) []string {
+	var errs []string
+	at := func(format string, a ...any) { errs = append(errs, p.Path+": "+fmt.Sprintf(format, a...)) }
+	if len(p.Spec.Spec.Containers) == 0 {
+		return nil
+	}
+	trainer := strings.HasPrefix(d.GVK.APIVersion, "trainer.kubeflow.org/")
+	c := p.Spec.Spec.Containers[0]
+	if trainer && c.Name != "node" {
+		at("container %q: Trainer mounts the SSH Secret and hostfile only into containers named \"node\"", c.Name)
+	}
+	argv := append(append([]string{}, c.Command...), c.Args...)
+	switch p.Role {
+	case "worker":
+		if len(argv) == 0 || argv[0] != "worker-agent" {
+			at("worker container %q must run worker-agent, runs %q", c.Name, argv)
+		}
+		rp := c.ReadinessProbe
+		if rp == nil || rp.HTTPGet == nil || rp.HTTPGet.Path != "/readyz" || rp.HTTPGet.Port.IntValue() != 9022 {
+			at("worker container %q needs readinessProbe httpGet /readyz on port 9022 (the launcher starts when workers are Ready)", c.Name)
+		}
+	case "launcher":
+		if len(c.Command) < 2 || c.Command[0] != "launcher" || !slices.Contains(argv, "--") {
+			at("launcher container %q must run \"launcher [flags] -- mpirun ...\", runs %q", c.Name, argv)
+		}
+	default:
+		at("unknown role: want a node/launcher replicated job or a Launcher/Worker replica spec")
+	}
+	return errs
+}
+
+func TestManifestsValidate(t *testing.T) {
+	crds := loadCRDs(t)
+	docs := loadManifests(t)
+	runtimes := map[string]bool{}
+	for _, d := range docs {
+		if d.GVK == (gvk{"trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"}) {
+			runtimes[d.Name] = true
+		}
+	}
+	seen := map[string]string{}
+	for _, d := range docs {
+		t.Run(strings.TrimSuffix(d.File, filepath.Ext(d.File))+"/"+d.GVK.Kind+"/"+d.Name, func(t *testing.T) {
+			key := d.GVK.String() + "/" + d.Name
+			if prev, dup := seen[key]; dup {
+				t.Errorf("%s: same kind and name as %s: kubectl apply of both would overwrite one", d, prev)
+			}
+			seen[key] = d.File
+			errs, npt := checkDocument(d, crds, runtimes)
+			for _, e := range errs {
+				t.Errorf("%s: %s", d, e)
+			}
+			if len(errs) == 0 {
+				t.Logf("%s: valid (%d pod templates checked)", d, npt)
+			}
+		})
+	}
+}
+
+// checkDocument runs every check on one document and returns the problems
+// and the number of pod templates it checked.
+func checkDocument(d document, crds map[gvk]*schema, runtimes map[string]bool) ([]string, int) {
+	var errs []string
+	errs = append(errs, validateMetadata(d)...)
+	if s, ok := crds[d.GVK]; ok {
+		errs = append(errs, validateObject(s, d.Obj)...)
+	} else if mk, ok := coreKinds[d.GVK]; ok {
+		if err := strictYAML(d.Raw, mk()); err != nil {
+			errs = append(errs, "as "+d.GVK.String()+": "+err.Error())
+		}
+	} else {
+		errs = append(errs, fmt.Sprintf("no schema for %s: add its CRD to examples/%s or its type to coreKinds", d.GVK, crdDir))
+	}
+	pts, perrs := podTemplates(d)
+	errs = append(errs, perrs...)
+	for _, p := range pts {
+		errs = append(errs, checkRestricted(p)...)
+		errs = append(errs, checkPodmpiRoles(d, p)...)
+	}
+	errs = append(errs, checkKindRules(d, runtimes)...)
+	return errs, len(pts)
+}
+
+// checkKindRules holds the rules specific to one kind.
+func checkKindRules(d document, runtimes map[string]bool) []string {
+	var errs []string
+	switch d.GVK {
+	case gvk{"trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"}:
+		mpi, _ := dig(d.Obj, "spec", "mlPolicy", "mpi").(map[string]any)
+		if mpi == nil {
+			return []string{"spec.mlPolicy.mpi: required for an MPI runtime"}
+		}
+		if p, _ := mpi["sshAuthMountPath"].(string); p != "/home/mpiuser/.ssh" {
+			errs = append(errs, fmt.Sprintf("spec.mlPolicy.mpi.sshAuthMountPath %q: the images' user is mpiuser; want /home/mpiuser/.ssh", p))
+		}
+		rjs, _ := dig(d.Obj, "spec", "template", "spec", "replicatedJobs").([]any)
+		var names []string
+		for _, rj := range rjs {
+			n, _ := dig(rj, "name").(string)
+			names = append(names, n)
+		}
+		if !slices.Equal(names, []string{"node", "launcher"}) {
+			errs = append(errs, fmt.Sprintf("replicatedJobs %v: want [node launcher] (node first: Trainer orders the hostfile by replicated job)", names))
+		} else {
+			dep := canonical(dig(rjs[1], "dependsOn"))
+			if dep != `[{"name":"node","status":"Ready"}]` {
+				errs = append(errs, "replicatedJobs[1] (launcher): want dependsOn [{name: node, status: Ready}], got "+dep)
+			}
+			if canonical(dig(rjs[1], "template", "metadata", "labels", "trainer.kubeflow.org/trainjob-ancestor-step")) != `"trainer"` {
+				errs = append(errs, "replicatedJobs[1] (launcher): want label trainer.kubeflow.org/trainjob-ancestor-step: trainer (TrainJob args go there, not to the workers)")
+			}
+		}
+	case gvk{"trainer.kubeflow.org/v1alpha1", "TrainJob"}:
+		name, _ := dig(d.Obj, "spec", "runtimeRef", "name").(string)
+		if !runtimes[name] {
+			errs = append(errs, fmt.Sprintf("spec.runtimeRef.name %q: no ClusterTrainingRuntime of that name in examples/", name))
+		}
+		if dig(d.Obj, "spec", "trainer", "command") != nil {
+			errs = append(errs, "spec.trainer.command replaces the runtime's \"launcher --\"; set spec.trainer.args")
+		}
+	case gvk{"kubeflow.org/v2beta1", "MPIJob"}:
+		if p, _ := dig(d.Obj, "spec", "sshAuthMountPath").(string); p != "/home/mpiuser/.ssh" {
+			errs = append(errs, fmt.Sprintf("spec.sshAuthMountPath %q: want /home/mpiuser/.ssh", p))
+		}
+	}
+	return errs
+}
+
+// TestManifestsCoverIssue pins the set of examples the project promises.
+func TestManifestsCoverIssue(t *testing.T) {
+	docs := loadManifests(t)
+	count := map[string]int{}
+	images := map[string]bool{}
+	for _, d := range docs {
+		count[d.GVK.Kind]++
+		for _, m := range regexp.MustCompile(`image: (\S+)`).FindAllSubmatch(d.Raw, -1) {
+			images[string(m[1])] = true
+		}
+	}
+	for kind, n := range map[string]int{"ClusterTrainingRuntime": 3, "TrainJob": 1, "MPIJob": 1, "NetworkPolicy": 2} {
+		if count[kind] < n {
+			t.Errorf("want at least %d %s in examples/, have %d", n, kind, count[kind])
+		}
+	}
+	for _, mpi := range []string{"openmpi", "mpich", "intelmpi"} {
+		ok := false
+		for img := range images {
+			if strings.Contains(img, "/"+mpi+":") {
+				ok = true
+			}
+		}
+		if !ok {
+			t.Errorf("no manifest uses the %s image (have %v)", mpi, sortedKeys(images))
+		}
+	}
+}
+
+// TestComposeConfig runs "docker-compose config" (v1) or "docker compose
+// config" (v2) on the compose file, the check Compose itself makes.
+func TestComposeConfig(t *testing.T) {
+	file := filepath.Join("compose", "docker-compose.yaml")
+	var argv []string
+	if p, err := exec.LookPath("docker-compose"); err == nil {
+		argv = []string{p, "-f", file, "config", "-q"}
+	} else if p, err := exec.LookPath("docker"); err == nil && exec.Command(p, "compose", "version").Run() == nil {
+		argv = []string{p, "compose", "-f", file, "config", "-q"}
+	} else {
+		t.Skip("neither docker-compose nor the docker compose plugin is installed (apt-get install -y docker-compose)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out.String())
+	}
+	// Also check the parts Compose accepts but podmpi needs.
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"read_only: true", "- ALL", "no-new-privileges:true", "/tmp", "--exit-code-from launcher"} {
+		if !bytes.Contains(raw, []byte(want)) {
+			t.Errorf("%s: missing %q", file, want)
+		}
+	}
+}
+
+// TestSplitYAML covers the document splitter used for every manifest.
+func TestSplitYAML(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int
+	}{
+		{"", 0},
+		{"# only a comment\n", 0},
+		{"a: 1\n", 1},
+		{"---\na: 1\n", 1},
+		{"a: 1\n---\nb: 2\n", 2},
+		{"a: 1\n---\n# comment\n---\nb: 2\n", 2},
+		{"a: '---'\n", 1},
+		{"a: |\n  x\n  ---x\n", 1},
+	} {
+		if got := len(splitYAML([]byte(tc.in))); got != tc.want {
+			t.Errorf("splitYAML(%q): %d documents, want %d", tc.in, got, tc.want)
+		}
+	}
+}
+
+func FuzzParseDocument(f *testing.F) {
+	for _, s := range []string{
+		"apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n",
+		"a: 1\n---\nb: [1, 2]\n",
+		"apiVersion: kubeflow.org/v2beta1\nkind: MPIJob\nmetadata: {name: x}\nspec: {mpiReplicaSpecs: {}}\n",
+		"- 1\n- 2\n",
+		"x: !!binary AAA=\n",
+		"{",
+	} {
+		f.Add([]byte(s))
+	}
+	crds := loadCRDs(f)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for i, raw := range splitYAML(b) {
+			d, err := parseDocument("fuzz.yaml", i, raw)
+			if err != nil {
+				continue
+			}
+			_ = validateMetadata(d)
+			for _, s := range crds {
+				_ = validateObject(s, d.Obj)
+			}
+			_, _ = podTemplates(d)
+		}
+	})
+}

@@ -1,0 +1,11 @@
+// Package imagetest proves the runtime images of images/ on this machine: it
+// starts the Open MPI and MPICH images as podman containers inside the
+// network-namespace pods of test/harness (cluster DNS, Kubernetes pod names),
+// one launcher and three workers, each with an arbitrary UID in group 0 and no
+// passwd entry, a read-only root with only /tmp writable, no capabilities and
+// no-new-privileges, and runs an MPI allreduce across them.
+//
+// It needs root, podman and the images; "make image-test" (images/test.sh)
+// builds them and sets PODMPI_IMAGE_TEST=1. Without that variable the test
+// skips, so "go test ./..." stays fast.
+package imagetest

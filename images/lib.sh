@@ -1,0 +1,62 @@
+# shellcheck shell=bash
+# Shared helpers of images/build.sh and images/test.sh (sourced, not run).
+#
+# Picks the container engine and the flags it needs on this kind of machine:
+#   PODMPI_ENGINE        podman or docker (default: podman when installed, else docker)
+#   PODMPI_PODMAN_FLAGS  global podman flags (default: --runtime runc
+#                        --cgroup-manager=cgroupfs --events-backend=file, which
+#                        hosts with hybrid cgroups and no systemd user session need;
+#                        set to "" on a normal cgroup v2 host)
+#   PODMPI_ULIMITS       --ulimit flags for builds and containers (default: this
+#                        shell's hard nofile limit and nproc capped at 32768;
+#                        podman asks for 1048576 open files otherwise, which a
+#                        VM without CAP_SYS_RESOURCE refuses)
+
+die() { echo "error: $*" >&2; exit 1; }
+note() { echo "== $*" >&2; }
+
+engine_init() {
+	if [[ -z "${PODMPI_ENGINE:-}" ]]; then
+		if command -v podman >/dev/null 2>&1; then
+			PODMPI_ENGINE=podman
+		elif command -v docker >/dev/null 2>&1; then
+			PODMPI_ENGINE=docker
+		else
+			die "neither podman nor docker is installed (apt-get install -y podman runc)"
+		fi
+	fi
+	case "$PODMPI_ENGINE" in
+	podman)
+		ENGINE=(podman)
+		if [[ -z "${PODMPI_PODMAN_FLAGS+set}" ]]; then
+			PODMPI_PODMAN_FLAGS="--runtime runc --cgroup-manager=cgroupfs --events-backend=file"
+		fi
+		# shellcheck disable=SC2206 # word splitting of the flag list is intended
+		ENGINE+=($PODMPI_PODMAN_FLAGS)
+		;;
+	docker)
+		ENGINE=(docker)
+		"${ENGINE[@]}" info >/dev/null 2>&1 ||
+			die "docker has no engine to talk to (DOCKER_HOST=${DOCKER_HOST:-unset}); start dockerd or use PODMPI_ENGINE=podman"
+		;;
+	*) die "PODMPI_ENGINE=$PODMPI_ENGINE: want podman or docker" ;;
+	esac
+	if [[ -z "${PODMPI_ULIMITS+set}" ]]; then
+		local n u
+		n=$(ulimit -Hn)
+		u=$(ulimit -Hu)
+		PODMPI_ULIMITS="--ulimit nofile=${n}:${n}"
+		# podman itself runs with nproc capped at 32768, and a container
+		# cannot ask for more than its parent has.
+		if [[ "$u" == unlimited || "$u" -gt 32768 ]]; then
+			u=32768
+		fi
+		PODMPI_ULIMITS+=" --ulimit nproc=${u}:${u}"
+	fi
+	# shellcheck disable=SC2206
+	ULIMITS=($PODMPI_ULIMITS)
+}
+
+image_exists() {
+	"${ENGINE[@]}" image inspect "$1" >/dev/null 2>&1
+}

@@ -1,0 +1,100 @@
+# podmpi runtime image with MPICH (Debian bookworm: MPICH 4.0.2, Hydra,
+# ch4:ucx).
+#
+#   make images            (or: images/build.sh mpich)
+#
+# No OpenSSH client or server: worker-agent is the SSH server (port 2222) and
+# the launcher is Hydra's launcher program. One image serves both roles:
+#   worker   (default CMD)  worker-agent --ssh.listen-address :2222 --web.listen-address :9022
+#   launcher                launcher -- mpirun -np N podmpi-allreduce
+# Runs as UID 1000, GID 0 by default and under any UID with GID 0 and a
+# read-only root file system: it writes only to /tmp (mount an emptyDir there)
+# and /dev/shm. The build context is the repository root.
+
+ARG GO_IMAGE=docker.io/library/golang:1.26-bookworm
+ARG BASE_IMAGE=docker.io/library/debian:bookworm-slim
+
+# ---- build: both binaries (worker-agent with cgo for NVML, launcher static).
+# This stage is the same in every images/*.Dockerfile, so the layer cache
+# compiles once per source tree.
+FROM ${GO_IMAGE} AS build
+ENV GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+ARG VERSION=devel
+ARG REVISION=unknown
+RUN set -eu; \
+    ld="-s -w -X github.com/podmpi/podmpi/agent/version.Version=${VERSION} -X github.com/podmpi/podmpi/agent/version.Commit=${REVISION}"; \
+    mkdir -p /out; \
+    CGO_ENABLED=1 go build -trimpath -ldflags "$ld" -o /out/worker-agent ./cmd/worker-agent; \
+    CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o /out/launcher ./cmd/launcher
+
+# ---- the MPI smoke test, compiled against this image's MPI.
+FROM ${BASE_IMAGE} AS mpi-build
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev libmpich-dev \
+    && rm -rf /var/lib/apt/lists/*
+COPY images/src/allreduce.c /src/allreduce.c
+RUN mkdir -p /out && mpicc.mpich -O2 -Wall -Werror -o /out/podmpi-allreduce /src/allreduce.c
+
+# ---- runtime
+FROM ${BASE_IMAGE}
+# mpich brings Hydra (mpiexec.hydra, hydra_pmi_proxy) and needs no ssh
+# package; the last line proves OpenSSH stayed out.
+RUN set -eux; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends mpich; \
+    rm -rf /var/lib/apt/lists/*; \
+    if dpkg-query -W -f '${db:Status-Status} ${Package}\n' 'openssh-*' 2>/dev/null | grep '^installed' \
+        || command -v ssh || command -v sshd; then \
+        echo 'OpenSSH must not be in this image' >&2; exit 1; fi
+
+COPY --from=build /out/worker-agent /out/launcher /usr/local/bin/
+COPY --from=mpi-build /out/podmpi-allreduce /usr/local/bin/
+# mpiuser: UID 1000 in group 0 (an arbitrary OpenShift UID also runs with GID
+# 0), so everything the job may write is group 0 and group-writable (g=u).
+# /home/mpiuser/.ssh is where Trainer v2 mounts the job's SSH Secret.
+RUN set -eux; \
+    ln -s worker-agent /usr/local/bin/podmpi-rsh; \
+    useradd --uid 1000 --gid 0 --no-user-group --create-home --home-dir /home/mpiuser --shell /bin/bash mpiuser; \
+    mkdir -p /home/mpiuser/.ssh; \
+    chown -R 1000:0 /home/mpiuser; \
+    chmod -R g=u /home/mpiuser; \
+    chmod 1777 /tmp; \
+    worker-agent --help >/dev/null; launcher --help >/dev/null
+
+
+ARG VERSION=devel
+ARG REVISION=unknown
+ARG CREATED=unknown
+LABEL org.opencontainers.image.title="podmpi-mpich" \
+      org.opencontainers.image.description="MPICH 4.0 (Hydra) runtime with podmpi worker-agent and launcher; no OpenSSH; non-root (1000:0), read-only-root ready" \
+      org.opencontainers.image.source="https://github.com/podmpi/podmpi" \
+      org.opencontainers.image.url="https://github.com/podmpi/podmpi/tree/main/images" \
+      org.opencontainers.image.documentation="https://github.com/podmpi/podmpi/blob/main/images/README.md" \
+      org.opencontainers.image.vendor="podmpi" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.base.name="docker.io/library/debian:bookworm-slim" \
+      io.podmpi.mpi="mpich"
+
+# UCX under a pod with all capabilities dropped and no-new-privileges:
+# cross-memory attach (part of "sm") needs ptrace rights between ranks, and
+# the posix shared-memory transport's default /proc/<pid>/fd link makes
+# MPI_Finalize hang (measured: every rank done, mpiexec waits forever);
+# file-name based /dev/shm segments work.
+# SHELL: no passwd entry under an arbitrary UID, so say which shell runs
+# remote commands (worker-agent) and which shell mpirun assumes locally.
+ENV HOME=/home/mpiuser \
+    SHELL=/bin/bash \
+    TMPDIR=/tmp \
+    UCX_TLS=self,sm,tcp \
+    UCX_POSIX_USE_PROC_LINK=n
+USER 1000:0
+WORKDIR /home/mpiuser
+EXPOSE 2222 9022
+CMD ["worker-agent", "--ssh.listen-address", ":2222", "--web.listen-address", ":9022"]
