@@ -29,9 +29,6 @@ import (
 	"github.com/podmpi/podmpi/hostfile"
 )
 
-// DefaultHostfile is where Trainer v2 and mpi-operator mount the hostfile.
-const DefaultHostfile = "/etc/mpi/hostfile"
-
 func main() {
 	os.Exit(int(run(context.Background(), os.Args, os.Stdin, os.Stdout, os.Stderr)))
 }
@@ -116,7 +113,7 @@ type options struct {
 func (o *options) register(fs *pflag.FlagSet) {
 	o.log.Register(fs)
 	fs.StringSliceVar(&o.workers, "workers", nil, "worker names, comma-separated, each optionally name=slots (highest precedence)")
-	fs.StringVar(&o.hostfile, "hostfile", "", "existing hostfile to read workers from, in any of the OpenMPI/Intel MPI/MPICH formats (default "+DefaultHostfile+" when present)")
+	fs.StringVar(&o.hostfile, "hostfile", "", "existing hostfile to read workers from, in any of the OpenMPI/Intel MPI/MPICH formats (default "+discovery.DefaultHostfile+" when present)")
 	fs.StringVar(&o.service, "discovery.service", "", "headless Service to discover workers from: SRV _ssh._tcp.<service>, else its A records")
 	fs.StringVar(&o.template, "discovery.template", "", "worker name template with {i}, e.g. tj-node-0-{i}.tj (Trainer v2) or pi-worker-{i}.pi.default.svc (mpi-operator)")
 	fs.IntVar(&o.expected, "workers-expected", 0, "number of workers to wait for (with --discovery.service or --discovery.template)")
@@ -231,9 +228,12 @@ func (o *options) logger() (*slog.Logger, error) {
 func (o *options) spec() (discovery.Spec, error) {
 	hf := o.hostfile
 	if hf == "" && len(o.workers) == 0 && o.service == "" && o.template == "" {
-		if _, err := os.Stat(DefaultHostfile); err == nil {
-			hf = DefaultHostfile
+		present, err := discovery.PresentHostfile(discovery.DefaultHostfile)
+		if err != nil {
+			return discovery.Spec{}, &launcher.Failure{Phase: launcher.PhaseDiscovery, Code: exitcode.Config, Err: err,
+				Hint: "the mounted hostfile cannot be read; check the ConfigMap volume at /etc/mpi"}
 		}
+		hf = present
 	}
 	self := o.self
 	if self == "" {
