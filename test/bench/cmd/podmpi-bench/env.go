@@ -1,0 +1,335 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/podmpi/podmpi/test/bench"
+	"github.com/podmpi/podmpi/test/e2e"
+	"github.com/podmpi/podmpi/test/harness"
+)
+
+// The identity everything in the pods runs as, and the ports.
+const (
+	uid, gid  = 2000, 2000
+	user      = "mpiuser"
+	agentPort = 2222
+	sshdPort  = 2223
+	webPort   = 9022
+)
+
+// env is the scratch directory and what lives in it.
+type env struct {
+	work     string // 0755, removed at the end
+	launcher string // copies of the binaries, readable by uid
+	agent    string
+	self     string // this binary, for the in-pod timer
+	auth     string // Trainer layout: id_rsa, id_rsa.pub, authorized_keys
+	key      string // auth/id_rsa, also OpenSSH's identity and sshd's host key
+	home     string
+	tmp      string
+	sshdConf string
+	passwd   string // pod /etc/passwd and /etc/group contents
+	group    string
+	progs    map[string]string // allreduce-ompi, allreduce-mpich
+	seq      int
+}
+
+// newEnv prepares the scratch directory.
+func newEnv(ctx context.Context, binDir string) (*env, error) {
+	work, err := os.MkdirTemp("", "podmpi-bench-")
+	if err != nil {
+		return nil, err
+	}
+	e := &env{work: work, progs: map[string]string{}}
+	if err := os.Chmod(work, 0o755); err != nil {
+		return e, err
+	}
+	mk := func(name string, owned bool) (string, error) {
+		p := filepath.Join(work, name)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return "", err
+		}
+		if owned {
+			return p, os.Chown(p, uid, gid)
+		}
+		return p, nil
+	}
+	bin, err := mk("bin", false)
+	if err != nil {
+		return e, err
+	}
+	e.launcher, e.agent, e.self = filepath.Join(bin, "launcher"), filepath.Join(bin, "worker-agent"), filepath.Join(bin, "podmpi-bench")
+	self, err := os.Executable()
+	if err != nil {
+		return e, fmt.Errorf("locate this binary: %w", err)
+	}
+	for _, c := range []struct{ src, dst string }{
+		{filepath.Join(binDir, "launcher"), e.launcher},
+		{filepath.Join(binDir, "worker-agent"), e.agent},
+		{self, e.self},
+	} {
+		if err := copyFile(c.src, c.dst, 0o755); err != nil {
+			return e, fmt.Errorf("copy %s (run make build first): %w", c.src, err)
+		}
+	}
+	if e.home, err = mk("home", true); err != nil {
+		return e, err
+	}
+	if e.tmp, err = mk("tmp", true); err != nil {
+		return e, err
+	}
+	if e.auth, err = mk("auth", true); err != nil {
+		return e, err
+	}
+	// The job key in the shape Trainer v2 generates (ECDSA P-521, SEC1 PEM):
+	// identity of every client and host key of every server, podmpi and
+	// OpenSSH alike, so both pay for the same signatures.
+	k, err := e2e.NewKey()
+	if err != nil {
+		return e, err
+	}
+	e.key = filepath.Join(e.auth, "id_rsa")
+	for _, f := range []struct {
+		name string
+		data []byte
+		mode os.FileMode
+	}{{"id_rsa", k.PrivatePEM, 0o600}, {"id_rsa.pub", k.Authorized, 0o644}, {"authorized_keys", k.Authorized, 0o644}} {
+		p := filepath.Join(e.auth, f.name)
+		if err := os.WriteFile(p, f.data, f.mode); err != nil {
+			return e, err
+		}
+		if err := os.Chown(p, uid, gid); err != nil {
+			return e, err
+		}
+		if err := os.Chmod(p, f.mode); err != nil {
+			return e, err
+		}
+	}
+	e.sshdConf = filepath.Join(work, "sshd_config")
+	conf := fmt.Sprintf(`# non-root sshd, the harness-notes §3 recipe
+Port %d
+ListenAddress 0.0.0.0
+HostKey %s
+AuthorizedKeysFile %s
+PidFile none
+UsePAM no
+StrictModes no
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin no
+AcceptEnv LANG LC_* OMPI_* PMIX_*
+LogLevel ERROR
+`, sshdPort, e.key, filepath.Join(e.auth, "authorized_keys"))
+	if err := os.WriteFile(e.sshdConf, []byte(conf), 0o644); err != nil {
+		return e, err
+	}
+	// The pods' own passwd and group: the host's, plus mpiuser (uid 2000).
+	for _, f := range []struct {
+		dst  *string
+		path string
+		line string
+	}{
+		{&e.passwd, "/etc/passwd", fmt.Sprintf("%s:x:%d:%d:podmpi bench:%s:/bin/sh", user, uid, gid, e.home)},
+		{&e.group, "/etc/group", fmt.Sprintf("%s:x:%d:", user, gid)},
+	} {
+		b, err := os.ReadFile(f.path)
+		if err != nil {
+			return e, err
+		}
+		var keep []string
+		for _, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+			fs := strings.Split(l, ":")
+			if len(fs) > 2 && (fs[0] == user || fs[2] == strconv.Itoa(uid)) {
+				continue
+			}
+			keep = append(keep, l)
+		}
+		*f.dst = strings.Join(append(keep, f.line), "\n") + "\n"
+	}
+	// The MPI program of the allreduce figures.
+	root, err := e2e.ModuleRoot()
+	if err != nil {
+		return e, err
+	}
+	src := filepath.Join(root, "test/e2e/testdata/allreduce.c")
+	progs, err := mk("progs", false)
+	if err != nil {
+		return e, err
+	}
+	for _, c := range []struct{ name, cc string }{{"allreduce-ompi", "mpicc.openmpi"}, {"allreduce-mpich", "mpicc.mpich"}} {
+		out := filepath.Join(progs, c.name)
+		if b, err := exec.CommandContext(ctx, c.cc, "-O2", "-o", out, src).CombinedOutput(); err != nil {
+			return e, fmt.Errorf("%s %s: %w\n%s", c.cc, src, err, b)
+		}
+		e.progs[c.name] = out
+	}
+	return e, nil
+}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	return os.Chmod(dst, mode)
+}
+
+// baseEnv is the environment of everything run as uid in a pod.
+func (e *env) baseEnv() []string {
+	return []string{"HOME=" + e.home, "USER=" + user, "LOGNAME=" + user, "SHELL=/bin/sh", "TMPDIR=" + e.tmp,
+		"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "LANG=C.UTF-8"}
+}
+
+// etcFiles are the per-pod /etc files.
+func (e *env) etcFiles() map[string]string {
+	return map[string]string{"passwd": e.passwd, "group": e.group}
+}
+
+// sshArgs are the OpenSSH client options every baseline uses: the recipe
+// of harness-notes §4 (what mpi-operator passes), default algorithms.
+func (e *env) sshArgs(port int) []string {
+	return []string{"-p", strconv.Itoa(port), "-i", e.key, "-l", user,
+		"-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+		"-o", "LogLevel=ERROR", "-o", "BatchMode=yes"}
+}
+
+// ssh is an OpenSSH command line to host:port running remote.
+func (e *env) ssh(port int, host string, remote ...string) []string {
+	return append(append(append([]string{"/usr/bin/ssh"}, e.sshArgs(port)...), host), remote...)
+}
+
+// rsh is a launcher rsh command line (job key from the auth dir).
+func (e *env) rsh(host string, remote ...string) ([]string, []string) {
+	return append([]string{e.launcher, "rsh", "-p", strconv.Itoa(agentPort), host}, remote...),
+		[]string{"PODMPI_SSH_AUTH_DIR=" + e.auth}
+}
+
+// launcherArgs is a launcher command line with the flags every run gets.
+func (e *env) launcherArgs(flags []string, command ...string) []string {
+	e.seq++
+	run := filepath.Join(e.tmp, "launcher-"+strconv.Itoa(e.seq))
+	argv := []string{e.launcher, "--ssh.auth-dir", e.auth,
+		"--hostfile.output", filepath.Join(run, "hostfile"),
+		"--termination-log", filepath.Join(run, "termination-log"),
+		"--web.listen-address", "", "--log.format", "json"}
+	argv = append(argv, flags...)
+	return append(append(argv, "--"), command...)
+}
+
+// timer runs spec in pod as uid and returns the results; a command that
+// failed is an error naming it.
+func (e *env) timer(ctx context.Context, c *harness.Cluster, pod int, spec bench.Spec) ([]bench.Result, error) {
+	e.seq++
+	path := filepath.Join(e.work, fmt.Sprintf("spec-%d.json", e.seq))
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return nil, err
+	}
+	stdout, stderr, code, err := c.Run(ctx, pod, uid, gid, e.baseEnv(), e.self, "timer", path)
+	if err != nil || code != 0 {
+		return nil, fmt.Errorf("timer in pod %d: exit %d, %v: %s", pod, code, err, tailStr(stderr, 2000))
+	}
+	var res []bench.Result
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+		return nil, fmt.Errorf("timer output: %w: %s", err, tailStr(stdout, 500))
+	}
+	var errs []string
+	for _, r := range res {
+		if r.Err != "" {
+			errs = append(errs, fmt.Sprintf("%s: %s", r.Name, tailStr(r.Err, 1500)))
+		}
+	}
+	if len(errs) > 0 {
+		return res, fmt.Errorf("in pod %d: %s", pod, strings.Join(errs, "\n"))
+	}
+	return res, nil
+}
+
+func tailStr(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+// waitBanner waits until addr, dialled from pod, sends an SSH banner.
+func waitBanner(ctx context.Context, c *harness.Cluster, pod int, addr string, p *harness.Proc) error {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	var last error
+	for {
+		conn, err := e2e.DialInPod(ctx, c, pod, addr)
+		if err == nil {
+			_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+			line, rerr := bufio.NewReader(conn).ReadString('\n')
+			conn.Close()
+			if rerr == nil && strings.HasPrefix(line, "SSH-2.0-") {
+				return nil
+			}
+			err = fmt.Errorf("banner %q: %v", line, rerr)
+		}
+		last = err
+		select {
+		case <-p.Done():
+			b, _ := os.ReadFile(p.Log)
+			return fmt.Errorf("server for %s exited (%v); log:\n%s", addr, p.Wait(), tailStr(string(b), 2000))
+		case <-ctx.Done():
+			return fmt.Errorf("no SSH banner from %s: %v", addr, last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// startServers starts worker-agent (port 2222, web 9022) and sshd (2223) in
+// pod, as uid, and waits for both banners from pod from.
+func (e *env) startServers(ctx context.Context, c *harness.Cluster, pod, from, slots int, dialIP string) (agent, sshd *harness.Proc, err error) {
+	agent, err = c.Start(ctx, pod, uid, gid, e.baseEnv(), "", e.agent,
+		"--ssh.listen-address", ":"+strconv.Itoa(agentPort), "--ssh.auth-dir", e.auth,
+		"--web.listen-address", ":"+strconv.Itoa(webPort), "--slots", strconv.Itoa(slots),
+		"--gpu.detect", "none", "--log.format", "json", "--log.level", "warn")
+	if err != nil {
+		return nil, nil, err
+	}
+	sshd, err = c.Start(ctx, pod, uid, gid, e.baseEnv(), "", "/usr/sbin/sshd", "-D", "-e", "-f", e.sshdConf)
+	if err != nil {
+		return agent, nil, err
+	}
+	if dialIP == "" {
+		dialIP = c.Pod(pod).IP.String()
+	}
+	for _, s := range []struct {
+		port int
+		p    *harness.Proc
+	}{{agentPort, agent}, {sshdPort, sshd}} {
+		if err := waitBanner(ctx, c, from, net.JoinHostPort(dialIP, strconv.Itoa(s.port)), s.p); err != nil {
+			return agent, sshd, err
+		}
+	}
+	return agent, sshd, nil
+}

@@ -1,0 +1,435 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/podmpi/podmpi/test/bench"
+	"github.com/podmpi/podmpi/test/harness"
+)
+
+// run takes every figure. A section that fails is reported and the others
+// still run; the error says which failed.
+func run(ctx context.Context, o options) error {
+	if err := preflight(); err != nil {
+		return err
+	}
+	start := time.Now()
+	e, err := newEnv(ctx, o.binDir)
+	if e != nil && e.work != "" {
+		defer os.RemoveAll(e.work)
+	}
+	if err != nil {
+		return fmt.Errorf("prepare %s: %w", e.work, err)
+	}
+	r := &report{}
+	machine := describeMachine(ctx)
+	fmt.Print(machine)
+
+	var failed []string
+	fail := func(section string, err error) {
+		fmt.Printf("\n!! %s: %v\n", section, err)
+		fmt.Fprintf(&r.md, "\n**%s failed:** `%s`\n\n", section, strings.ReplaceAll(tailStr(err.Error(), 600), "\n", " "))
+		failed = append(failed, section)
+	}
+	if o.want("rsh") || o.want("mpi") || o.want("init") || o.want("mem") || o.want("tput") {
+		if err := podsSections(ctx, o, e, r, fail); err != nil {
+			fail("cluster", err)
+		}
+	}
+	var points []scalePoint
+	if o.want("scale") {
+		var err error
+		if points, err = scaleSection(ctx, o, e, r); err != nil {
+			fail("scale", err)
+		}
+	}
+	if len(points) > 0 {
+		if err := plot(ctx, o.outDir, points); err != nil {
+			fail("plot", err)
+		}
+	}
+	r.printTargets()
+	took := time.Since(start).Round(time.Second)
+	r.note("make bench took %s.", took)
+	if err := r.write(o.outDir, machine+"\n"); err != nil {
+		return fmt.Errorf("write results to %s: %w", o.outDir, err)
+	}
+	fmt.Printf("\n== results written to %s (raw.csv, summary.md, init-vs-n.csv, init-vs-n.png)\n", o.outDir)
+	if len(failed) > 0 {
+		return fmt.Errorf("sections failed: %s", strings.Join(failed, ", "))
+	}
+	return nil
+}
+
+// preflight names what this machine lacks.
+func preflight() error {
+	var miss []string
+	if err := harness.Preflight(); err != nil {
+		miss = append(miss, err.Error())
+	}
+	for _, p := range []string{"/usr/bin/ssh", "/usr/sbin/sshd", "/usr/bin/nslookup"} {
+		if _, err := os.Stat(p); err != nil {
+			miss = append(miss, p+" missing (apt-get install -y openssh-client openssh-server bind9-dnsutils)")
+		}
+	}
+	for _, p := range []string{"mpirun.openmpi", "mpicc.openmpi", "mpiexec.hydra", "mpicc.mpich"} {
+		if _, err := exec.LookPath(p); err != nil {
+			miss = append(miss, p+" missing (apt-get install -y openmpi-bin libopenmpi-dev mpich libmpich-dev)")
+		}
+	}
+	if len(miss) > 0 {
+		return errors.New(strings.Join(miss, "; "))
+	}
+	return nil
+}
+
+// describeMachine is the "Machine" section.
+func describeMachine(ctx context.Context) string {
+	first := func(name string, args ...string) string {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		b, _ := exec.CommandContext(ctx, name, args...).CombinedOutput()
+		for _, l := range strings.Split(string(b), "\n") {
+			if l = strings.TrimSpace(l); l != "" {
+				return l
+			}
+		}
+		return "?"
+	}
+	grep := func(file, key string) string {
+		b, _ := os.ReadFile(file)
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, key) {
+				_, v, _ := strings.Cut(l, ":")
+				return strings.TrimSpace(v)
+			}
+		}
+		return "?"
+	}
+	hydra := "?"
+	if b, err := exec.CommandContext(ctx, "mpiexec.hydra", "--version").CombinedOutput(); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "Version:") {
+				hydra = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(l), "Version:"))
+				break
+			}
+		}
+	}
+	var uts syscall.Utsname
+	_ = syscall.Uname(&uts)
+	str := func(b [65]int8) string {
+		var s []byte
+		for _, c := range b {
+			if c == 0 {
+				break
+			}
+			s = append(s, byte(c))
+		}
+		return string(s)
+	}
+	load, _ := os.ReadFile("/proc/loadavg")
+	commit := first("git", "rev-parse", "--short=12", "HEAD")
+	var b strings.Builder
+	fmt.Fprintf(&b, "## Machine (this run)\n\n")
+	fmt.Fprintf(&b, "| | |\n|---|---|\n")
+	fmt.Fprintf(&b, "| date | %s |\n", time.Now().UTC().Format(time.RFC3339))
+	fmt.Fprintf(&b, "| CPU | %s, %d logical CPUs |\n", grep("/proc/cpuinfo", "model name"), runtime.NumCPU())
+	fmt.Fprintf(&b, "| memory | %s |\n", grep("/proc/meminfo", "MemTotal"))
+	fmt.Fprintf(&b, "| kernel | %s %s |\n", str(uts.Sysname), str(uts.Release))
+	fmt.Fprintf(&b, "| OS | %s |\n", osRelease())
+	fmt.Fprintf(&b, "| load average at start | %s |\n", strings.TrimSpace(string(load)))
+	fmt.Fprintf(&b, "| Go (this driver) | %s |\n", runtime.Version())
+	fmt.Fprintf(&b, "| podmpi | commit %s; binaries from `make build` |\n", commit)
+	fmt.Fprintf(&b, "| OpenSSH | %s |\n", first("/usr/bin/ssh", "-V"))
+	fmt.Fprintf(&b, "| Open MPI | %s |\n", first("mpirun.openmpi", "--version"))
+	fmt.Fprintf(&b, "| MPICH (Hydra) | %s |\n", hydra)
+	fmt.Fprintf(&b, "| dnsmasq | %s |\n", first("dnsmasq", "--version"))
+	return b.String()
+}
+
+func osRelease() string {
+	b, _ := os.ReadFile("/etc/os-release")
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "PRETTY_NAME="); ok {
+			return strings.Trim(v, `"`)
+		}
+	}
+	return "?"
+}
+
+// podsSections are figures 1, 2, 3 (N = 3), 4 and 5 on one cluster: pod 0
+// the launcher and client, pods 1..3 workers each running worker-agent
+// (2222) and sshd (2223).
+func podsSections(ctx context.Context, o options, e *env, r *report, fail func(string, error)) error {
+	const job = "bj"
+	etc := e.etcFiles()
+	pods := []harness.PodSpec{{Hostname: job + "-launcher-0-0", Role: harness.RoleLauncher, Publish: true, EtcFiles: etc}}
+	for i := range 3 {
+		pods = append(pods, harness.PodSpec{Hostname: fmt.Sprintf("%s-node-0-%d", job, i), Role: harness.RoleWorker, Publish: true, EtcFiles: etc})
+	}
+	c, err := harness.Start(ctx, harness.Config{Job: job, Pods: pods, LogDir: filepath.Join(e.work, "log-pods")})
+	if err != nil {
+		return err
+	}
+	defer closeCluster(c)
+	fmt.Printf("\n== cluster %s: launcher pod + 3 worker pods (network namespaces, cluster DNS at %s), everything as uid %d\n", c.ID(), c.HubIP(), uid)
+	agents := map[int]*harness.Proc{}
+	sshds := map[int]*harness.Proc{}
+	for pod := 1; pod <= 3; pod++ {
+		a, s, err := e.startServers(ctx, c, pod, 0, 2, "")
+		if err != nil {
+			return err
+		}
+		agents[pod], sshds[pod] = a, s
+	}
+	// Idle memory first, before any session ran.
+	time.Sleep(500 * time.Millisecond)
+	idle, err := idleMem(agents[1].PID(), sshds[1].PID())
+	if err != nil {
+		fail("memory (idle)", err)
+	}
+	host := c.Pod(1).ShortName
+	if o.want("rsh") {
+		if err := rshSection(ctx, o, e, r, c, host); err != nil {
+			fail("remote command", err)
+		}
+	}
+	if o.want("mpi") {
+		if err := mpiSection(ctx, o, e, r, c); err != nil {
+			fail("mpi", err)
+		}
+	}
+	if o.want("init") {
+		if err := initSection(ctx, o, e, r, c); err != nil {
+			fail("launcher init (3 pods)", err)
+		}
+	}
+	if o.want("mem") && idle != nil {
+		if err := memSection(ctx, o, e, r, c, idle, agents[1], sshds[1], host); err != nil {
+			fail("memory", err)
+		}
+	}
+	if o.want("tput") {
+		if err := tputSection(ctx, o, e, r, c, host); err != nil {
+			fail("throughput", err)
+		}
+	}
+	return nil
+}
+
+// closeCluster tears c down and says what, if anything, was left.
+func closeCluster(c *harness.Cluster) {
+	if err := c.Close(); err != nil {
+		fmt.Printf("!! teardown of cluster %s: %v (make clean-stale removes leftovers)\n", c.ID(), err)
+		return
+	}
+	fmt.Printf("== cluster %s torn down\n", c.ID())
+}
+
+// rshSection is figure 1.
+func rshSection(ctx context.Context, o options, e *env, r *report, c *harness.Cluster, host string) error {
+	r.heading("1. One remote command: connect, authenticate, exec `true`, close",
+		fmt.Sprintf("Client in the launcher pod, server in worker pod `%s`, both as uid %d; the name resolves through the cluster DNS each time. "+
+			"OpenSSH runs with the options mpi-operator passes (default algorithms); every client and server uses the job's P-521 key.", host, uid))
+	rsh, rshEnv := e.rsh(host, "true")
+	spec := bench.Spec{Rounds: o.rounds(40, 5), Warmup: 3, Cmds: []bench.Cmd{
+		{Name: "launcher rsh -> worker-agent", Argv: rsh, Env: rshEnv, Timeout: 30 * time.Second},
+		{Name: "ssh -> worker-agent", Argv: e.ssh(agentPort, host, "true"), Timeout: 30 * time.Second},
+		{Name: "ssh -> sshd", Argv: e.ssh(sshdPort, host, "true"), Timeout: 30 * time.Second},
+	}}
+	res, err := e.timer(ctx, c, 0, spec)
+	if err != nil {
+		return err
+	}
+	sum := r.timeTable("rsh", []row{
+		{name: res[0].Name, samples: res[0].Seconds, baseline: "ssh -> sshd"},
+		{name: res[1].Name, samples: res[1].Seconds, baseline: "ssh -> sshd"},
+		{name: res[2].Name, samples: res[2].Seconds},
+	})
+	ratio := bench.Ratio(sum[res[0].Name].Median, sum[res[2].Name].Median)
+	r.check("`launcher rsh` round trip vs OpenSSH ssh to sshd", fmt.Sprintf("%.3f (%s vs %s)", ratio,
+		bench.Ms(sum[res[0].Name].Median), bench.Ms(sum[res[2].Name].Median)), "<= 0.1", ratio <= 0.1)
+	return nil
+}
+
+// mpiSection is figure 2.
+func mpiSection(ctx context.Context, o options, e *env, r *report, c *harness.Cluster) error {
+	var names []string
+	for pod := 1; pod <= 3; pod++ {
+		names = append(names, c.Pod(pod).ShortName)
+	}
+	r.heading("2. MPI jobs over 3 worker pods x 2 slots",
+		"podmpi: the whole `launcher --workers "+strings.Join(names, ",")+" -- <mpirun ...>` run (discovery, slots from each worker-agent's /info, "+
+			"hostfile, SSH probe of every worker, MPI detection, then mpirun with `launcher rsh` as its ssh program, to the end of the job). "+
+			"OpenSSH: the same mpirun with a hostfile and `/usr/bin/ssh` to sshd (harness-notes §4 recipe). The allreduce is test/e2e/testdata/allreduce.c.")
+	ompiHF := filepath.Join(e.work, "hosts-ompi")
+	mpichHF := filepath.Join(e.work, "hosts-mpich")
+	var a, b strings.Builder
+	for _, n := range names {
+		fmt.Fprintf(&a, "%s slots=2\n", n)
+		fmt.Fprintf(&b, "%s:2\n", n)
+	}
+	if err := os.WriteFile(ompiHF, []byte(a.String()), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(mpichHF, []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	sshArgs := strings.Join(e.sshArgs(sshdPort), " ")
+	ompiEnv := []string{"OMPI_MCA_orte_keep_fqdn_hostnames=1", "OMPI_MCA_plm_rsh_agent=/usr/bin/ssh", "OMPI_MCA_plm_rsh_args=" + sshArgs}
+	mpichEnv := []string{"HYDRA_LAUNCHER=ssh", "HYDRA_LAUNCHER_EXEC=/usr/bin/ssh", "HYDRA_LAUNCHER_EXTRA_ARGS=" + sshArgs, "HYDRA_IFACE=eth0"}
+	workers := []string{"--workers", strings.Join(names, ",")}
+	const to = 90 * time.Second
+	type job struct{ label, mpirun, prog string }
+	jobs := []job{
+		{"OpenMPI hostname", "mpirun.openmpi", "hostname"},
+		{"MPICH hostname", "mpiexec.hydra", "hostname"},
+		{"OpenMPI allreduce", "mpirun.openmpi", e.progs["allreduce-ompi"]},
+		{"MPICH allreduce", "mpiexec.hydra", e.progs["allreduce-mpich"]},
+	}
+	var cmds []bench.Cmd
+	for _, j := range jobs {
+		cmds = append(cmds, bench.Cmd{Name: j.label + " podmpi", Argv: e.launcherArgs(workers, j.mpirun, "-np", "6", j.prog), Grep: bench.LauncherGrep, Timeout: to})
+		if j.mpirun == "mpirun.openmpi" {
+			cmds = append(cmds, bench.Cmd{Name: j.label + " OpenSSH", Argv: []string{"mpirun.openmpi", "--hostfile", ompiHF, "-np", "6", j.prog}, Env: ompiEnv, Timeout: to})
+		} else {
+			cmds = append(cmds, bench.Cmd{Name: j.label + " OpenSSH", Argv: []string{"mpiexec.hydra", "-f", mpichHF, "-np", "6", j.prog}, Env: mpichEnv, Timeout: to})
+		}
+	}
+	res, err := e.timer(ctx, c, 0, bench.Spec{Rounds: o.rounds(15, 3), Warmup: 2, Cmds: cmds})
+	if err != nil {
+		return err
+	}
+	var rows []row
+	for i := 0; i < len(res); i += 2 {
+		rows = append(rows, row{name: res[i].Name, samples: res[i].Seconds, baseline: res[i+1].Name}, row{name: res[i+1].Name, samples: res[i+1].Seconds})
+	}
+	sum := r.timeTable("mpi", rows)
+	// Where the podmpi time goes.
+	var prow []row
+	for i := 0; i < len(res); i += 2 {
+		init, mpirun := phaseSeries(res[i].Lines, "", "mpirun")
+		prow = append(prow, row{name: res[i].Name + ": init", samples: init, baseline: "-"},
+			row{name: res[i].Name + ": mpirun phase", samples: mpirun, baseline: "-"})
+	}
+	r.note("podmpi runs split into the launcher's init (start to the exec of mpirun) and its mpirun phase, from its JSON log:")
+	r.timeTable("mpi-phases", prow)
+	for _, mpi := range []string{"OpenMPI", "MPICH"} {
+		p, b := sum[mpi+" hostname podmpi"], sum[mpi+" hostname OpenSSH"]
+		ratio := bench.Ratio(p.Median, b.Median)
+		r.check("`mpirun -np 6 hostname` "+mpi+", podmpi vs OpenSSH", fmt.Sprintf("%.2f (%s vs %s)", ratio, bench.Ms(p.Median), bench.Ms(b.Median)), "<= 0.7", ratio <= 0.7)
+	}
+	return nil
+}
+
+// phaseSeries extracts, per run, the init seconds and the seconds of phase
+// (when phase is not "") from kept launcher log lines.
+func phaseSeries(lines [][]string, _ string, phase string) (init, ph []float64) {
+	for _, l := range lines {
+		p, err := bench.ParseLauncherLog(l)
+		if err != nil {
+			continue
+		}
+		init = append(init, p.Init)
+		if phase != "" {
+			ph = append(ph, p.Phases[phase])
+		}
+	}
+	return init, ph
+}
+
+// entrypoint is the baseline of figure 3: what an mpi-operator style
+// launcher entrypoint does before mpirun: wait until every worker name
+// resolves (nslookup loop), then until each answers ssh (ssh host true),
+// one host after the other.
+const entrypoint = `#!/bin/sh
+# usage: entrypoint.sh HOSTLIST PORT KEY USER
+set -u
+hosts=$1 port=$2 key=$3 user=$4
+while read -r h; do
+  until nslookup "$h" >/dev/null 2>&1; do sleep 1; done
+done < "$hosts"
+while read -r h; do
+  until ssh -n -p "$port" -i "$key" -l "$user" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
+      -o LogLevel=ERROR -o BatchMode=yes -o ConnectionAttempts=10 "$h" true; do
+    sleep 1
+  done
+done < "$hosts"
+exec /bin/true
+`
+
+func (e *env) writeEntrypoint(hosts []string, tag string) (script, list string, err error) {
+	script = filepath.Join(e.work, "entrypoint.sh")
+	if err := os.WriteFile(script, []byte(entrypoint), 0o755); err != nil {
+		return "", "", err
+	}
+	list = filepath.Join(e.work, "hosts-"+tag)
+	return script, list, os.WriteFile(list, []byte(strings.Join(hosts, "\n")+"\n"), 0o644)
+}
+
+// initSection is figure 3 for the 3 worker pods.
+func initSection(ctx context.Context, o options, e *env, r *report, c *harness.Cluster) error {
+	var hosts []string
+	for pod := 1; pod <= 3; pod++ {
+		hosts = append(hosts, c.Pod(pod).ShortName)
+	}
+	r.heading("3a. Launcher init, 3 worker pods (workers already up)",
+		"`launcher --discovery.template bj-node-0-{i}.bj --workers-expected 3 --mpi.implementation openmpi4 -- /bin/true`: wall time of the whole process, "+
+			"and its init (start to the exec of the command) by phase from its JSON log. "+
+			"Baseline: the mpi-operator style shell entrypoint (nslookup loop per host, then `ssh host true` per host, against sshd).")
+	script, list, err := e.writeEntrypoint(hosts, "pods")
+	if err != nil {
+		return err
+	}
+	spec := bench.Spec{Rounds: o.rounds(20, 3), Warmup: 2, Cmds: []bench.Cmd{
+		{Name: "launcher (init + exec /bin/true)", Argv: e.launcherArgs([]string{"--discovery.template", "bj-node-0-{i}.bj", "--workers-expected", "3",
+			"--mpi.implementation", "openmpi4"}, "/bin/true"), Grep: bench.LauncherGrep, Timeout: time.Minute},
+		{Name: "shell entrypoint (nslookup + ssh true per host)", Argv: []string{"/bin/sh", script, list, strconv.Itoa(sshdPort), e.key, user}, Timeout: time.Minute},
+	}}
+	res, err := e.timer(ctx, c, 0, spec)
+	if err != nil {
+		return err
+	}
+	rows := []row{
+		{name: res[0].Name, samples: res[0].Seconds, baseline: res[1].Name},
+		{name: res[1].Name, samples: res[1].Seconds},
+	}
+	rows = append(rows, phaseRows(res[0].Lines)...)
+	r.timeTable("init3", rows)
+	return nil
+}
+
+// phaseRows turns launcher logs into one row for init and one per phase.
+func phaseRows(lines [][]string) []row {
+	byPhase := map[string][]float64{}
+	var order []string
+	var init []float64
+	for _, l := range lines {
+		p, err := bench.ParseLauncherLog(l)
+		if err != nil {
+			continue
+		}
+		init = append(init, p.Init)
+		for _, ph := range p.Order {
+			if _, ok := byPhase[ph]; !ok {
+				order = append(order, ph)
+			}
+			byPhase[ph] = append(byPhase[ph], p.Phases[ph])
+		}
+	}
+	rows := []row{{name: "  init (start to exec)", samples: init, baseline: "-"}}
+	for _, ph := range order {
+		rows = append(rows, row{name: "    phase " + ph, samples: byPhase[ph], baseline: "-"})
+	}
+	return rows
+}
