@@ -47,6 +47,7 @@ type Config struct {
 	InsecureIgnoreHostKey bool
 	ProbeTimeout          time.Duration
 	ProbeParallel         int
+	ProbeSSHSample        int // see probe.Options.SSHSample; 0 probes every worker fully
 	SkipProbe             bool
 
 	HostfilePath  string // where the hostfile is written
@@ -315,11 +316,12 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 			targets = append(targets, probe.Target{Host: h.Name, Port: cfg.SSHPort})
 		}
 		results := probe.Run(ctx, targets, probe.Options{
-			Client:   client,
-			Daemons:  impl.Daemons(),
-			Parallel: cfg.ProbeParallel,
-			Deadline: cfg.ProbeTimeout,
-			Logger:   l.log,
+			Client:    client,
+			Daemons:   impl.Daemons(),
+			Parallel:  cfg.ProbeParallel,
+			SSHSample: cfg.ProbeSSHSample,
+			Deadline:  cfg.ProbeTimeout,
+			Logger:    l.log,
 		})
 		p.Results = results
 		ok := 0

@@ -402,3 +402,51 @@ func TestRunDeadlineCutsHangingConnect(t *testing.T) {
 		t.Fatalf("probe took %s with a 1.5s deadline", took)
 	}
 }
+
+func TestFullSample(t *testing.T) {
+	if fullSample(10, 0) != nil || fullSample(10, 10) != nil || fullSample(3, 5) != nil {
+		t.Fatal("no sampling expected")
+	}
+	for _, tc := range []struct{ n, sample int }{{10, 1}, {10, 2}, {10, 3}, {1024, 128}, {129, 128}} {
+		full := fullSample(tc.n, tc.sample)
+		count := 0
+		for _, f := range full {
+			if f {
+				count++
+			}
+		}
+		if count != tc.sample || !full[0] || (tc.sample > 1 && !full[tc.n-1]) {
+			t.Errorf("fullSample(%d, %d): %d marked, first %v last %v", tc.n, tc.sample, count, full[0], full[tc.n-1])
+		}
+	}
+}
+
+// With SSHSample, the sampled workers get the full probe (a missing daemon
+// is found there) and the others the banner check, which still finds a
+// dead port on any worker.
+func TestRunSSHSample(t *testing.T) {
+	j := newJob(t)
+	ok := j.worker(t, binDir(t, "orted"), 0)
+	targets := []Target{local(ok.Port), local(ok.Port), local(sshtest.FreePort(t)), local(ok.Port)}
+	res := Run(context.Background(), targets, Options{Client: j.cfg, Daemons: DaemonsOpenMPI, SSHSample: 2})
+	want := []string{CheckSSH, CheckBanner, CheckBanner, CheckSSH}
+	for i, r := range res {
+		if r.Check != want[i] {
+			t.Errorf("target %d: check %q, want %q", i, r.Check, want[i])
+		}
+	}
+	if !res[0].OK || res[0].DaemonPath == "" || !res[1].OK || res[1].DaemonPath != "" || !res[3].OK {
+		t.Fatalf("results %+v", res)
+	}
+	if res[2].OK || res[2].Failure.Phase != sshclient.PhaseTCPRefused {
+		t.Fatalf("banner check must still classify a dead port: %+v", res[2])
+	}
+	var b strings.Builder
+	WriteReport(&b, res)
+	if !strings.Contains(b.String(), "(banner check)") || !strings.Contains(b.String(), "2 fully probed over SSH, 2 by banner check") {
+		t.Fatalf("report:\n%s", b.String())
+	}
+	if got := ok.Commands(); len(got) != 2 {
+		t.Fatalf("remote checks ran %d times, want 2 (sampled workers only): %q", len(got), got)
+	}
+}

@@ -98,6 +98,7 @@ type options struct {
 	insecure     bool
 	probeTimeout time.Duration
 	probePar     int
+	probeSample  int
 	skipProbe    bool
 
 	output        string
@@ -129,6 +130,7 @@ func (o *options) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.insecure, "ssh.insecure-ignore-host-key", false, "do not verify workers' host keys (INSECURE; the default pins them to id_rsa.pub)")
 	fs.DurationVar(&o.probeTimeout, "probe.timeout", 2*time.Minute, "deadline of the SSH probe; transient failures are retried until it")
 	fs.IntVar(&o.probePar, "probe.parallel", 64, "workers probed at once")
+	fs.IntVar(&o.probeSample, "probe.ssh-sample", 128, "fully probe (handshake, host key, auth, MPI daemon) at most this many workers spread over the list; the rest get a DNS+TCP+SSH-banner check (0: probe every worker fully)")
 	fs.BoolVar(&o.skipProbe, "probe.skip", false, "skip the SSH probe before mpirun")
 	fs.StringVar(&o.output, "hostfile.output", filepath.Join(os.TempDir(), "podmpi", "hostfile"), "where to write the hostfile for mpirun")
 	fs.DurationVar(&o.mpirunTimeout, "mpirun.timeout", 0, "stop mpirun after this long (0: no limit)")
@@ -242,6 +244,9 @@ func (o *options) spec() (discovery.Spec, error) {
 	if o.expected < 0 {
 		return discovery.Spec{}, usageError{errors.New("--workers-expected must be >= 0")}
 	}
+	if o.probeSample < 0 {
+		return discovery.Spec{}, usageError{errors.New("--probe.ssh-sample must be >= 0")}
+	}
 	if o.defaultSlots < 1 {
 		return discovery.Spec{}, usageError{errors.New("--discovery.default-slots must be >= 1")}
 	}
@@ -288,6 +293,7 @@ func (o *options) newLauncher(lg *slog.Logger, command []string, report io.Write
 		InsecureIgnoreHostKey: o.insecure,
 		ProbeTimeout:          o.probeTimeout,
 		ProbeParallel:         o.probePar,
+		ProbeSSHSample:        o.probeSample,
 		SkipProbe:             o.skipProbe,
 		HostfilePath:          o.output,
 		NoTreeSpawn:           o.noTreeSpawn,
