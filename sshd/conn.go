@@ -217,7 +217,7 @@ func stateOf(ctx gliderssh.Context) *connState {
 // publicKeyHandler decides on the key of this call only: it is in
 // authorized_keys (compared by wire encoding) or it is not.
 func (s *Server) publicKeyHandler(ctx gliderssh.Context, key gliderssh.PublicKey) bool {
-	_, ok := s.keys[string(key.Marshal())]
+	_, ok := s.authorizedKey(key)
 	if st := stateOf(ctx); st != nil {
 		st.mu.Lock()
 		if ok {
@@ -240,14 +240,14 @@ func (s *Server) serverConfig(ctx gliderssh.Context) *ssh.ServerConfig {
 		// verified signature). The key is checked again here and the identity
 		// is returned in fresh Permissions, never taken from earlier calls.
 		VerifiedPublicKeyCallback: func(conn ssh.ConnMetadata, key ssh.PublicKey, _ *ssh.Permissions, sigAlg string) (*ssh.Permissions, error) {
-			k, ok := s.keys[string(key.Marshal())]
+			source, ok := s.authorizedKey(key)
 			if !ok {
 				return nil, errors.New("public key not in authorized_keys")
 			}
 			perms := &ssh.Permissions{Extensions: map[string]string{
 				extKeyFP:     authdir.Fingerprint(key),
 				extKeyType:   key.Type(),
-				extKeySource: s.akPath + ":" + strconv.Itoa(k.Line),
+				extKeySource: source,
 			}}
 			if st != nil {
 				s.authenticated(ctx, st, conn, perms, sigAlg)

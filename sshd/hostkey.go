@@ -19,10 +19,24 @@ import (
 // Config.StateDir when the auth dir has no id_rsa.
 const GeneratedHostKeyFile = "ssh_host_ed25519_key"
 
-// loadHostKey returns the host key and whether it is the job's id_rsa (which
-// clients can pin to id_rsa.pub). Without id_rsa it loads or generates an
-// ed25519 key in stateDir; with no stateDir it generates one in memory.
-func loadHostKey(authDir, stateDir string, log *slog.Logger) (ssh.Signer, bool, error) {
+// loadHostKey returns the host key, the ed25519 key derived from it when it
+// is the job's id_rsa (authdir.LoadJobKey; nil otherwise), and whether it is
+// the job's id_rsa (which clients can pin to id_rsa.pub). Without id_rsa it
+// loads or generates an ed25519 key in stateDir; with no stateDir it
+// generates one in memory.
+func loadHostKey(authDir, stateDir string, log *slog.Logger) (ssh.Signer, ssh.Signer, bool, error) {
+	signer, pinned, err := loadBaseHostKey(authDir, stateDir, log)
+	if err != nil || !pinned {
+		return signer, nil, pinned, err
+	}
+	_, derived, err := authdir.LoadJobKey(filepath.Join(authDir, authdir.PrivateKey))
+	if err != nil {
+		return nil, nil, false, err
+	}
+	return signer, derived, true, nil
+}
+
+func loadBaseHostKey(authDir, stateDir string, log *slog.Logger) (ssh.Signer, bool, error) {
 	jobKey := filepath.Join(authDir, authdir.PrivateKey)
 	if _, err := os.Stat(jobKey); err == nil || !errors.Is(err, fs.ErrNotExist) {
 		signer, err := authdir.LoadSigner(jobKey)

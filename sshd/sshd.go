@@ -154,7 +154,13 @@ type Server struct {
 	pinned bool
 	keys   map[string]authdir.Key // by ssh wire encoding
 	akPath string
-	id     identity
+	// derived is the ed25519 key derived from the job's id_rsa
+	// (authdir.LoadJobKey), offered as a second host key; derivedAuth is
+	// its wire encoding when it is also accepted as a client key (only when
+	// id_rsa's own public key is in authorized_keys), else "".
+	derived     ssh.Signer
+	derivedAuth string
+	id          identity
 
 	startups  chan struct{} // MaxStartups semaphore
 	nextConn  atomic.Uint64
@@ -211,9 +217,16 @@ func New(cfg Config) (*Server, error) {
 			s.keys[string(k.Key.Marshal())] = k
 		}
 	}
-	s.signer, s.pinned, err = loadHostKey(cfg.AuthDir, cfg.StateDir, s.log)
+	s.signer, s.derived, s.pinned, err = loadHostKey(cfg.AuthDir, cfg.StateDir, s.log)
 	if err != nil {
 		return nil, err
+	}
+	hostSigners := []gliderssh.Signer{s.signer}
+	if s.derived != nil {
+		hostSigners = append(hostSigners, s.derived)
+		if _, ok := s.keys[string(s.signer.PublicKey().Marshal())]; ok {
+			s.derivedAuth = string(s.derived.PublicKey().Marshal())
+		}
 	}
 	s.id = lookupIdentity(cfg.Env)
 	if _, err := os.Stat(cfg.Shell); err != nil {
@@ -222,7 +235,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.gs = &gliderssh.Server{
 		Version:                  "podmpi",
-		HostSigners:              []gliderssh.Signer{s.signer},
+		HostSigners:              hostSigners,
 		PublicKeyHandler:         s.publicKeyHandler, // must stay non-nil: nil handlers mean NO auth
 		ConnCallback:             s.connCallback,
 		ServerConfigCallback:     s.serverConfig,
@@ -248,6 +261,19 @@ func (s *Server) HostKeyFingerprint() string { return authdir.Fingerprint(s.sign
 // HostKeyPinned reports whether the host key is the job's id_rsa, which
 // clients can pin to id_rsa.pub.
 func (s *Server) HostKeyPinned() bool { return s.pinned }
+
+// authorizedKey reports whether key may log in, and where it is authorized:
+// its authorized_keys line, or the key derived from the job's id_rsa.
+func (s *Server) authorizedKey(key ssh.PublicKey) (source string, ok bool) {
+	m := string(key.Marshal())
+	if k, ok := s.keys[m]; ok {
+		return s.akPath + ":" + strconv.Itoa(k.Line), true
+	}
+	if s.derivedAuth != "" && m == s.derivedAuth {
+		return "derived from " + filepath.Join(s.cfg.AuthDir, authdir.PrivateKey), true
+	}
+	return "", false
+}
 
 // AuthorizedKeyCount returns the number of distinct keys loaded from
 // authorized_keys.

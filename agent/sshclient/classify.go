@@ -54,6 +54,7 @@ func (p *peekConn) stop() {
 // HostKeyError is a server host key that is not the pinned one.
 type HostKeyError struct {
 	Expected  ssh.PublicKey // nil if nothing was pinned
+	Derived   ssh.PublicKey // the key derived from the job's id_rsa, also accepted; nil if none
 	Presented ssh.PublicKey
 	Source    string // where Expected came from, e.g. /home/mpiuser/.ssh/id_rsa.pub
 }
@@ -63,7 +64,11 @@ func (e *HostKeyError) Error() string {
 	if src == "" {
 		src = "id_rsa.pub"
 	}
-	return fmt.Sprintf("server presented host key %s, want %s from %s", describeKey(e.Presented), describeKey(e.Expected), src)
+	msg := fmt.Sprintf("server presented host key %s, want %s from %s", describeKey(e.Presented), describeKey(e.Expected), src)
+	if e.Derived != nil {
+		msg += fmt.Sprintf(" (or %s, derived from the job's id_rsa)", describeKey(e.Derived))
+	}
+	return msg
 }
 
 func describeKey(k ssh.PublicKey) string {

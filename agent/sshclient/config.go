@@ -24,7 +24,7 @@ func LoadJobConfig(authDir, home, explicitKey string) (Config, error) {
 	if keyPath == "" {
 		keyPath = filepath.Join(dir, authdir.PrivateKey)
 	}
-	s, err := authdir.LoadSigner(keyPath)
+	s, derived, err := authdir.LoadJobKey(keyPath)
 	if err != nil {
 		return Config{}, err
 	}
@@ -41,6 +41,9 @@ func LoadJobConfig(authDir, home, explicitKey string) (Config, error) {
 		if err := authdir.CheckPair(dir, s, pub); err != nil {
 			return Config{}, err
 		}
+		// The derived key stands for the job key only when the signer is
+		// the job's id_rsa, the pair of the pinned id_rsa.pub.
+		cfg.Derived = derived
 	}
 	cfg.HostKey = pub
 	cfg.HostKeySource = pubPath

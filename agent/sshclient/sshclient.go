@@ -162,6 +162,13 @@ type Config struct {
 	Signer ssh.Signer
 	// ExtraSigners are offered after Signer (further -i options).
 	ExtraSigners []ssh.Signer
+	// Derived is the ed25519 key derived from the job's id_rsa
+	// (authdir.LoadJobKey), nil when there is none. It is offered first for
+	// user auth and accepted as the worker's host key besides HostKey: a
+	// worker-agent with the same id_rsa derives the same key, and ed25519
+	// saves ~6 ms of P-521 signatures per connection. Servers that do not
+	// know it (OpenSSH) answer with the job key itself.
+	Derived ssh.Signer
 	// HostKey is the pinned server key (the job's id_rsa.pub). Required
 	// unless InsecureIgnoreHostKey.
 	HostKey ssh.PublicKey
@@ -240,6 +247,9 @@ func (c Config) ClientConfig() *ssh.ClientConfig {
 		user = DefaultUser
 	}
 	var signers []ssh.Signer
+	if c.Derived != nil {
+		signers = append(signers, c.Derived)
+	}
 	if c.Signer != nil {
 		signers = append(signers, c.Signer)
 	}
@@ -252,18 +262,29 @@ func (c Config) ClientConfig() *ssh.ClientConfig {
 	if c.InsecureIgnoreHostKey {
 		cc.HostKeyCallback = ssh.InsecureIgnoreHostKey() //nolint:gosec // explicit operator opt-in, warned about by callers
 	} else {
-		cc.HostKeyCallback = pinnedHostKey(c.HostKey, c.HostKeySource)
-		cc.HostKeyAlgorithms = HostKeyAlgorithms(c.HostKey)
+		var derived ssh.PublicKey
+		if c.Derived != nil && c.HostKey != nil {
+			derived = c.Derived.PublicKey()
+			cc.HostKeyAlgorithms = append(cc.HostKeyAlgorithms, derived.Type())
+		}
+		cc.HostKeyAlgorithms = append(cc.HostKeyAlgorithms, HostKeyAlgorithms(c.HostKey)...)
+		cc.HostKeyCallback = pinnedHostKey(c.HostKey, derived, c.HostKeySource)
 	}
 	return cc
 }
 
-func pinnedHostKey(want ssh.PublicKey, source string) ssh.HostKeyCallback {
+// pinnedHostKey accepts the pinned job key, or the key derived from the
+// job's private key (which only holders of id_rsa can present).
+func pinnedHostKey(want, derived ssh.PublicKey, source string) ssh.HostKeyCallback {
 	return func(_ string, _ net.Addr, got ssh.PublicKey) error {
-		if want != nil && got != nil && string(got.Marshal()) == string(want.Marshal()) {
-			return nil
+		if got != nil {
+			for _, k := range []ssh.PublicKey{want, derived} {
+				if k != nil && string(got.Marshal()) == string(k.Marshal()) {
+					return nil
+				}
+			}
 		}
-		return &HostKeyError{Expected: want, Presented: got, Source: source}
+		return &HostKeyError{Expected: want, Derived: derived, Presented: got, Source: source}
 	}
 }
 
