@@ -14,31 +14,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin:/usr/sbin:/sbin"
 
-if [ "$(id -u)" -ne 0 ]; then
-  echo "bench: needs root (network namespaces, bind mounts, a DNS server); run: sudo make bench"
-  exit 1
-fi
-if ! command -v go >/dev/null; then
-  echo "bench: needs Go (https://go.dev/dl/) in PATH or /usr/local/go/bin"
-  exit 1
-fi
-
-need=()
-have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for pkg in openmpi-bin libopenmpi-dev mpich libmpich-dev gcc libc6-dev openssh-client openssh-server \
-           dnsmasq-base iproute2 util-linux bind9-dnsutils python3-matplotlib; do
-  have "$pkg" || need+=("$pkg")
-done
-if [ "${#need[@]}" -gt 0 ]; then
-  if ! command -v apt-get >/dev/null; then
-    echo "bench: missing packages ${need[*]} and no apt-get to install them"
-    exit 1
-  fi
-  echo "== apt-get install ${need[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null
-  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
+require_root_and_go bench "network namespaces, bind mounts, a DNS server"
+install_missing bench openmpi-bin libopenmpi-dev mpich libmpich-dev gcc libc6-dev openssh-client openssh-server \
+  dnsmasq-base iproute2 util-linux bind9-dnsutils python3-matplotlib
 for b in bin/launcher bin/worker-agent; do
   [ -x "$b" ] || { echo "bench: $b missing; run make build (make bench does)"; exit 1; }
 done
