@@ -25,55 +25,55 @@ const GeneratedHostKeyFile = "ssh_host_ed25519_key"
 // loads or generates an ed25519 key in stateDir; with no stateDir it
 // generates one in memory.
 func loadHostKey(authDir, stateDir string, log *slog.Logger) (ssh.Signer, ssh.Signer, bool, error) {
-	signer, pinned, err := loadBaseHostKey(authDir, stateDir, log)
-	if err != nil || !pinned {
-		return signer, nil, pinned, err
-	}
-	_, derived, err := authdir.LoadJobKey(filepath.Join(authDir, authdir.PrivateKey))
-	if err != nil {
-		return nil, nil, false, err
-	}
-	return signer, derived, true, nil
-}
-
-func loadBaseHostKey(authDir, stateDir string, log *slog.Logger) (ssh.Signer, bool, error) {
 	jobKey := filepath.Join(authDir, authdir.PrivateKey)
 	if _, err := os.Stat(jobKey); err == nil || !errors.Is(err, fs.ErrNotExist) {
-		signer, err := authdir.LoadSigner(jobKey)
+		// One read serves the host key and its derived key. The job key may
+		// be parsed lazily (authdir.LoadJobKey); one signature now makes a
+		// broken key fail at startup rather than on the first connection.
+		signer, derived, err := authdir.LoadJobKey(jobKey)
 		if err != nil {
-			return nil, false, err
+			return nil, nil, false, err
+		}
+		if _, err := signer.Sign(rand.Reader, []byte("podmpi host key check")); err != nil {
+			return nil, nil, false, &authdir.Error{Path: jobKey, Op: "parse private key", Err: err,
+				Hint: "expected the job Secret's ssh-privatekey (PEM: EC PRIVATE KEY, RSA PRIVATE KEY, PRIVATE KEY or OPENSSH PRIVATE KEY)"}
 		}
 		pubPath := filepath.Join(authDir, authdir.PublicKey)
 		if authdir.Exists(authDir, authdir.PublicKey) {
 			pub, err := authdir.LoadPublicKey(pubPath)
 			if err != nil {
-				return nil, false, err
+				return nil, nil, false, err
 			}
 			if err := authdir.CheckPair(authDir, signer, pub); err != nil {
-				return nil, false, err
+				return nil, nil, false, err
 			}
 		}
-		return signer, true, nil
+		return signer, derived, true, nil
 	}
+	signer, err := loadGeneratedHostKey(jobKey, stateDir, log)
+	return signer, nil, false, err
+}
 
+// loadGeneratedHostKey is the host key when the auth dir has no id_rsa.
+func loadGeneratedHostKey(jobKey, stateDir string, log *slog.Logger) (ssh.Signer, error) {
 	const cannotPin = "clients cannot pin this host key to id_rsa.pub; mount the job Secret's ssh-privatekey as id_rsa in the auth dir"
 	if stateDir == "" {
 		signer, err := generateEd25519()
 		if err != nil {
-			return nil, false, err
+			return nil, err
 		}
 		log.Warn("no job private key and no state dir: using an in-memory host key that changes on every start; "+cannotPin,
 			"missing", jobKey, "host_key_fp", authdir.Fingerprint(signer.PublicKey()))
-		return signer, false, nil
+		return signer, nil
 	}
 	signer, created, err := loadOrCreateStateKey(stateDir)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	log.Warn("no job private key: using a host key generated for this agent; "+cannotPin,
 		"missing", jobKey, "host_key", filepath.Join(stateDir, GeneratedHostKeyFile),
 		"generated_now", created, "host_key_fp", authdir.Fingerprint(signer.PublicKey()))
-	return signer, false, nil
+	return signer, nil
 }
 
 func generateEd25519() (ssh.Signer, error) {
