@@ -28,6 +28,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"golang.org/x/crypto/ssh"
@@ -114,15 +115,23 @@ func CheckMode(path string) (fs.FileInfo, error) {
 	if err != nil {
 		return nil, &Error{Path: path, Op: "check mode", Err: err, Hint: hintFor(err)}
 	}
+	if err := checkInfo(path, st); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// checkInfo applies CheckMode's rules to a file's info.
+func checkInfo(path string, st fs.FileInfo) error {
 	if !st.Mode().IsRegular() {
-		return nil, &Error{Path: path, Op: "check mode", Err: fmt.Errorf("not a regular file (mode %s)", st.Mode()),
+		return &Error{Path: path, Op: "check mode", Err: fmt.Errorf("not a regular file (mode %s)", st.Mode()),
 			Hint: "point the auth dir at the mounted Secret's files"}
 	}
 	if st.Mode().Perm()&0o002 != 0 {
-		return nil, &Error{Path: path, Op: "check mode", Err: fmt.Errorf("%w (mode %04o)", ErrWorldWritable, st.Mode().Perm()),
+		return &Error{Path: path, Op: "check mode", Err: fmt.Errorf("%w (mode %04o)", ErrWorldWritable, st.Mode().Perm()),
 			Hint: "anyone in the pod could replace this key; mount the Secret with defaultMode 0400 (0440/0640 with fsGroup are fine)"}
 	}
-	return st, nil
+	return nil
 }
 
 // ReadFile reads a key file after CheckMode, bounded by MaxKeyFileSize.
@@ -200,29 +209,45 @@ type Key struct {
 	Key     ssh.PublicKey
 	Comment string
 	Line    int
+	// NoPTY is set by the line's options "restrict" or "no-pty" (unless a
+	// later "pty" gives the terminal back, as in OpenSSH): the key never
+	// gets a pseudo-terminal, whatever the server allows others.
+	NoPTY bool
 }
 
 // LineError is an authorized_keys line that was skipped, and why.
 type LineError struct {
 	Line int
 	Err  error
+	// Options are the line's options the server does not implement (for
+	// example command=, from=): the key was refused because honouring only
+	// part of them would grant its owner more than intended. Empty for a
+	// line that is not a public key at all.
+	Options []string
 }
 
 func (e LineError) Error() string { return fmt.Sprintf("line %d: %v", e.Line, e.Err) }
 
-// harmlessOptions are authorized_keys options that only take away what this
-// server never grants (PTY aside, which is opt-in): a key carrying them is
-// accepted. Options that would restrict what the key may run or where it may
-// come from (command=, from=, ...) are not enforced here, so such keys are
-// skipped rather than silently granted more than their owner intended.
-var harmlessOptions = map[string]bool{
-	"restrict": true, "no-agent-forwarding": true, "no-port-forwarding": true,
-	"no-pty": true, "no-user-rc": true, "no-x11-forwarding": true,
-}
+// Authorized_keys options and what worker-agent makes of them. "restrict"
+// and "no-pty" take the pseudo-terminal away (Key.NoPTY) and "pty" gives it
+// back; the others only take away, or give back, what this server never
+// grants (forwarding of ports, agents and X11, ~/.ssh/rc). Every other
+// option (command=, from=, environment=, permitopen=, permitlisten=,
+// principals=, tunnel=, expiry-time=, cert-authority, no-touch-required,
+// verify-required) would restrict what the key may run or where it may come
+// from; they are not implemented, so a key carrying one is refused rather
+// than silently granted more than its owner intended.
+var (
+	ptyOptions      = map[string]bool{"restrict": true, "no-pty": true, "pty": false}
+	harmlessOptions = map[string]bool{
+		"no-agent-forwarding": true, "no-port-forwarding": true, "no-user-rc": true, "no-x11-forwarding": true,
+		"agent-forwarding": true, "port-forwarding": true, "user-rc": true, "x11-forwarding": true,
+	}
+)
 
 // ParseAuthorizedKeys parses authorized_keys content line by line. Blank lines
 // and comments are ignored; malformed lines and keys with unsupported options
-// are reported as LineErrors and skipped, as OpenSSH skips them.
+// are reported as LineErrors and skipped (OpenSSH skips malformed lines too).
 func ParseAuthorizedKeys(data []byte) ([]Key, []LineError) {
 	var keys []Key
 	var bad []LineError
@@ -237,20 +262,43 @@ func ParseAuthorizedKeys(data []byte) ([]Key, []LineError) {
 			bad = append(bad, LineError{Line: n, Err: fmt.Errorf("not a public key: %w", err)})
 			continue
 		}
+		k := Key{Key: pk, Comment: comment, Line: n}
 		var unsupported []string
 		for _, o := range options {
 			name, _, _ := strings.Cut(o, "=")
-			if !harmlessOptions[strings.ToLower(name)] {
-				unsupported = append(unsupported, name)
+			name = strings.ToLower(name)
+			if noPTY, ok := ptyOptions[name]; ok {
+				k.NoPTY = noPTY
+			} else if !harmlessOptions[name] {
+				unsupported = append(unsupported, truncateOption(name))
 			}
 		}
 		if len(unsupported) > 0 {
-			bad = append(bad, LineError{Line: n, Err: fmt.Errorf("key options %s are not supported by worker-agent; key skipped", strings.Join(unsupported, ","))})
+			bad = append(bad, LineError{Line: n, Options: unsupported,
+				Err: fmt.Errorf("key refused: options %s are not implemented by worker-agent (remove them, or keep this key out of the job's authorized_keys)", strings.Join(unsupported, ","))})
 			continue
 		}
-		keys = append(keys, Key{Key: pk, Comment: comment, Line: n})
+		keys = append(keys, k)
 	}
 	return keys, bad
+}
+
+// truncateOption makes an option name safe to quote in a message: at most
+// 32 bytes, and Go-quoted unless it is a plain option name.
+func truncateOption(name string) string {
+	cut := name
+	if len(cut) > 32 {
+		cut = cut[:32]
+	}
+	for _, c := range []byte(cut) {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '@' || c == '.') {
+			return strconv.QuoteToASCII(cut)
+		}
+	}
+	if len(cut) < len(name) {
+		cut += "..."
+	}
+	return cut
 }
 
 // LoadAuthorizedKeys reads an authorized_keys-format file. It fails when the

@@ -6,13 +6,16 @@ import (
 	"crypto/elliptic"
 	"crypto/hkdf"
 	"crypto/rsa"
+	"crypto/fips140"
 	"crypto/sha512"
-	"crypto/x509"
 	"encoding/asn1"
+	"encoding/binary"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
+	"slices"
 	"sync"
 
 	"golang.org/x/crypto/ssh"
@@ -33,16 +36,24 @@ const derivedInfo = "podmpi derived ed25519 job key v1"
 //
 // Both ends hold the job's private key (id_rsa is mounted in every pod), so
 // both derive the same ed25519 key from it: HKDF-SHA512 over the key type
-// and its private scalar (ECDSA) or PKCS#1 encoding (RSA). The worker offers
-// it as a second host key and accepts it as a client key when its own
-// id_rsa's public key is in authorized_keys; the launcher pins it as a host
-// key and signs with it first. Only holders of id_rsa can derive it, so it
-// grants exactly what the job key grants, no more. OpenSSH clients know
-// nothing of it and keep using the job key itself.
+// and a canonical secret value, the private scalar (ECDSA) or the prime
+// factors in ascending order (RSA), never an encoding: the same key stored
+// as SEC1, PKCS#1, PKCS#8 or OpenSSH PEM derives the same ed25519 key. The
+// worker offers it as a second host key and accepts it as a client key when
+// its own id_rsa's public key is in authorized_keys; the launcher pins it as
+// a host key and signs with it first. Only holders of id_rsa can derive it,
+// so it grants exactly what the job key grants, no more. OpenSSH clients
+// that pin nothing (UserKnownHostsFile=/dev/null, as MPI recipes set) prefer
+// ed25519 and so negotiate the derived host key; that is why its
+// fingerprint is logged and shown in the worker's /info.
+//
+// In FIPS 140 mode (crypto/fips140.Enabled) nothing is derived: a key made
+// from another key's secret is not an approved key generation, so both ends
+// use only the job key itself.
 
 // LoadJobKey reads the private key at path like LoadSigner and also returns
 // the ed25519 key derived from it (nil when the key is already ed25519:
-// there is nothing to speed up). For the SEC1 "EC PRIVATE KEY" PEM both
+// there is nothing to speed up; nil in FIPS 140 mode). For the SEC1 "EC PRIVATE KEY" PEM both
 // operators write, the job key's public half comes from the file and the
 // full parse is deferred to its first signature, which a worker-agent that
 // accepts the derived key never asks for.
@@ -52,6 +63,9 @@ func LoadJobKey(path string) (signer, derived ssh.Signer, err error) {
 		return nil, nil, err
 	}
 	if s, d, ok := fastSEC1(data); ok {
+		if !DeriveEnabled() {
+			d = nil
+		}
 		return s, d, nil
 	}
 	raw, err := ssh.ParseRawPrivateKey(data)
@@ -73,21 +87,58 @@ func LoadJobKey(path string) (signer, derived ssh.Signer, err error) {
 	return signer, derived, nil
 }
 
+// DeriveEnabled reports whether keys are derived: not in FIPS 140 mode.
+func DeriveEnabled() bool { return !fips140.Enabled() }
+
 // DeriveSigner returns the ed25519 key derived from an ECDSA or RSA private
 // key (as crypto/x509 and x/crypto/ssh return them), or nil for an ed25519
-// key.
+// key and in FIPS 140 mode.
 func DeriveSigner(raw any) (ssh.Signer, error) {
 	switch k := raw.(type) {
 	case ed25519.PrivateKey, *ed25519.PrivateKey:
 		return nil, nil
 	case *ecdsa.PrivateKey:
+		if !DeriveEnabled() {
+			return nil, nil
+		}
 		size := (k.Curve.Params().BitSize + 7) / 8
 		return deriveFrom(k.Curve.Params().Name, k.D.FillBytes(make([]byte, size)))
 	case *rsa.PrivateKey:
-		return deriveFrom("rsa", x509.MarshalPKCS1PrivateKey(k))
+		if !DeriveEnabled() {
+			return nil, nil
+		}
+		secret, err := rsaSecret(k)
+		if err != nil {
+			return nil, err
+		}
+		return deriveFrom("rsa-primes", secret)
 	default:
 		return nil, fmt.Errorf("unsupported private key type %T", raw)
 	}
+}
+
+// rsaSecret is the canonical secret of an RSA key: its prime factors in
+// ascending order, each with a 4-byte big-endian length. The factorisation
+// of N is unique, so unlike the private exponent (d mod φ(N) or mod λ(N)),
+// the CRT values, the order of p and q, or any encoding of them, it is the
+// same for every file holding this key.
+func rsaSecret(k *rsa.PrivateKey) ([]byte, error) {
+	if len(k.Primes) < 2 {
+		return nil, errors.New("RSA key without its prime factors")
+	}
+	primes := make([]*big.Int, len(k.Primes))
+	copy(primes, k.Primes)
+	slices.SortFunc(primes, func(a, b *big.Int) int { return a.Cmp(b) })
+	var out []byte
+	for _, p := range primes {
+		if p == nil || p.Sign() <= 0 {
+			return nil, errors.New("RSA key with an invalid prime factor")
+		}
+		b := p.Bytes()
+		out = binary.BigEndian.AppendUint32(out, uint32(len(b)))
+		out = append(out, b...)
+	}
+	return out, nil
 }
 
 func deriveFrom(kind string, secret []byte) (ssh.Signer, error) {

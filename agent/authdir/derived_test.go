@@ -2,13 +2,20 @@ package authdir
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
+	"crypto/fips140"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
+	"math/big"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/crypto/ssh"
 )
@@ -113,4 +120,116 @@ func FuzzFastSEC1(f *testing.F) {
 			t.Fatal("ok without keys")
 		}
 	})
+}
+
+// An RSA job key derives the same ed25519 key whatever file holds it:
+// PKCS#1, PKCS#8, OpenSSH format, p and q swapped, or another valid private
+// exponent (d + λ(N)). Deriving from an encoding gave different keys.
+func TestRSADerivedKeyIsCanonical(t *testing.T) {
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	must(t, err)
+	dir := t.TempDir()
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		must(t, os.WriteFile(p, data, 0o600))
+		return p
+	}
+	p8, err := x509.MarshalPKCS8PrivateKey(k)
+	must(t, err)
+	osh, err := ssh.MarshalPrivateKey(k, "")
+	must(t, err)
+
+	// The same key with p and q swapped and d replaced by d + λ(N): what
+	// another tool may write for the very same key pair.
+	one := big.NewInt(1)
+	pm1 := new(big.Int).Sub(k.Primes[0], one)
+	qm1 := new(big.Int).Sub(k.Primes[1], one)
+	lambda := new(big.Int).Div(new(big.Int).Mul(pm1, qm1), new(big.Int).GCD(nil, nil, pm1, qm1))
+	alt := &rsa.PrivateKey{
+		PublicKey: k.PublicKey,
+		D:         new(big.Int).Add(k.D, lambda),
+		Primes:    []*big.Int{k.Primes[1], k.Primes[0]},
+	}
+	alt.Precompute()
+	altDER := x509.MarshalPKCS1PrivateKey(alt)
+
+	paths := map[string]string{
+		"pkcs1":   write("pkcs1", pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(k)})),
+		"pkcs8":   write("pkcs8", pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: p8})),
+		"openssh": write("openssh", pem.EncodeToMemory(osh)),
+		"swapped": write("swapped", pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: altDER})),
+	}
+	var want []byte
+	for name, p := range paths {
+		s, d, err := LoadJobKey(p)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !bytes.Equal(s.PublicKey().Marshal(), mustSSHPub(t, &k.PublicKey).Marshal()) {
+			t.Fatalf("%s: signer is not the key", name)
+		}
+		if d == nil {
+			t.Fatalf("%s: no derived key", name)
+		}
+		if want == nil {
+			want = d.PublicKey().Marshal()
+		} else if !bytes.Equal(want, d.PublicKey().Marshal()) {
+			t.Fatalf("%s derives %s, another encoding of the same key %s", name,
+				ssh.FingerprintSHA256(d.PublicKey()), fpOf(t, want))
+		}
+	}
+}
+
+func mustSSHPub(t *testing.T, k any) ssh.PublicKey {
+	t.Helper()
+	p, err := ssh.NewPublicKey(k)
+	must(t, err)
+	return p
+}
+
+func fpOf(t *testing.T, wire []byte) string {
+	t.Helper()
+	p, err := ssh.ParsePublicKey(wire)
+	must(t, err)
+	return ssh.FingerprintSHA256(p)
+}
+
+const fipsChildEnv = "PODMPI_AUTHDIR_FIPS_CHILD"
+
+// In FIPS 140 mode no key is derived (a key made from another key's secret
+// is not an approved key generation): LoadJobKey returns the job key alone.
+func TestNoDerivedKeyInFIPSMode(t *testing.T) {
+	if os.Getenv(fipsChildEnv) != "" {
+		if !fips140.Enabled() {
+			t.Fatal("crypto/fips140.Enabled() is false under GODEBUG=fips140=on")
+		}
+		dir, pub := writeTrainerLayout(t, 0o640)
+		s, d, err := LoadJobKey(filepath.Join(dir, PrivateKey))
+		must(t, err)
+		if !bytes.Equal(s.PublicKey().Marshal(), pub.Marshal()) {
+			t.Fatal("signer is not the job key")
+		}
+		if d != nil {
+			t.Fatalf("derived key %s in FIPS mode", ssh.FingerprintSHA256(d.PublicKey()))
+		}
+		rk, err := rsa.GenerateKey(rand.Reader, 2048)
+		must(t, err)
+		if d, err := DeriveSigner(rk); err != nil || d != nil {
+			t.Fatalf("DeriveSigner(RSA) in FIPS mode = %v, %v", d, err)
+		}
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestNoDerivedKeyInFIPSMode$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "GODEBUG=fips140=on", fipsChildEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestNoDerivedKeyInFIPSMode") {
+		t.Fatalf("FIPS subprocess: %v\n%s", err, out)
+	}
+	// Outside FIPS mode the same key does derive one.
+	dir, _ := writeTrainerLayout(t, 0o640)
+	if _, d, err := LoadJobKey(filepath.Join(dir, PrivateKey)); err != nil || d == nil {
+		t.Fatalf("no derived key outside FIPS mode: %v", err)
+	}
 }
