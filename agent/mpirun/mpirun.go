@@ -295,8 +295,35 @@ func firstLine(s string) string {
 	return s
 }
 
+// indexFold returns the byte index in s of the first match of sub, ASCII
+// letters compared case-insensitively, or -1. The index is s's own: folding
+// only ASCII bytes keeps every length unchanged, whereas searching a
+// strings.ToLower copy gives indexes into the copy, which invalid UTF-8 in
+// the output (each bad byte becomes a 3-byte U+FFFD) shifts past s's end.
 func indexFold(s, sub string) int {
-	return strings.Index(strings.ToLower(s), strings.ToLower(sub))
+	n := len(sub)
+	for i := 0; i+n <= len(s); i++ {
+		if asciiEqualFold(s[i:i+n], sub) {
+			return i
+		}
+	}
+	return -1
+}
+
+func asciiEqualFold(a, b string) bool {
+	for i := range len(a) {
+		if lowerASCII(a[i]) != lowerASCII(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
 }
 
 // NameHint returns the implementation family a launcher program's name

@@ -331,3 +331,32 @@ func TestDetectRealMPI(t *testing.T) {
 		})
 	}
 }
+
+// indexFold must return an index into its own argument: a search in a
+// lower-cased copy mis-indexes once invalid UTF-8 changes the copy's length
+// (the fuzz seed testdata/fuzz/FuzzParseVersionOutput/invalid-utf8-intel
+// panicked with "slice bounds out of range").
+func TestIndexFold(t *testing.T) {
+	cases := []struct {
+		s, sub string
+		want   int
+	}{
+		{"Intel(R) MPI Library", "intel(r) mpi library", 0},
+		{"x INTEL MPI LIBRARY", "Intel MPI Library", 2},
+		{strings.Repeat("\x80", 12) + "Intel MPI Library\n", "Intel MPI Library", 12},
+		{"\xff\xfeintel", "INTEL", 2},
+		{"İntel", "intel", -1}, // non-ASCII letters are not folded
+		{"abc", "abcd", -1},
+		{"", "", 0},
+		{"abc", "", 0},
+	}
+	for _, c := range cases {
+		if got := indexFold(c.s, c.sub); got != c.want {
+			t.Errorf("indexFold(%q, %q) = %d, want %d", c.s, c.sub, got, c.want)
+		}
+	}
+	impl, _, err := ParseVersionOutput(strings.Repeat("\x80", 12) + "Intel MPI Library\n")
+	if err != nil || impl != IntelMPI {
+		t.Errorf("ParseVersionOutput = %q, %v; want %q", impl, err, IntelMPI)
+	}
+}
