@@ -204,6 +204,10 @@ var (
 	ErrDuplicateHost = errors.New("duplicate host")
 	// ErrUnknownFormat: a Format value or name is not one of the three formats.
 	ErrUnknownFormat = errors.New("unknown hostfile format")
+	// ErrNotRegular: ParseFile was given a FIFO, device, socket or
+	// directory, which it refuses before reading (a FIFO without a writer
+	// would block the open forever).
+	ErrNotRegular = errors.New("not a regular file")
 )
 
 // ParseError is an error in a hostfile, located by file and line.

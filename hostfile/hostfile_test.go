@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestParseFormat(t *testing.T) {
@@ -401,10 +403,54 @@ func TestParseFile(t *testing.T) {
 		t.Parallel()
 		_, _, err := ParseFile(dir)
 		var pe *ParseError
-		if !errors.As(err, &pe) || pe.Path != dir {
+		if !errors.As(err, &pe) || pe.Path != dir || !errors.Is(err, ErrNotRegular) || !strings.Contains(err.Error(), "directory") {
 			t.Fatalf("ParseFile(dir) = %v", err)
 		}
 	})
+	t.Run("symlink to a regular file", func(t *testing.T) {
+		t.Parallel()
+		// A ConfigMap volume mounts ..data/hostfile behind a symlink.
+		target := filepath.Join(dir, "target")
+		if err := os.WriteFile(target, []byte("w-0 slots=2\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		link := filepath.Join(dir, "link")
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+		if hosts, _, err := ParseFile(link); err != nil || !reflect.DeepEqual(hosts, []Host{{"w-0", 2}}) {
+			t.Fatalf("ParseFile(symlink) = %v, %v", hosts, err)
+		}
+	})
+	// Opening a FIFO with no writer blocks forever; it must be refused
+	// instead. A character device is refused too.
+	for _, tc := range []struct{ name, path, kind string }{
+		{"fifo", "", "FIFO"},
+		{"char device", os.DevNull, "character device"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p := tc.path
+			if p == "" {
+				p = filepath.Join(dir, "fifo")
+				if err := syscall.Mkfifo(p, 0o644); err != nil {
+					t.Skipf("mkfifo: %v", err)
+				}
+			}
+			done := make(chan error, 1)
+			go func() { _, _, err := ParseFile(p); done <- err }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("ParseFile(%s) still blocked after 30s", p)
+			}
+			var pe *ParseError
+			if !errors.As(err, &pe) || pe.Path != p || !errors.Is(err, ErrNotRegular) || !strings.Contains(err.Error(), tc.kind) {
+				t.Fatalf("ParseFile(%s) = %v", p, err)
+			}
+		})
+	}
 }
 
 func TestWriteFile(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"syscall"
 )
 
 // maxLineLen bounds one line (comments included). Real lines are under 300
@@ -60,8 +61,15 @@ func Parse(r io.Reader) ([]Host, Format, error) {
 }
 
 // ParseFile is Parse for the named file; errors name the file and line.
+// Only a regular file (or a symlink to one, as a ConfigMap volume mounts
+// it) is read: anything else is an ErrNotRegular error, found before the
+// open and checked again on the open descriptor, which is opened
+// non-blocking so that a FIFO swapped in between cannot block it.
 func ParseFile(path string) ([]Host, Format, error) {
-	f, err := os.Open(path)
+	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+		return nil, OpenMPI, notRegular(path, fi.Mode())
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		cause := fmt.Errorf("open: %w", err)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -70,7 +78,31 @@ func ParseFile(path string) ([]Host, Format, error) {
 		return nil, OpenMPI, &ParseError{Path: path, Err: cause}
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, OpenMPI, &ParseError{Path: path, Err: fmt.Errorf("stat: %w", err)}
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, OpenMPI, notRegular(path, fi.Mode())
+	}
 	return parse(f, path)
+}
+
+func notRegular(path string, m fs.FileMode) error {
+	kind := "special file"
+	switch {
+	case m.IsDir():
+		kind = "directory"
+	case m&fs.ModeNamedPipe != 0:
+		kind = "FIFO (named pipe)"
+	case m&fs.ModeSocket != 0:
+		kind = "socket"
+	case m&fs.ModeCharDevice != 0:
+		kind = "character device"
+	case m&fs.ModeDevice != 0:
+		kind = "block device"
+	}
+	return &ParseError{Path: path, Err: fmt.Errorf("%w: it is a %s; give the path of a hostfile (a regular file, as the operator's ConfigMap mounts it)", ErrNotRegular, kind)}
 }
 
 func parse(r io.Reader, path string) ([]Host, Format, error) {
