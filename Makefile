@@ -76,7 +76,7 @@ image-test:
 
 ## clean-stale: remove namespaces and processes left by an interrupted test run
 clean-stale:
-	$(GO) run ./test/harness/cmd/cleanup
+	$(GO) run ./test/harness/cmd/harness-cleanup
 
 clean:
 	rm -rf $(BIN)
