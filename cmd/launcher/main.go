@@ -11,7 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -30,18 +30,42 @@ import (
 )
 
 func main() {
+	if isRsh(os.Args) {
+		// Before anything opens a file: what mpirun's other children left
+		// open is not ours to keep (see rsh.CloseInheritedFDs).
+		_, _ = rsh.CloseInheritedFDs()
+	}
 	os.Exit(int(run(context.Background(), os.Args, os.Stdin, os.Stdout, os.Stderr)))
 }
 
-// run is main without os.Exit, for tests.
-func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) exitcode.Code {
-	// mpirun calls us by the name of the symlink the launcher made
-	// (podmpi-rsh), or as ssh when an image links us there.
+// isRsh reports whether args start the ssh-compatible client: mpirun calls
+// us by the name of the symlink the launcher made (podmpi-rsh), or as ssh
+// when an image links us there, or as `launcher rsh`.
+func isRsh(args []string) bool {
+	if len(args) == 0 {
+		return false
+	}
 	switch filepath.Base(args[0]) {
 	case "podmpi-rsh", "ssh":
+		return true
+	}
+	return len(args) > 1 && args[1] == "rsh"
+}
+
+// run is main without os.Exit, for tests. A panic anywhere in the
+// launcher's own goroutine (and in the parallel phases, which hand theirs
+// back to it) ends in exitcode.Internal with the panic on stderr and in the
+// termination message, never Go's bare exit 2.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (code exitcode.Code) {
+	o := &options{stdin: stdin, stdout: stdout, stderr: stderr}
+	defer func() {
+		if r := recover(); r != nil {
+			code = o.internalPanic(r, debug.Stack())
+		}
+	}()
+	if len(args) > 0 && isRsh(args[:1]) {
 		return exitcode.Code(rsh.Main(ctx, args[1:], os.LookupEnv, stdin, stdout, stderr))
 	}
-	o := &options{stdin: stdin, stdout: stdout, stderr: stderr}
 	root := newRootCmd(o)
 	root.SetArgs(args[1:])
 	root.SetOut(stdout)
@@ -76,6 +100,7 @@ type options struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	code           exitcode.Code
+	rsh            bool // running as `launcher rsh`: the termination log is not ours
 
 	log cli.LogFlags
 
@@ -171,6 +196,14 @@ Exit codes: mpirun's own, or 64 usage, 65 config, 66 discovery timeout,
 		if err := cli.ApplyEnv(cmd.Flags(), os.LookupEnv); err != nil {
 			return usageError{err}
 		}
+		switch cmd.Name() {
+		case "rsh", "version":
+			return nil // they read none of the job's flags
+		}
+		if err := o.validate(); err != nil {
+			return err
+		}
+		o.crashOutput()
 		return nil
 	}
 	root.AddCommand(
@@ -179,6 +212,7 @@ Exit codes: mpirun's own, or 64 usage, 65 config, 66 discovery timeout,
 			Short:              "ssh-compatible client mpirun uses to start remote daemons (job key, pinned host key)",
 			DisableFlagParsing: true,
 			RunE: func(cmd *cobra.Command, args []string) error {
+				o.rsh = true
 				o.code = exitcode.Code(rsh.Main(cmd.Context(), args, os.LookupEnv, o.stdin, o.stdout, o.stderr))
 				return nil
 			},
@@ -241,15 +275,6 @@ func (o *options) spec() (discovery.Spec, error) {
 	if self == "" {
 		self, _ = os.Hostname()
 	}
-	if o.expected < 0 {
-		return discovery.Spec{}, usageError{errors.New("--workers-expected must be >= 0")}
-	}
-	if o.probeSample < 0 {
-		return discovery.Spec{}, usageError{errors.New("--probe.ssh-sample must be >= 0")}
-	}
-	if o.defaultSlots < 1 {
-		return discovery.Spec{}, usageError{errors.New("--discovery.default-slots must be >= 1")}
-	}
 	if o.template != "" && o.expected == 0 {
 		return discovery.Spec{}, usageError{errors.New("--discovery.template needs --workers-expected N")}
 	}
@@ -274,11 +299,6 @@ func (o *options) newLauncher(lg *slog.Logger, command []string, report io.Write
 	spec, err := o.spec()
 	if err != nil {
 		return nil, err
-	}
-	if o.slots != "auto" {
-		if n, err := strconv.Atoi(o.slots); err != nil || n < 1 {
-			return nil, usageError{fmt.Errorf("--slots %q: want auto or a positive integer", o.slots)}
-		}
 	}
 	return launcher.New(launcher.Config{
 		Discovery:             spec,
@@ -341,6 +361,7 @@ func (o *options) runJob(ctx context.Context, command []string) error {
 	if err != nil {
 		return err
 	}
+	injectTestPanic()
 	l, err := o.newLauncher(lg, command, o.stderr)
 	if err != nil {
 		return err
