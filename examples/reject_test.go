@@ -177,6 +177,15 @@ func TestChecksReject(t *testing.T) {
 		{"Trainer: numProcPerNode type", ctr, func(t *testing.T, o map[string]any) {
 			at(t, o, "spec", "mlPolicy", "mpi")["numProcPerNode"] = json.Number("1.5")
 		}, "mpi.numProcPerNode: want integer"},
+		{"Trainer: runtime numNodes starts several launchers", ctr, func(t *testing.T, o map[string]any) {
+			at(t, o, "spec", "mlPolicy")["numNodes"] = json.Number("3")
+		}, "so 3 launcher pods would start"},
+		{"Trainer: launcher job with several replicas", ctr, func(t *testing.T, o map[string]any) {
+			at(t, o, "spec", "template", "spec", "replicatedJobs", "[1]")["replicas"] = json.Number("2")
+		}, "replicas 2 would start more than one launcher pod"},
+		{"Trainer: launcher job with parallelism 2", ctr, func(t *testing.T, o map[string]any) {
+			at(t, o, "spec", "template", "spec", "replicatedJobs", "[1]", "template", "spec")["parallelism"] = json.Number("2")
+		}, "parallelism 2 would start more than one launcher pod"},
 		{"TrainJob: unknown runtime", trainjob, func(t *testing.T, o map[string]any) {
 			at(t, o, "spec", "runtimeRef")["name"] = "nope"
 		}, `no ClusterTrainingRuntime of that name`},

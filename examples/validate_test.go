@@ -3,6 +3,7 @@ package examples
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -483,7 +484,8 @@ func checkDocument(d document, crds map[gvk]*schema, runtimes map[string]bool) (
 func checkKindRules(d document, runtimes map[string]bool) []string {
 	var errs []string
 	switch d.GVK {
-	case gvk{"trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"}:
+	case gvk{"trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"}, gvk{"trainer.kubeflow.org/v1alpha1", "TrainingRuntime"}:
+		errs = append(errs, checkLauncherPods(d)...)
 		mpi, _ := dig(d.Obj, "spec", "mlPolicy", "mpi").(map[string]any)
 		if mpi == nil {
 			return []string{"spec.mlPolicy.mpi: required for an MPI runtime"}
@@ -519,6 +521,50 @@ func checkKindRules(d document, runtimes map[string]bool) []string {
 	case gvk{"kubeflow.org/v2beta1", "MPIJob"}:
 		if p, _ := dig(d.Obj, "spec", "sshAuthMountPath").(string); p != "/home/mpiuser/.ssh" {
 			errs = append(errs, fmt.Sprintf("spec.sshAuthMountPath %q: want /home/mpiuser/.ssh", p))
+		}
+	}
+	return errs
+}
+
+// ancestorLabel marks the replicated job that Trainer gives the TrainJob's
+// trainer settings (command, args, image, resources) and sizes from the
+// runtime's mlPolicy.numNodes.
+const ancestorLabel = "trainer.kubeflow.org/trainjob-ancestor-step"
+
+// checkLauncherPods fails a runtime that would start more than one launcher
+// pod. Trainer sizes the replicated job labelled ancestorLabel=trainer from
+// the runtime's mlPolicy.numNodes (a missing value means 1), while its MPI
+// plugin sizes only the "node" job from the TrainJob; so when that job is the
+// launcher, numNodes must be 1 and the job itself must not ask for more than
+// one pod (replicas, parallelism, completions).
+func checkLauncherPods(d document) []string {
+	var errs []string
+	rjs, _ := dig(d.Obj, "spec", "template", "spec", "replicatedJobs").([]any)
+	for i, rj := range rjs {
+		if dig(rj, "template", "metadata", "labels", ancestorLabel) != "trainer" {
+			continue
+		}
+		cs, _ := dig(rj, "template", "spec", "template", "spec", "containers").([]any)
+		launcher := false
+		for _, c := range cs {
+			cmd, _ := dig(c, "command").([]any)
+			if len(cmd) > 0 && cmd[0] == "launcher" {
+				launcher = true
+			}
+		}
+		if !launcher {
+			continue
+		}
+		name, _ := dig(rj, "name").(string)
+		where := fmt.Sprintf("replicatedJobs[%d] (%s, labelled %s: trainer, runs the launcher)", i, name, ancestorLabel)
+		if n, ok := dig(d.Obj, "spec", "mlPolicy", "numNodes").(json.Number); ok && n.String() != "1" {
+			errs = append(errs, fmt.Sprintf("spec.mlPolicy.numNodes %s: Trainer sizes %s from this value, so %s launcher pods would start; "+
+				"keep numNodes 1 in the runtime and set trainer.numNodes in the TrainJob", n, where, n))
+		}
+		for _, f := range [][]string{{"replicas"}, {"template", "spec", "parallelism"}, {"template", "spec", "completions"}} {
+			if n, ok := dig(rj, f...).(json.Number); ok && n.String() != "1" {
+				errs = append(errs, fmt.Sprintf("%s: %s %s would start more than one launcher pod; want 1", where, strings.Join(f, "."), n))
+			}
 		}
 	}
 	return errs
