@@ -217,7 +217,7 @@ func stateOf(ctx gliderssh.Context) *connState {
 // publicKeyHandler decides on the key of this call only: it is in
 // authorized_keys (compared by wire encoding) or it is not.
 func (s *Server) publicKeyHandler(ctx gliderssh.Context, key gliderssh.PublicKey) bool {
-	_, ok := s.authorizedKey(key)
+	_, _, ok := s.authorizedKey(key)
 	if st := stateOf(ctx); st != nil {
 		st.mu.Lock()
 		if ok {
@@ -231,16 +231,19 @@ func (s *Server) publicKeyHandler(ctx gliderssh.Context, key gliderssh.PublicKey
 }
 
 // serverConfig is called by gliderlabs once per connection; gliderlabs adds
-// the host key and the PublicKeyCallback wrapping publicKeyHandler.
+// the PublicKeyCallback wrapping publicKeyHandler. The host keys are the
+// current ones (re-read when the job's Secret changed) and the algorithms
+// podmpi's explicit lists (authdir.KeyExchanges, ...).
 func (s *Server) serverConfig(ctx gliderssh.Context) *ssh.ServerConfig {
 	st := stateOf(ctx)
-	return &ssh.ServerConfig{
-		MaxAuthTries: s.cfg.MaxAuthTries,
+	cfg := &ssh.ServerConfig{
+		MaxAuthTries:            s.cfg.MaxAuthTries,
+		PublicKeyAuthAlgorithms: append([]string(nil), authdir.PublicKeyAuthAlgorithms...),
 		// Called only after the client proved possession of the key (a
 		// verified signature). The key is checked again here and the identity
 		// is returned in fresh Permissions, never taken from earlier calls.
 		VerifiedPublicKeyCallback: func(conn ssh.ConnMetadata, key ssh.PublicKey, _ *ssh.Permissions, sigAlg string) (*ssh.Permissions, error) {
-			source, ok := s.authorizedKey(key)
+			source, line, ok := s.authorizedKey(key)
 			if !ok {
 				return nil, errors.New("public key not in authorized_keys")
 			}
@@ -249,6 +252,9 @@ func (s *Server) serverConfig(ctx gliderssh.Context) *ssh.ServerConfig {
 				extKeyType:   key.Type(),
 				extKeySource: source,
 			}}
+			if line.NoPTY {
+				perms.Extensions[extNoPTY] = "1"
+			}
 			if st != nil {
 				s.authenticated(ctx, st, conn, perms, sigAlg)
 			}
@@ -273,6 +279,11 @@ func (s *Server) serverConfig(ctx gliderssh.Context) *ssh.ServerConfig {
 			s.log.Debug("ssh auth attempt", "conn", st.id, "user", truncate(conn.User(), 64), "method", truncate(method, 32), "ok", err == nil)
 		},
 	}
+	authdir.SetAlgorithms(&cfg.Config)
+	for _, k := range s.keys.current().hostSigners() {
+		cfg.AddHostKey(k)
+	}
+	return cfg
 }
 
 // authenticated ends the pre-auth phase of st: the grace deadline is

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"golang.org/x/crypto/ssh"
+	"golang.org/x/sys/unix"
 )
 
 // envPrefixes are the variable-name prefixes a client may set with an "env"
@@ -20,6 +21,54 @@ const (
 	maxEnvValueLen   = 64 << 10
 	maxEnvPerSession = 256
 )
+
+// What execve(2) accepts on Linux (fs/exec.c): the argv and envp strings,
+// each with its NUL, plus one pointer per string, must fit in a quarter of
+// the stack rlimit, capped at three quarters of _STK_LIM (8 MiB) and never
+// below ARG_MAX (32 pages); each single string is at most MAX_ARG_STRLEN
+// (32 pages). With the default 8 MiB stack that is 2 MiB.
+const (
+	execArgMin    = 32 * 4096
+	execArgCap    = 6 << 20
+	maxArgStrlen  = 32 * 4096
+	envPtrSize    = 8
+	envTermSSHTTY = 512 // TERM and SSH_TTY, set when a pty is granted
+)
+
+// execArgLimit is the kernel's limit on argv+envp for a stack rlimit.
+func execArgLimit(stackRlimit uint64) int {
+	limit := uint64(execArgCap)
+	limit = min(limit, stackRlimit/4)
+	return int(max(limit, execArgMin))
+}
+
+// envCost is what one "NAME=value" string takes of the execve limit.
+func envCost(kv string) int { return len(kv) + 1 + envPtrSize }
+
+// envBudget is how many bytes (as envCost counts them) client "env"
+// requests may add to one session: the execve limit minus the agent's own
+// environment and the command (the shell, "-c" and a command string of up
+// to MAX_ARG_STRLEN). Past it the command could not start (E2BIG), so the
+// requests are refused instead of held in memory: without the bound, 256
+// values of 64 KiB in each of 10 sessions held 160 MiB per connection.
+func envBudget(base []string, stackRlimit uint64) int {
+	b := execArgLimit(stackRlimit) - (maxArgStrlen + 1 + envPtrSize) - 3*(64+envPtrSize)
+	for _, kv := range base {
+		if k, _, _ := strings.Cut(kv, "="); !droppedEnv[k] {
+			b -= envCost(kv)
+		}
+	}
+	return max(b, 0)
+}
+
+// stackLimit is this process's stack rlimit, which sessions inherit.
+func stackLimit() uint64 {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_STACK, &rl); err != nil || rl.Cur == 0 {
+		return 8 << 20
+	}
+	return rl.Cur
+}
 
 // EnvAllowed reports whether a client may set the environment variable name
 // in a session (an SSH "env" request, RFC 4254 §6.4). Allowed are LANG and

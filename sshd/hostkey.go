@@ -27,31 +27,46 @@ const GeneratedHostKeyFile = "ssh_host_ed25519_key"
 func loadHostKey(authDir, stateDir string, log *slog.Logger) (ssh.Signer, ssh.Signer, bool, error) {
 	jobKey := filepath.Join(authDir, authdir.PrivateKey)
 	if _, err := os.Stat(jobKey); err == nil || !errors.Is(err, fs.ErrNotExist) {
-		// One read serves the host key and its derived key. The job key may
-		// be parsed lazily (authdir.LoadJobKey); one signature now makes a
-		// broken key fail at startup rather than on the first connection.
-		signer, derived, err := authdir.LoadJobKey(jobKey)
+		signer, derived, err := loadJobHostKey(authDir)
 		if err != nil {
 			return nil, nil, false, err
-		}
-		if _, err := signer.Sign(rand.Reader, []byte("podmpi host key check")); err != nil {
-			return nil, nil, false, &authdir.Error{Path: jobKey, Op: "parse private key", Err: err,
-				Hint: "expected the job Secret's ssh-privatekey (PEM: EC PRIVATE KEY, RSA PRIVATE KEY, PRIVATE KEY or OPENSSH PRIVATE KEY)"}
-		}
-		pubPath := filepath.Join(authDir, authdir.PublicKey)
-		if authdir.Exists(authDir, authdir.PublicKey) {
-			pub, err := authdir.LoadPublicKey(pubPath)
-			if err != nil {
-				return nil, nil, false, err
-			}
-			if err := authdir.CheckPair(authDir, signer, pub); err != nil {
-				return nil, nil, false, err
-			}
 		}
 		return signer, derived, true, nil
 	}
 	signer, err := loadGeneratedHostKey(jobKey, stateDir, log)
 	return signer, nil, false, err
+}
+
+// loadJobHostKey loads the job's id_rsa as the host key, with its derived
+// key, after checking it against id_rsa.pub. An RSA key signs with SHA-2
+// only.
+func loadJobHostKey(authDir string) (ssh.Signer, ssh.Signer, error) {
+	jobKey := filepath.Join(authDir, authdir.PrivateKey)
+	// One read serves the host key and its derived key. The job key may be
+	// parsed lazily (authdir.LoadJobKey); one signature now makes a broken
+	// key fail at startup (or at a reload) rather than on a connection.
+	signer, derived, err := authdir.LoadJobKey(jobKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := signer.Sign(rand.Reader, []byte("podmpi host key check")); err != nil {
+		return nil, nil, &authdir.Error{Path: jobKey, Op: "parse private key", Err: err,
+			Hint: "expected the job Secret's ssh-privatekey (PEM: EC PRIVATE KEY, RSA PRIVATE KEY, PRIVATE KEY or OPENSSH PRIVATE KEY)"}
+	}
+	if authdir.Exists(authDir, authdir.PublicKey) {
+		pub, err := authdir.LoadPublicKey(filepath.Join(authDir, authdir.PublicKey))
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := authdir.CheckPair(authDir, signer, pub); err != nil {
+			return nil, nil, err
+		}
+	}
+	signer, err = authdir.HostSigner(signer)
+	if err != nil {
+		return nil, nil, &authdir.Error{Path: jobKey, Op: "use as host key", Err: err}
+	}
+	return signer, derived, nil
 }
 
 // loadGeneratedHostKey is the host key when the auth dir has no id_rsa.

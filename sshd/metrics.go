@@ -11,7 +11,8 @@ import (
 // connection is counted exactly once, when its pre-auth phase ends.
 const (
 	connAuthenticated       = "accepted"             // key exchange and auth completed
-	connRejectedMaxStartups = "rejected_maxstartups" // closed at once: MaxStartups reached
+	connRejectedMaxStartups = "rejected_maxstartups" // refused at once: MaxStartups reached (or its random early drop)
+	connRejectedPerSource   = "rejected_per_source"  // refused at once: PerSourceMaxStartups reached for the client's IP
 	connHandshakeFailed     = "handshake_failed"     // kex, auth, grace timeout or client gone
 )
 
@@ -48,7 +49,7 @@ type Metrics struct {
 // not nil). It panics if they are already registered with reg, as
 // prometheus.MustRegister does; call it once per registry.
 //
-//	mpi_worker_ssh_connections_total{result="accepted|rejected_maxstartups|handshake_failed"}
+//	mpi_worker_ssh_connections_total{result="accepted|rejected_maxstartups|rejected_per_source|handshake_failed"}
 //	mpi_worker_ssh_auth_failures_total{reason="unknown_key|no_key|max_tries|signature|timeout"}
 //	mpi_worker_ssh_sessions_active
 //	mpi_worker_ssh_session_duration_seconds
@@ -82,7 +83,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "SSH requests and channels refused by policy, by kind.",
 		}, []string{"kind"}),
 	}
-	for _, r := range []string{connAuthenticated, connRejectedMaxStartups, connHandshakeFailed} {
+	for _, r := range []string{connAuthenticated, connRejectedMaxStartups, connRejectedPerSource, connHandshakeFailed} {
 		m.connections.WithLabelValues(r)
 	}
 	for _, r := range []string{authUnknownKey, authNoKey, authMaxTries, authSignature, authTimeout} {

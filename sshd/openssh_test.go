@@ -136,3 +136,14 @@ func TestOpenSSHClient(t *testing.T) {
 		t.Errorf("wrong pin: code %d stderr %q", code, errOut)
 	}
 }
+
+// OpenSSH's client (9.2 here) negotiates with the server's explicit
+// algorithm lists, in FIPS mode too (TestFIPSMode re-runs this test).
+func TestOpenSSHNegotiates(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, nil)
+	o := newOpenSSH(t, ts)
+	if out, errOut, code := o.run(t, nil, "echo negotiated"); code != 0 || out != "negotiated\n" {
+		t.Fatalf("ssh: code %d stdout %q stderr %q\n%s", code, out, errOut, ts.logs)
+	}
+}

@@ -28,6 +28,8 @@ type session struct {
 	conn *ssh.ServerConn
 
 	env      []string // client variables that passed EnvAllowed
+	envLeft  int      // bytes (envCost) env requests may still add; see envBudget
+	envFull  bool     // an env request was refused for the budget (logged once)
 	ptyReq   *ptyRequest
 	started  bool
 	runDone  chan struct{}
@@ -112,6 +114,11 @@ func (s *Server) handleSessionChannel(_ *gliderssh.Server, conn *ssh.ServerConn,
 	}
 	defer st.releaseSession()
 	sess := &session{s: s, st: st, conn: conn, runDone: make(chan struct{}), aborted: make(chan struct{})}
+	// The budget leaves room for the variables the server sets itself.
+	sess.envLeft = s.envMax - envTermSSHTTY
+	for _, kv := range sessionEnv(nil, s.id, s.cfg.Shell, conn.User(), conn.RemoteAddr(), conn.LocalAddr(), nil, nil) {
+		sess.envLeft -= envCost(kv)
+	}
 	if !s.registerSession(sess) {
 		_ = nc.Reject(ssh.ResourceShortage, "worker-agent is shutting down")
 		return
@@ -134,6 +141,13 @@ func (s *Server) handleSessionChannel(_ *gliderssh.Server, conn *ssh.ServerConn,
 	_ = ch.Close()
 }
 
+// noPTY reports whether the authenticated key's authorized_keys line takes
+// the pseudo-terminal away (restrict or no-pty without a later pty).
+func (sess *session) noPTY() bool {
+	p := sess.conn.Permissions
+	return p == nil || p.Extensions[extNoPTY] != ""
+}
+
 func (sess *session) refuse(req *ssh.Request, kind, why string) {
 	sess.s.m.refusedReq(kind)
 	sess.s.log.Info("ssh request refused", "session", sess.id, "request", truncate(req.Type, 64), "reason", why)
@@ -146,15 +160,22 @@ func (sess *session) serveRequests(reqs <-chan *ssh.Request) {
 		switch req.Type {
 		case "env":
 			name, value, ok := parseEnvRequest(req.Payload)
+			cost := envCost(name + "=" + value)
 			switch {
 			case sess.started:
 				ok = false
-			case ok && len(sess.env) >= maxEnvPerSession:
+			case ok && (len(sess.env) >= maxEnvPerSession || cost > sess.envLeft):
 				ok = false
+				if !sess.envFull {
+					sess.envFull = true
+					s.log.Warn("ssh env requests refused: the session's environment would not fit in execve", "session", sess.id,
+						"accepted", len(sess.env), "max_vars", maxEnvPerSession, "bytes_left", max(sess.envLeft, 0), "refused_bytes", cost)
+				}
 			}
 			s.log.Debug("ssh env request", "session", sess.id, "name", truncate(name, 64), "accepted", ok)
 			if ok {
 				sess.env = append(sess.env, name+"="+value)
+				sess.envLeft -= cost
 			} else {
 				s.m.refusedReq("env")
 			}
@@ -164,6 +185,8 @@ func (sess *session) serveRequests(reqs <-chan *ssh.Request) {
 			switch {
 			case !s.cfg.AllowPTY:
 				sess.refuse(req, "pty", "PTY not allowed (AllowPTY is off)")
+			case sess.noPTY():
+				sess.refuse(req, "pty", "the key's authorized_keys line has restrict or no-pty")
 			case !ptySupported:
 				sess.refuse(req, "pty", "PTY allocation is not implemented on this OS")
 			case sess.started || sess.ptyReq != nil:

@@ -12,10 +12,20 @@
 //     (agent/authdir). Password, keyboard-interactive and "none" are never
 //     offered. The decision uses only the key of the current callback
 //     (compared by its wire encoding), and the identity travels in
-//     ssh.Permissions.Extensions.
+//     ssh.Permissions.Extensions. A key line's "restrict" or "no-pty" keeps
+//     its key from a PTY; a key with options the server does not implement
+//     (command=, from=, ...) is refused and logged as an error.
 //   - The host key is the job's id_rsa, so clients pin it to id_rsa.pub with
-//     no known_hosts to distribute. Without id_rsa an ed25519 key is generated
-//     once into Config.StateDir and reused (clients cannot pin that one).
+//     no known_hosts to distribute, plus an ed25519 key derived from it
+//     (authdir.LoadJobKey; none in FIPS 140 mode). Without id_rsa an ed25519
+//     key is generated once into Config.StateDir and reused (clients cannot
+//     pin that one).
+//   - The keys follow the mounted Secret: authorized_keys, id_rsa and
+//     id_rsa.pub are re-checked (one stat each) whenever keys are used and
+//     re-read when they changed, as after the kubelet swaps the Secret's
+//     "..data" link; each change is logged with the old and new
+//     fingerprints. An authorized_keys that turns unreadable or empty
+//     refuses every login (Server.KeyError says why).
 //   - Commands run as `$SHELL -c "<command string>"`, exactly as sshd does,
 //     because ORTE/PRRTE send shell text (a leading space, double quotes, `;`,
 //     "PATH=...; export PATH"). This is deliberate: the client is the job's own
@@ -31,14 +41,19 @@
 //     members left behind after a normal exit are terminated the same way,
 //     and group members re-parented to the agent (when it is PID 1 or a
 //     child subreaper) are reaped.
-//   - OpenSSH-grade limits: LoginGraceTime, MaxStartups (excess pre-auth
-//     connections are closed at once), MaxAuthTries, MaxSessions,
-//     keepalive@openssh.com probes. No port, agent or X11 forwarding, no
-//     subsystems (sftp is refused).
+//   - OpenSSH-grade limits: LoginGraceTime, MaxStartups "begin:rate:full"
+//     with random early drop and PerSourceMaxStartups per client IP (an
+//     over-limit connection gets one text line naming the limit, then is
+//     closed), MaxAuthTries, MaxSessions, keepalive@openssh.com probes, and
+//     client "env" requests bounded per session by what execve accepts. No
+//     port, agent or X11 forwarding, no subsystems (sftp is refused).
 //   - TCP_NODELAY and, during the handshake, TCP_QUICKACK after every read,
 //     which removes a ~40 ms Nagle/delayed-ACK stall per OpenSSH connection.
-//   - Key exchange, cipher and MAC lists are x/crypto's defaults, so the
-//     server works under GODEBUG=fips140=on (FIPS 140-3 mode).
+//   - Key exchange, cipher and MAC lists are set explicitly (authdir.KeyExchanges,
+//     Ciphers, MACs: no SHA-1 key exchange, no SHA-1 or truncated MAC), and an
+//     RSA host key signs with SHA-2 only. Under GODEBUG=fips140=on (FIPS 140-3
+//     mode) x/crypto drops the non-approved entries, leaving ML-KEM, the NIST
+//     curves, AES and HMAC-SHA2.
 //
 // Every connection and session is audit-logged on the caller's slog.Logger
 // (never key material or environment values) and counted in Metrics.
@@ -51,7 +66,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -65,35 +79,41 @@ import (
 
 // Defaults applied by New for zero Config fields.
 const (
-	DefaultShell             = "/bin/sh"
-	DefaultLoginGraceTime    = 30 * time.Second
-	DefaultMaxStartups       = 100
-	DefaultMaxAuthTries      = 6
-	DefaultMaxSessions       = 10
-	DefaultKeepAliveInterval = 15 * time.Second
-	DefaultKeepAliveCountMax = 3
-	DefaultKillGrace         = time.Second
-	DefaultShutdownGrace     = 10 * time.Second
+	DefaultShell                = "/bin/sh"
+	DefaultLoginGraceTime       = 30 * time.Second
+	DefaultMaxStartups          = 100 // unauthenticated connections at which every new one is refused
+	DefaultMaxStartupsBegin     = 20  // ... at which random early drop starts
+	DefaultMaxStartupsRate      = 30  // ... percent refused at DefaultMaxStartupsBegin, rising to 100
+	DefaultPerSourceMaxStartups = 10  // unauthenticated connections from one IP address
+	DefaultMaxAuthTries         = 6
+	DefaultMaxSessions          = 10
+	DefaultKeepAliveInterval    = 15 * time.Second
+	DefaultKeepAliveCountMax    = 3
+	DefaultKillGrace            = time.Second
+	DefaultShutdownGrace        = 10 * time.Second
 )
 
 // Config configures a Server. Zero values select the defaults above.
 type Config struct {
-	ListenAddress     string        // TCP address, e.g. ":2222"
-	AuthDir           string        // resolved auth dir (authorized_keys required; id_rsa optional)
-	StateDir          string        // where a generated host key lives when id_rsa is absent ("" -> in memory)
-	Shell             string        // "" -> /bin/sh; sessions run `Shell -c <command>`
-	Env               []string      // base environment of sessions; nil -> os.Environ()
-	AllowPTY          bool          // grant pty-req (Linux only); MPI never asks for one
-	LoginGraceTime    time.Duration // 0 -> 30s: time from TCP accept to successful auth
-	MaxStartups       int           // 0 -> 100: concurrent unauthenticated connections
-	MaxAuthTries      int           // 0 -> 6: failed auth attempts per connection
-	MaxSessions       int           // 0 -> 10: open session channels per connection
-	KeepAliveInterval time.Duration // 0 -> 15s; negative disables keepalive probes
-	KeepAliveCountMax int           // 0 -> 3 unanswered probes before the connection is dropped
-	KillGrace         time.Duration // 0 -> 1s: SIGTERM -> SIGKILL for a session's process group
-	ShutdownGrace     time.Duration // 0 -> 10s: SIGTERM -> SIGKILL for sessions on Shutdown (capped by its ctx)
-	Logger            *slog.Logger  // nil -> discard
-	Metrics           *Metrics      // nil -> none
+	ListenAddress        string        // TCP address, e.g. ":2222"
+	AuthDir              string        // resolved auth dir (authorized_keys required; id_rsa optional)
+	StateDir             string        // where a generated host key lives when id_rsa is absent ("" -> in memory)
+	Shell                string        // "" -> /bin/sh; sessions run `Shell -c <command>`
+	Env                  []string      // base environment of sessions; nil -> os.Environ()
+	AllowPTY             bool          // grant pty-req (Linux only); MPI never asks for one
+	LoginGraceTime       time.Duration // 0 -> 30s: time from TCP accept to successful auth
+	MaxStartups          int           // 0 -> 100 (and Begin 20, Rate 30): concurrent unauthenticated connections at which all new ones are refused
+	MaxStartupsBegin     int           // 0 -> MaxStartups (no early drop) when MaxStartups is set: from here new connections are refused at random
+	MaxStartupsRate      int           // 0 -> 30: percent refused at MaxStartupsBegin, rising linearly to 100 at MaxStartups
+	PerSourceMaxStartups int           // 0 -> 10: concurrent unauthenticated connections from one IP address
+	MaxAuthTries         int           // 0 -> 6: failed auth attempts per connection
+	MaxSessions          int           // 0 -> 10: open session channels per connection
+	KeepAliveInterval    time.Duration // 0 -> 15s; negative disables keepalive probes
+	KeepAliveCountMax    int           // 0 -> 3 unanswered probes before the connection is dropped
+	KillGrace            time.Duration // 0 -> 1s: SIGTERM -> SIGKILL for a session's process group
+	ShutdownGrace        time.Duration // 0 -> 10s: SIGTERM -> SIGKILL for sessions on Shutdown (capped by its ctx)
+	Logger               *slog.Logger  // nil -> discard
+	Metrics              *Metrics      // nil -> none
 }
 
 func (c *Config) applyDefaults() {
@@ -108,6 +128,18 @@ func (c *Config) applyDefaults() {
 	}
 	if c.MaxStartups <= 0 {
 		c.MaxStartups = DefaultMaxStartups
+		if c.MaxStartupsBegin <= 0 {
+			c.MaxStartupsBegin = DefaultMaxStartupsBegin
+		}
+	}
+	if c.MaxStartupsBegin <= 0 || c.MaxStartupsBegin > c.MaxStartups {
+		c.MaxStartupsBegin = c.MaxStartups
+	}
+	if c.MaxStartupsRate <= 0 || c.MaxStartupsRate > 100 {
+		c.MaxStartupsRate = DefaultMaxStartupsRate
+	}
+	if c.PerSourceMaxStartups <= 0 {
+		c.PerSourceMaxStartups = DefaultPerSourceMaxStartups
 	}
 	if c.MaxAuthTries <= 0 {
 		c.MaxAuthTries = DefaultMaxAuthTries
@@ -137,6 +169,7 @@ const (
 	extKeyFP     = "podmpi-key-fp"
 	extKeyType   = "podmpi-key-type"
 	extKeySource = "podmpi-key-source"
+	extNoPTY     = "podmpi-no-pty" // "1": the key's authorized_keys line has restrict or no-pty
 )
 
 type ctxKey struct{ name string }
@@ -150,19 +183,11 @@ type Server struct {
 	log    *slog.Logger
 	m      *Metrics
 	gs     *gliderssh.Server
-	signer ssh.Signer
-	pinned bool
-	keys   map[string]authdir.Key // by ssh wire encoding
-	akPath string
-	// derived is the ed25519 key derived from the job's id_rsa
-	// (authdir.LoadJobKey), offered as a second host key; derivedAuth is
-	// its wire encoding when it is also accepted as a client key (only when
-	// id_rsa's own public key is in authorized_keys), else "".
-	derived     ssh.Signer
-	derivedAuth string
-	id          identity
+	keys   *keyStore // host keys and authorized keys, re-read when the Secret changes
+	id     identity
+	limits *startupLimiter // MaxStartups and PerSourceMaxStartups
+	envMax int             // bytes of client env requests one session may add
 
-	startups  chan struct{} // MaxStartups semaphore
 	nextConn  atomic.Uint64
 	listening atomic.Bool
 	authOK    atomic.Uint64 // successful authentications (tests, fuzzing)
@@ -196,46 +221,28 @@ func New(cfg Config) (*Server, error) {
 		cfg:          cfg,
 		log:          cfg.Logger,
 		m:            cfg.Metrics,
-		startups:     make(chan struct{}, cfg.MaxStartups),
+		limits:       newStartupLimiter(cfg),
 		conns:        make(map[*connState]struct{}),
 		sessions:     make(map[*session]struct{}),
 		failed:       make(map[net.Addr]*connState),
 		serveDone:    make(chan struct{}),
 		shutdownDone: make(chan struct{}),
-		akPath:       filepath.Join(cfg.AuthDir, authdir.AuthorizedKeys),
 	}
-	keys, skipped, err := authdir.LoadAuthorizedKeys(s.akPath)
-	for _, le := range skipped {
-		s.log.Warn("skipped authorized_keys line", "file", s.akPath, "line", le.Line, "err", le.Err)
-	}
-	if err != nil {
+	var err error
+	if s.keys, err = newKeyStore(cfg.AuthDir, cfg.StateDir, s.log); err != nil {
 		return nil, err
-	}
-	s.keys = make(map[string]authdir.Key, len(keys))
-	for _, k := range keys {
-		if _, dup := s.keys[string(k.Key.Marshal())]; !dup {
-			s.keys[string(k.Key.Marshal())] = k
-		}
-	}
-	s.signer, s.derived, s.pinned, err = loadHostKey(cfg.AuthDir, cfg.StateDir, s.log)
-	if err != nil {
-		return nil, err
-	}
-	hostSigners := []gliderssh.Signer{s.signer}
-	if s.derived != nil {
-		hostSigners = append(hostSigners, s.derived)
-		if _, ok := s.keys[string(s.signer.PublicKey().Marshal())]; ok {
-			s.derivedAuth = string(s.derived.PublicKey().Marshal())
-		}
 	}
 	s.id = lookupIdentity(cfg.Env)
+	s.envMax = envBudget(cfg.Env, stackLimit())
 	if _, err := os.Stat(cfg.Shell); err != nil {
 		s.log.Warn("session shell not found; every command will fail with exit status 127",
 			"shell", cfg.Shell, "err", err)
 	}
 	s.gs = &gliderssh.Server{
-		Version:                  "podmpi",
-		HostSigners:              hostSigners,
+		Version: "podmpi",
+		// HostSigners stays empty: serverConfig adds the current host keys
+		// to each connection's configuration, so a rotated job key is
+		// served from the next connection on.
 		PublicKeyHandler:         s.publicKeyHandler, // must stay non-nil: nil handlers mean NO auth
 		ConnCallback:             s.connCallback,
 		ServerConfigCallback:     s.serverConfig,
@@ -247,37 +254,49 @@ func New(cfg Config) (*Server, error) {
 		RequestHandlers:   map[string]gliderssh.RequestHandler{"default": s.globalRequest},
 		SubsystemHandlers: map[string]gliderssh.SubsystemHandler{},
 	}
+	k := s.keys.current()
 	s.log.Info("ssh server configured",
-		"auth_dir", cfg.AuthDir, "authorized_keys", len(s.keys),
-		"host_key_fp", s.HostKeyFingerprint(), "host_key_type", s.signer.PublicKey().Type(),
-		"host_key_pinned", s.pinned, "shell", cfg.Shell, "passwd_user", s.id.passwdName, "home", s.id.home,
+		"auth_dir", cfg.AuthDir, "authorized_keys", len(k.authorized),
+		"host_key_fp", authdir.Fingerprint(k.signer.PublicKey()), "host_key_type", k.signer.PublicKey().Type(),
+		"derived_key_fp", derivedFP(k.derived), "host_key_pinned", k.pinned,
+		"max_startups", s.limits.String(), "per_source_max_startups", cfg.PerSourceMaxStartups,
+		"session_env_max_bytes", s.envMax,
+		"shell", cfg.Shell, "passwd_user", s.id.passwdName, "home", s.id.home,
 		"uid", os.Getuid(), "gid", os.Getgid())
 	return s, nil
 }
 
 // HostKeyFingerprint returns the host key's SHA256 fingerprint ("SHA256:...").
-func (s *Server) HostKeyFingerprint() string { return authdir.Fingerprint(s.signer.PublicKey()) }
+// The job key is re-read when it changes on disk (a rotated Secret).
+func (s *Server) HostKeyFingerprint() string {
+	return authdir.Fingerprint(s.keys.current().signer.PublicKey())
+}
+
+// DerivedKeyFingerprint returns the SHA256 fingerprint of the ed25519 key
+// derived from the job key, which the server offers as a second host key
+// and OpenSSH clients that pin nothing negotiate; "" when there is none
+// (an ed25519 job key, no id_rsa, FIPS 140 mode).
+func (s *Server) DerivedKeyFingerprint() string { return derivedFP(s.keys.current().derived) }
 
 // HostKeyPinned reports whether the host key is the job's id_rsa, which
 // clients can pin to id_rsa.pub.
-func (s *Server) HostKeyPinned() bool { return s.pinned }
+func (s *Server) HostKeyPinned() bool { return s.keys.current().pinned }
 
-// authorizedKey reports whether key may log in, and where it is authorized:
-// its authorized_keys line, or the key derived from the job's id_rsa.
-func (s *Server) authorizedKey(key ssh.PublicKey) (source string, ok bool) {
-	m := string(key.Marshal())
-	if k, ok := s.keys[m]; ok {
-		return s.akPath + ":" + strconv.Itoa(k.Line), true
-	}
-	if s.derivedAuth != "" && m == s.derivedAuth {
-		return "derived from " + filepath.Join(s.cfg.AuthDir, authdir.PrivateKey), true
-	}
-	return "", false
+// KeyError describes why the keys in use differ from what the auth dir
+// holds now (authorized_keys unusable after a change, so every login is
+// refused; a changed job key that does not load), or nil.
+func (s *Server) KeyError() error { return s.keys.current().problem }
+
+// authorizedKey reports whether key may log in, where it is authorized
+// (its authorized_keys line, or the key derived from the job's id_rsa) and
+// that line's restrictions. authorized_keys is re-checked on every call.
+func (s *Server) authorizedKey(key ssh.PublicKey) (source string, line authdir.Key, ok bool) {
+	return s.keys.current().lookup(key, s.keys.akPath, s.keys.jobKeyPath)
 }
 
-// AuthorizedKeyCount returns the number of distinct keys loaded from
-// authorized_keys.
-func (s *Server) AuthorizedKeyCount() int { return len(s.keys) }
+// AuthorizedKeyCount returns the number of distinct keys accepted from
+// authorized_keys as it is now (0 while it is unusable).
+func (s *Server) AuthorizedKeyCount() int { return len(s.keys.current().authorized) }
 
 // Listening reports whether the server is bound: true between a successful
 // Listen and Shutdown.
@@ -388,25 +407,28 @@ func (s *Server) acceptLoop(ln net.Listener) error {
 			return fmt.Errorf("accept SSH connections on %s: %w", ln.Addr(), err)
 		}
 		delay = 0
-		select {
-		case s.startups <- struct{}{}:
-		default:
-			s.m.conn(connRejectedMaxStartups)
+		src := sourceOf(c)
+		release, reason, line := s.limits.acquire(src)
+		if release == nil {
+			s.m.conn(reason)
 			if n, ok := s.rejectLog.allow(time.Now()); ok {
-				s.log.Warn("ssh connection refused: too many unauthenticated connections (MaxStartups)",
-					"remote", c.RemoteAddr().String(), "max_startups", s.cfg.MaxStartups, "refused_since_last_log", n)
+				total, bySrc := s.limits.held()
+				s.log.Warn("ssh connection refused: too many unauthenticated connections",
+					"remote", c.RemoteAddr().String(), "reason", reason, "unauthenticated", total, "from_this_source", bySrc[src],
+					"max_startups", s.limits.String(), "per_source_max_startups", s.cfg.PerSourceMaxStartups,
+					"refused_since_last_log", n)
 			}
-			c.Close()
+			s.refuseConn(c, line)
 			continue
 		}
 		if !s.trackConnGoroutine() {
-			<-s.startups
+			release()
 			c.Close()
 			continue
 		}
 		go func() {
 			defer s.connWG.Done()
-			s.serveConn(c, func() { <-s.startups })
+			s.serveConn(c, release)
 		}()
 	}
 }

@@ -304,9 +304,17 @@ func truncateOption(name string) string {
 // LoadAuthorizedKeys reads an authorized_keys-format file. It fails when the
 // file holds no usable key; skipped lines are returned for the caller to log.
 func LoadAuthorizedKeys(path string) ([]Key, []LineError, error) {
-	data, err := ReadFile(path)
+	keys, bad, _, err := LoadAuthorizedKeysStamped(path)
+	return keys, bad, err
+}
+
+// LoadAuthorizedKeysStamped is LoadAuthorizedKeys that also returns the
+// Stamp of the file it read (see ReadFileStamped), for a caller that
+// re-reads the file only when it changed.
+func LoadAuthorizedKeysStamped(path string) ([]Key, []LineError, Stamp, error) {
+	data, st, err := ReadFileStamped(path)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, Stamp{}, err
 	}
 	keys, bad := ParseAuthorizedKeys(data)
 	if len(keys) == 0 {
@@ -314,10 +322,10 @@ func LoadAuthorizedKeys(path string) ([]Key, []LineError, error) {
 		if len(bad) > 0 {
 			cause = fmt.Errorf("no usable public key (%v)", bad[0])
 		}
-		return nil, bad, &Error{Path: path, Op: "parse public keys", Err: cause,
+		return nil, bad, st, &Error{Path: path, Op: "parse public keys", Err: cause,
 			Hint: "expected the job Secret's ssh-publickey, one line like \"ecdsa-sha2-nistp521 AAAA...\""}
 	}
-	return keys, bad, nil
+	return keys, bad, st, nil
 }
 
 // Material is everything loaded from one auth dir.
