@@ -37,6 +37,11 @@ const (
 	Listen Code = 70
 	// Internal: an unexpected internal error; please report it.
 	Internal Code = 71
+	// SlotsUnknown: with --slots auto, some workers' slot counts were still
+	// unknown at the deadline (--probe.timeout): their worker-agent gave
+	// none and the discovery source gives none. Running with a guessed
+	// count would silently change the job's world size.
+	SlotsUnknown Code = 72
 	// RemoteShell: the rsh client could not run the remote command (DNS, TCP,
 	// handshake, host key or authentication failure). Same value as OpenSSH's
 	// ssh(1) uses, which Open MPI and Hydra already understand.
@@ -67,6 +72,7 @@ var Table = []Entry{
 	{MPIRunTimeout, "mpirun-timeout", "launcher", "mpirun ran longer than --mpirun.timeout and was stopped", "raise --mpirun.timeout or find the hanging rank"},
 	{Listen, "listen", "worker-agent", "could not listen on the SSH or HTTP address (port in use, address not available)", "pick a free port with --ssh.listen-address / --web.listen-address"},
 	{Internal, "internal", "all", "unexpected internal error", "report it with the log"},
+	{SlotsUnknown, "slots-unknown", "launcher", "with --slots auto, some workers' worker-agent gave no slot count before --probe.timeout and the discovery source gives none (never a smaller world in silence)", "the message names each worker and why: start worker-agent there, let the launcher reach --worker.web-port, raise --probe.timeout for slow starts, or give counts (name=N, slots=N in the hostfile, --slots N, --slots.allow-default)"},
 	{CommandNotFound, "remote-command-not-found", "worker-agent session", "the remote shell could not find the command (for example orted not on PATH)", "put the MPI daemon on the worker-agent's PATH"},
 	{RemoteShell, "remote-shell", "rsh", "the rsh client could not run the remote command: dns, tcp, handshake, host key or auth failure (one stderr line names host and phase)", "read the phase and hint on stderr"},
 }

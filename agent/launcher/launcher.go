@@ -35,9 +35,10 @@ type Config struct {
 	DiscoveryTimeout time.Duration
 	Resolver         discovery.Resolver // nil: the system resolver
 
-	SlotsMode     string // "auto" or a positive integer
-	DefaultSlots  int    // slots for hosts neither the agent nor the source counts
-	WorkerWebPort int
+	SlotsMode         string // "auto" or a positive integer
+	DefaultSlots      int    // slots for hosts neither the agent nor the source counts, with SlotsAllowDefault
+	SlotsAllowDefault bool   // run such hosts with DefaultSlots instead of failing (exit 72)
+	WorkerWebPort     int
 
 	Implementation string // auto|openmpi|openmpi4|openmpi5|intelmpi|mpich
 
@@ -45,10 +46,14 @@ type Config struct {
 	SSHPort               int
 	SSHUser               string
 	InsecureIgnoreHostKey bool
-	ProbeTimeout          time.Duration
-	ProbeParallel         int
-	ProbeSSHSample        int // see probe.Options.SSHSample; 0 probes every worker fully
-	SkipProbe             bool
+	// ProbeTimeout is the deadline by which every worker must have answered
+	// for its slots and passed the SSH probe, counted from the end of the
+	// DNS wait: the slots phase and the probe share it, so a late worker
+	// is waited for once, not twice.
+	ProbeTimeout   time.Duration
+	ProbeParallel  int
+	ProbeSSHSample int // see probe.Options.SSHSample; 0 probes every worker fully
+	SkipProbe      bool
 
 	HostfilePath  string // where the hostfile is written
 	NoTreeSpawn   bool
@@ -238,7 +243,9 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 	}
 	p.Impl, p.Version = impl, ver
 
-	// slots.
+	// slots. From here on, workers have until readyBy to answer for their
+	// slots and pass the probe.
+	readyBy := time.Now().Add(cfg.ProbeTimeout)
 	err = l.phase(PhaseSlots, func() error {
 		self := ""
 		if p.Plan.SelfIndex >= 0 && p.Plan.SelfIndex < len(hosts) {
@@ -248,20 +255,29 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 		for _, r := range resolved {
 			addrs[r.Host.Name] = r.Addrs
 		}
-		out, decisions, err := slots.Decide(ctx, hosts, addrs, slots.Options{
+		out, _, err := slots.Decide(ctx, hosts, addrs, slots.Options{
 			Mode:         cfg.SlotsMode,
 			WebPort:      cfg.WorkerWebPort,
 			DefaultSlots: max(cfg.DefaultSlots, 1),
+			AllowDefault: cfg.SlotsAllowDefault,
+			Deadline:     cfg.ProbeTimeout,
+			Parallel:     cfg.ProbeParallel,
+			Sample:       cfg.ProbeSSHSample,
 			Self:         self,
 			Logger:       l.log,
 		})
-		if err != nil {
+		var ue *slots.UnknownError
+		switch {
+		case errors.As(err, &ue):
+			return &Failure{Phase: PhaseSlots, Code: exitcode.SlotsUnknown, Err: err, Hint: fmt.Sprintf(
+				"start worker-agent on those pods (it serves /info on --worker.web-port %d) and let the launcher reach that port; "+
+					"raise --probe.timeout (%s) if they start late; or give their counts (--workers name=N, slots=N in the hostfile, --slots N), "+
+					"or pass --slots.allow-default to run them with --discovery.default-slots (%d)",
+				cfg.WorkerWebPort, cfg.ProbeTimeout, max(cfg.DefaultSlots, 1))}
+		case err != nil && ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
 			return &Failure{Phase: PhaseSlots, Code: exitcode.Config, Err: err, Hint: "--slots takes auto or a positive integer"}
-		}
-		for _, d := range decisions {
-			if d.Warning != "" {
-				l.log.Warn(d.Warning, "host", d.Host)
-			}
 		}
 		hosts = out
 		return nil
@@ -315,12 +331,15 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 			}
 			targets = append(targets, probe.Target{Host: h.Name, Port: cfg.SSHPort})
 		}
+		// What the slots phase left of the deadline; every worker still
+		// gets one real attempt (probe.Run's floor) when that is little.
+		left := max(time.Until(readyBy), time.Millisecond)
 		results := probe.Run(ctx, targets, probe.Options{
 			Client:    client,
 			Daemons:   impl.Daemons(),
 			Parallel:  cfg.ProbeParallel,
 			SSHSample: cfg.ProbeSSHSample,
-			Deadline:  cfg.ProbeTimeout,
+			Deadline:  left,
 			Logger:    l.log,
 		})
 		p.Results = results

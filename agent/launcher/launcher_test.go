@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -28,6 +30,7 @@ import (
 type fixture struct {
 	authDir string
 	port    int
+	webPort int // a worker-agent /info on 127.0.0.1
 }
 
 func newFixture(t *testing.T, authorized bool, path string) fixture {
@@ -43,7 +46,7 @@ func newFixture(t *testing.T, authorized bool, path string) fixture {
 		Authorized: []ssh.PublicKey{client},
 		Env:        []string{"PATH=" + path},
 	})
-	return fixture{authDir: dir, port: srv.Port}
+	return fixture{authDir: dir, port: srv.Port, webPort: startInfo(t, cpuOnlyInfo)}
 }
 
 // fakeDaemonDir holds executables named like the MPI daemons.
@@ -64,13 +67,29 @@ func baseConfig(f fixture, workers ...string) Config {
 		DiscoveryTimeout: 5 * time.Second,
 		SlotsMode:        "auto",
 		DefaultSlots:     1,
-		WorkerWebPort:    1, // nothing answers /info: the hostfile's slots stand
+		WorkerWebPort:    f.webPort, // a CPU-only agent's default: the hostfile's slots stand
 		Implementation:   "mpich",
 		AuthDir:          f.authDir,
 		SSHPort:          f.port,
 		ProbeTimeout:     5 * time.Second,
 	}
 }
+
+// startInfo serves a worker-agent /info on 127.0.0.1 answering body, and
+// returns its port.
+func startInfo(t *testing.T, body string) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, body) })}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+const cpuOnlyInfo = `{"hostname":"w","slots":{"n":1,"source":"default"},"gpus":{"count":0,"source":"none"}}`
 
 func TestPrepareWritesHostfileAndProbes(t *testing.T) {
 	f := newFixture(t, true, fakeDaemonDir(t, "hydra_pmi_proxy")+":/usr/bin:/bin")
@@ -275,4 +294,76 @@ func TestTerminationLogNamesRootCause(t *testing.T) {
 	}
 	// An unwritable path (no /dev/termination-log outside Kubernetes) is skipped quietly.
 	l.WriteTerminationLog(filepath.Join(t.TempDir(), "no", "such", "dir"), "x")
+}
+
+// --slots auto with workers whose source gives no count and whose agent
+// never answers: exit 72 naming them, not a smaller world; with
+// --slots.allow-default, the default count.
+func TestPrepareSlotsUnknown(t *testing.T) {
+	f := newFixture(t, true, fakeDaemonDir(t, "hydra_pmi_proxy")+":/usr/bin:/bin")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cfg := baseConfig(f, "127.0.0.1")
+	cfg.WorkerWebPort = closed
+	cfg.ProbeTimeout = 500 * time.Millisecond
+	cfg.HostfilePath = filepath.Join(t.TempDir(), "hostfile")
+	l, _ := New(cfg)
+	_, err = l.Prepare(context.Background(), true)
+	var fl *Failure
+	if !errors.As(err, &fl) || fl.Code != exitcode.SlotsUnknown || fl.Phase != PhaseSlots {
+		t.Fatalf("want slots-unknown failure, got %v", err)
+	}
+	for _, w := range []string{"slot count unknown for 1 of 1 workers", "\n127.0.0.1: GET http://127.0.0.1:", "connection refused", "--slots.allow-default", "--probe.timeout"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("failure lacks %q:\n%v", w, err)
+		}
+	}
+	if _, err := os.Stat(cfg.HostfilePath); err == nil {
+		t.Errorf("a hostfile was written despite unknown slots")
+	}
+
+	cfg.SlotsAllowDefault = true
+	cfg.DefaultSlots = 3
+	l, _ = New(cfg)
+	p, err := l.Prepare(context.Background(), true)
+	if err != nil {
+		t.Fatalf("with --slots.allow-default: %v", err)
+	}
+	if hostfile.TotalSlots(p.Hosts) != 3 {
+		t.Fatalf("hosts %v", p.Hosts)
+	}
+}
+
+// mpirun gets a private HOME when the launcher has none (Open MPI 4 exits
+// 139 without one under a UID with no passwd entry).
+func TestRunGivesMPIRunAHome(t *testing.T) {
+	f := newFixture(t, true, "/usr/bin:/bin")
+	t.Setenv("HOME", "")
+	os.Unsetenv("HOME")
+	cfg := baseConfig(f, "127.0.0.1=1")
+	cfg.SkipProbe = true
+	cfg.SlotsMode = "1"
+	cfg.HostfilePath = filepath.Join(t.TempDir(), "hostfile")
+	cfg.TempDir = t.TempDir()
+	cfg.Executable = "/bin/true"
+	cfg.Command = []string{"sh", "-c", `echo "HOME=[$HOME]"; test -d "$HOME" && test -w "$HOME" && echo usable`}
+	var out, logs bytes.Buffer
+	cfg.Stdout, cfg.Stderr = &out, &out
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	l, _ := New(cfg)
+	code, err := l.Run(context.Background())
+	if code != exitcode.OK || err != nil {
+		t.Fatalf("code %d, %v\n%s", code, err, out.String())
+	}
+	want := "HOME=[" + cfg.TempDir + "/podmpi-"
+	if !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "/home]\nusable\n") {
+		t.Fatalf("mpirun saw %q, want %s.../home] and a usable dir", out.String(), want)
+	}
+	if !strings.Contains(logs.String(), "level=INFO msg=\"HOME is not set") {
+		t.Errorf("no INFO line about HOME:\n%s", logs.String())
+	}
 }

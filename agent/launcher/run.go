@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -87,6 +88,16 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 		default:
 			l.log.Debug("set", "name", s.Name, "value", s.Value)
 		}
+	}
+	// Open MPI 4's mpirun dies of SIGSEGV (exit 139, nothing printed) in a
+	// UID without a passwd entry when HOME is unset.
+	env, home, err := mpirun.EnsureHome(env, filepath.Join(rshDir, mpirun.HomeDirName))
+	if err != nil {
+		return exitcode.Config, &Failure{Phase: PhaseMPIRun, Code: exitcode.Config, Err: err,
+			Hint: "the launcher needs a writable temp dir (TMPDIR, an emptyDir under readOnlyRootFilesystem)"}
+	}
+	if home != "" {
+		l.log.Info("HOME is not set (a UID without a passwd entry?); giving mpirun a private one, as Open MPI crashes without it", "HOME", home)
 	}
 	if cfg.SSHUser != "" {
 		env = append(env, "PODMPI_SSH_USER="+cfg.SSHUser)

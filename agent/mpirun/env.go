@@ -1,7 +1,9 @@
 package mpirun
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -449,4 +451,36 @@ func DropHostfileVarsNaming(env []string, path string) ([]string, []string) {
 		out = append(out, kv)
 	}
 	return out, dropped
+}
+
+// HomeDirName is the directory EnsureHome creates inside the launcher's
+// private directory (Setup's rshDir).
+const HomeDirName = "home"
+
+// EnsureHome gives env a usable HOME when it has none or an empty one. A
+// pod running as a UID without a passwd entry (OpenShift's random UID, or a
+// runAsUser not in the image) often has no HOME at all, and Open MPI 4's
+// mpirun then dies of SIGSEGV (exit 139) in PMIx's home-directory lookup
+// before printing anything. dir (usually <rshDir>/home) is created with
+// mode 0700 and returned as home; env is returned unchanged with home ""
+// when HOME is already set. The caller logs the choice.
+func EnsureHome(env []string, dir string) (out []string, home string, err error) {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "HOME="); ok && v != "" {
+			return env, "", nil
+		}
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return env, "", fmt.Errorf("creating a HOME for mpirun at %s: %w", dir, err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return env, "", fmt.Errorf("creating a HOME for mpirun at %s: %w", dir, err)
+	}
+	out = make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "HOME=") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, "HOME="+dir), dir, nil
 }

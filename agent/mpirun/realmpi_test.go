@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -156,4 +157,90 @@ func countLines(out, line string) int {
 		}
 	}
 	return n
+}
+
+// TestEnsureHome: HOME unset or empty gets a private 0700 directory; a set
+// HOME is kept.
+func TestEnsureHome(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), HomeDirName)
+	for _, base := range [][]string{{"PATH=/bin"}, {"PATH=/bin", "HOME="}} {
+		env, home, err := EnsureHome(base, dir)
+		if err != nil || home != dir || !slices.Contains(env, "HOME="+dir) || len(env) != 2 {
+			t.Fatalf("EnsureHome(%q) = %q, %q, %v", base, env, home, err)
+		}
+		fi, err := os.Stat(dir)
+		if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+			t.Fatalf("home dir: %v, %v", fi, err)
+		}
+	}
+	env, home, err := EnsureHome([]string{"HOME=/home/mpiuser"}, dir)
+	if err != nil || home != "" || !slices.Equal(env, []string{"HOME=/home/mpiuser"}) {
+		t.Fatalf("EnsureHome with HOME set = %q, %q, %v", env, home, err)
+	}
+	if _, _, err := EnsureHome(nil, filepath.Join(dir, "no", "such", "parent")); err == nil {
+		t.Fatal("EnsureHome into a missing parent: no error")
+	}
+}
+
+// TestRealOpenMPIWithoutHome: Open MPI 4's mpirun run by a UID without a
+// passwd entry and without HOME dies of SIGSEGV (exit 139) inside PMIx;
+// with the HOME EnsureHome gives it, it runs. Root only (to switch to such
+// a UID with setpriv).
+func TestRealOpenMPIWithoutHome(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run mpirun as a UID without a passwd entry")
+	}
+	for _, prog := range []string{"mpirun.openmpi", "setpriv"} {
+		if _, err := exec.LookPath(prog); err != nil {
+			t.Skipf("%s not installed", prog)
+		}
+	}
+	const uid = "1000680000" // OpenShift-style, no passwd entry
+	// A scratch dir the UID can use as TMPDIR (Open MPI's session dir).
+	scratch, err := os.MkdirTemp("", "podmpi-nohome-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(scratch) })
+	if err := os.Chmod(scratch, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	var base []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "TMPDIR=") && !strings.HasPrefix(kv, "OMPI_") {
+			base = append(base, kv)
+		}
+	}
+	base = append(base, "TMPDIR="+scratch)
+	argv := []string{"setpriv", "--reuid=" + uid, "--regid=0", "--clear-groups", "mpirun.openmpi", "-np", "1", "hostname"}
+	run := func(env []string) (RunResult, string) {
+		out := &syncBuffer{}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		res, err := Run(ctx, RunOptions{Argv: argv, Env: env, Stdout: out, Stderr: out, Timeout: 45 * time.Second, KillGrace: 3 * time.Second, Signals: make(chan os.Signal)})
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", argv, err, out.String())
+		}
+		return res, out.String()
+	}
+	// The defect, reproduced first.
+	res, out := run(base)
+	if res.ExitCode != 139 {
+		t.Logf("without HOME this mpirun exited %d (Open MPI 4.1.4 with PMIx 4 exits 139); output:\n%s", res.ExitCode, out)
+	}
+	env, home, err := EnsureHome(base, filepath.Join(scratch, HomeDirName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(home, 1000680000, 0); err != nil { // the launcher creates it as its own UID
+		t.Fatal(err)
+	}
+	res, out = run(env)
+	hn, _ := os.Hostname()
+	if res.ExitCode != 0 || countLines(out, hn) != 1 {
+		t.Fatalf("with HOME=%s: %+v\n%s", home, res, out)
+	}
 }

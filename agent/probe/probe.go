@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -142,10 +143,11 @@ func Run(ctx context.Context, targets []Target, opts Options) []Result {
 	if opts.Deadline > 0 {
 		deadline = time.Now().Add(opts.Deadline)
 	}
-	full := fullSample(len(targets), opts.SSHSample)
+	full := SpreadSample(len(targets), opts.SSHSample)
 	results := make([]Result, len(targets))
 	next := make(chan int)
 	var wg sync.WaitGroup
+	var trap panicTrap
 	for range par {
 		wg.Go(func() {
 			for i := range next {
@@ -153,7 +155,10 @@ func Run(ctx context.Context, targets []Target, opts Options) []Result {
 				if full != nil && !full[i] {
 					check = CheckBanner
 				}
-				results[i] = probeOne(ctx, targets[i], deadline, check, opts, log)
+				func() {
+					defer trap.capture()
+					results[i] = probeOne(ctx, targets[i], deadline, check, opts, log)
+				}()
 			}
 		})
 	}
@@ -162,12 +167,42 @@ func Run(ctx context.Context, targets []Target, opts Options) []Result {
 	}
 	close(next)
 	wg.Wait()
+	trap.rethrow()
 	return results
 }
 
-// fullSample marks which of n targets get the full SSH probe when only
-// sample may: evenly spaced, first and last included. nil means all.
-func fullSample(n, sample int) []bool {
+// panicTrap carries the first panic of the probing goroutines to Run's
+// caller: a panic in a goroutine cannot be recovered by anyone else and
+// would end the launcher with Go's exit 2 and no termination message, while
+// re-raised on the caller's goroutine it reaches cmd/launcher's recover
+// (exit 71, the panic in the termination message). The stack of the
+// original goroutine is kept in the value.
+type panicTrap struct {
+	once sync.Once
+	v    any
+}
+
+// capture must be deferred directly.
+func (p *panicTrap) capture() {
+	if r := recover(); r != nil {
+		stack := debug.Stack()
+		p.once.Do(func() { p.v = fmt.Sprintf("%v [in a probe goroutine]\n%s", r, stack) })
+	}
+}
+
+func (p *panicTrap) rethrow() {
+	if p.v != nil {
+		panic(p.v)
+	}
+}
+
+// SpreadSample marks which of n items a sample of size sample takes:
+// evenly spaced, first and last included, so that a fault confined to one
+// part of the list (a node pool, a rack, the last pods to start) is still
+// seen. nil means all (sample <= 0 or >= n). The probe uses it for the full
+// SSH check (Options.SSHSample) and package slots for asking worker-agents
+// when the hostfile already gives every count.
+func SpreadSample(n, sample int) []bool {
 	if sample <= 0 || sample >= n {
 		return nil
 	}

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -404,11 +405,11 @@ func TestRunDeadlineCutsHangingConnect(t *testing.T) {
 }
 
 func TestFullSample(t *testing.T) {
-	if fullSample(10, 0) != nil || fullSample(10, 10) != nil || fullSample(3, 5) != nil {
+	if SpreadSample(10, 0) != nil || SpreadSample(10, 10) != nil || SpreadSample(3, 5) != nil {
 		t.Fatal("no sampling expected")
 	}
 	for _, tc := range []struct{ n, sample int }{{10, 1}, {10, 2}, {10, 3}, {1024, 128}, {129, 128}} {
-		full := fullSample(tc.n, tc.sample)
+		full := SpreadSample(tc.n, tc.sample)
 		count := 0
 		for _, f := range full {
 			if f {
@@ -416,7 +417,7 @@ func TestFullSample(t *testing.T) {
 			}
 		}
 		if count != tc.sample || !full[0] || (tc.sample > 1 && !full[tc.n-1]) {
-			t.Errorf("fullSample(%d, %d): %d marked, first %v last %v", tc.n, tc.sample, count, full[0], full[tc.n-1])
+			t.Errorf("SpreadSample(%d, %d): %d marked, first %v last %v", tc.n, tc.sample, count, full[0], full[tc.n-1])
 		}
 	}
 }
@@ -448,5 +449,28 @@ func TestRunSSHSample(t *testing.T) {
 	}
 	if got := ok.Commands(); len(got) != 2 {
 		t.Fatalf("remote checks ran %d times, want 2 (sampled workers only): %q", len(got), got)
+	}
+}
+
+// A panic in a probing goroutine reaches Run's caller (where the launcher
+// turns it into exit 71), after every other target was still probed.
+func TestRunPanicReachesCaller(t *testing.T) {
+	targets := []Target{{"127.0.0.1", 1}, {"127.0.0.1", 1}, {"127.0.0.1", 1}}
+	var calls atomic.Int32
+	var got any
+	func() {
+		defer func() { got = recover() }()
+		Run(context.Background(), targets, Options{Parallel: 2, OnAttempt: func(Attempt) {
+			if calls.Add(1) == 1 {
+				panic("boom in OnAttempt")
+			}
+		}})
+	}()
+	s, _ := got.(string)
+	if !strings.Contains(s, "boom in OnAttempt") || !strings.Contains(s, "probe goroutine") {
+		t.Fatalf("recovered %v", got)
+	}
+	if calls.Load() != 3 {
+		t.Errorf("%d attempts, want every target tried", calls.Load())
 	}
 }

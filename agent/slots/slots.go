@@ -6,16 +6,35 @@
 //
 //   - N: every host gets N slots (Decision.Source "flag"); no worker is asked.
 //   - auto: each worker-agent is asked for GET http://<host>:<web-port>/info
-//     (default port 9022) with bounded retries (go-retryablehttp, jittered
-//     exponential backoff, a per-host deadline). When it answers, its slot
-//     count wins (Source "agent") unless it is only the agent's default
-//     (no GPU found, no --slots given: source "default"), in which case a
-//     count from the hostfile stands (Source "hostfile"); when the hostfile
-//     also gave a count and the two disagree, Decision.Warning says so and
-//     how to make them agree. When the agent cannot be reached (or answers
-//     garbage), the hostfile's count is used (Source "hostfile"), else
-//     Options.DefaultSlots (Source "default"), with a warning rather than an
-//     error: the job can still run.
+//     (default port 9022), and asked again (connection refused or reset,
+//     timeouts, 429, 5xx, and an agent still detecting its GPUs, which
+//     answers slots.n=0) until Options.Deadline, the deadline of the whole
+//     phase, which the launcher shares with its SSH probe. Workers that
+//     answer at once cost one request each; at most Options.Parallel
+//     requests are in flight, and the phase ends by the deadline whatever
+//     the network does.
+//
+// What an answer decides:
+//
+//   - The agent's count wins (Source "agent") unless it is only the agent's
+//     default (no GPU found, no --slots given: source "default") and the
+//     hostfile gave a count, which then stands (Source "hostfile"). When the
+//     two disagree, Decision.Warning says so and how to make them agree.
+//   - An agent that gives no count by the deadline (or answers garbage, 404,
+//     or a failed GPU detection) leaves the hostfile's count when there is
+//     one (Source "hostfile", with a warning): that is the world size the
+//     operator asked for (Trainer's numProcPerNode, mpi-operator's
+//     slotsPerWorker). Without one, the host's slots are unknown, and Decide
+//     fails with an *UnknownError naming every such host and why, rather
+//     than run a smaller world than the workers offer; Options.AllowDefault
+//     (--slots.allow-default) gives them Options.DefaultSlots instead, with
+//     a warning.
+//
+// When every host already has a count from the hostfile, the agents' answers
+// can only confirm it or point at a misconfiguration that is the same on
+// every worker, so only a spread sample of Options.Sample hosts is asked
+// (the probe's --probe.ssh-sample, chosen by probe.SpreadSample); if any
+// sampled agent disagrees with its count, the rest are asked too.
 //
 // A Host.Slots of 0 means "the source gave no count" (see package discovery),
 // so an operator-given count can be told from a default.
@@ -28,18 +47,20 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	neturl "net/url"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-retryablehttp"
 
+	"github.com/podmpi/podmpi/agent/probe"
 	"github.com/podmpi/podmpi/hostfile"
 )
 
@@ -53,11 +74,13 @@ type WorkerInfo struct {
 
 // SlotInfo is the agent's slot decision.
 type SlotInfo struct {
-	// N is the number of slots the agent offers (>= 1).
+	// N is the number of slots the agent offers (>= 1); 0 while the agent
+	// has not decided yet (GPU detection in progress) or could not decide.
 	N int `json:"n"`
-	// Source is how N was found: "gpu", "cpu", "fixed" or "default".
+	// Source is how N was found: "gpu", "cpu", "fixed" or "default"; ""
+	// while N is 0.
 	Source string `json:"source"`
-	// Reason explains a fallback, e.g. why no GPU was counted.
+	// Reason explains a fallback, e.g. why no GPU was counted, or why N is 0.
 	Reason string `json:"reason,omitempty"`
 }
 
@@ -77,37 +100,45 @@ const maxInfoBytes = 1 << 20
 // Defaults of Options.
 const (
 	DefaultWebPort        = 9022
-	DefaultTimeout        = 10 * time.Second
+	DefaultDeadline       = 2 * time.Minute // the probe's default deadline
 	DefaultAttemptTimeout = 3 * time.Second
-	DefaultRetryMax       = 3
 	DefaultRetryWait      = 250 * time.Millisecond
-	DefaultParallel       = 32
-	maxRetryWait          = 2 * time.Second
+	DefaultMaxRetryWait   = 2 * time.Second
+	DefaultParallel       = 64 // the probe's
+	DefaultProgressEvery  = 5 * time.Second
 )
 
 // Options configures Decide. Zero values take the documented defaults.
 type Options struct {
 	// Mode is --slots: "auto" ("" means auto) or a positive integer.
 	Mode string
-	// DefaultSlots are the slots of a host for which neither the agent nor
-	// the hostfile gives a count; default 1.
+	// AllowDefault lets a host whose source gives no count and whose agent
+	// gives none by the deadline run with DefaultSlots (a warning) instead
+	// of failing Decide (--slots.allow-default).
+	AllowDefault bool
+	// DefaultSlots are the slots of such a host when AllowDefault is set;
+	// default 1.
 	DefaultSlots int
 	// WebPort is worker-agent's HTTP port (--worker.web-port); default 9022.
 	WebPort int
-	// Timeout bounds the whole query of one host, retries included; default
-	// 10s.
-	Timeout time.Duration
+	// Deadline bounds the whole phase from Decide's start: every agent is
+	// asked again until it; default DefaultDeadline. No attempt outlives it.
+	Deadline time.Duration
 	// AttemptTimeout bounds one HTTP attempt; default 3s. Unused when
 	// HTTPClient is set (set its Timeout instead).
 	AttemptTimeout time.Duration
-	// RetryMax is the number of retries after the first attempt; default 3,
-	// negative means none.
-	RetryMax int
-	// RetryWait is the wait before the first retry, doubled each time up to
-	// 2s, with jitter in [0.5, 1.5); default 250ms.
-	RetryWait time.Duration
-	// Parallel bounds the hosts queried at once; default 32.
+	// RetryWait is the wait before the first retry of a host, doubled each
+	// time up to MaxRetryWait, with jitter in [0.5, 1.5); defaults 250ms
+	// and 2s.
+	RetryWait, MaxRetryWait time.Duration
+	// Parallel bounds the requests in flight; default 64. A host waiting to
+	// retry holds no place, so that hosts that do not answer cannot starve
+	// the others.
 	Parallel int
+	// Sample, when > 0, is how many hosts are asked when every host
+	// already has a count from its source (see the package documentation);
+	// 0 asks every host.
+	Sample int
 	// HTTPClient makes the requests; nil means a client that ignores
 	// HTTP(S)_PROXY (workers are reached pod to pod).
 	HTTPClient *http.Client
@@ -122,7 +153,11 @@ type Options struct {
 	Self string
 	// LocalInfo returns the launcher pod's own info for Self.
 	LocalInfo func(ctx context.Context) (WorkerInfo, error)
-	// Logger gets each warning (Warn) and each retry (Debug); nil discards.
+	// ProgressEvery is how often, while agents are still awaited, one Info
+	// line names them; default 5s.
+	ProgressEvery time.Duration
+	// Logger gets warnings (Warn), progress (Info) and each retry (Debug);
+	// nil discards.
 	Logger *slog.Logger
 }
 
@@ -138,18 +173,58 @@ const (
 type Decision struct {
 	// Host is the host name as listed.
 	Host string
-	// Slots is the chosen count (>= 1).
+	// Slots is the chosen count (>= 1); 0 when unknown (see UnknownError).
 	Slots int
-	// Source is "flag", "agent", "hostfile" or "default".
+	// Source is "flag", "agent", "hostfile" or "default"; "" when unknown.
 	Source string
 	// Warning is non-empty when the operator should look: the hostfile and
-	// the agent disagree, or the agent could not be asked.
+	// the agent disagree, or the agent gave no count.
 	Warning string
 	// Info is the agent's answer, when it gave one.
 	Info *WorkerInfo
-	// Err is why the agent's answer is missing (after retries), if asked.
+	// Err is why the agent's answer is missing, if it was asked.
 	Err error
+	// Asked is whether the agent was asked (false for --slots N, for the
+	// launcher itself, and for hosts outside the sample).
+	Asked bool
+	// Attempts is the number of requests made to the agent.
+	Attempts int
 }
+
+// UnknownError is Decide's error when some hosts' slots are unknown at the
+// deadline: their source gives no count, their agent gave none, and
+// Options.AllowDefault is not set.
+type UnknownError struct {
+	// Unknown are those hosts' decisions (Err says why), in host order.
+	Unknown []Decision
+	// Hosts is the number of hosts decided.
+	Hosts int
+	// Deadline is the phase's deadline (Options.Deadline).
+	Deadline time.Duration
+}
+
+func (e *UnknownError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "slot count unknown for %d of %d workers: their worker-agent gave none within %s and the discovery source gives none (--slots auto never runs a smaller world in silence):",
+		len(e.Unknown), e.Hosts, e.Deadline)
+	for _, d := range e.Unknown {
+		fmt.Fprintf(&b, "\n%s: %v", d.Host, d.Err)
+	}
+	return b.String()
+}
+
+// Names returns the unknown hosts' names.
+func (e *UnknownError) Names() []string {
+	out := make([]string, len(e.Unknown))
+	for i, d := range e.Unknown {
+		out[i] = d.Host
+	}
+	return out
+}
+
+// ErrNotDecided is wrapped by DecodeInfo's error for an answer with
+// slots.n=0 from an agent still detecting its GPUs: ask again later.
+var ErrNotDecided = errors.New("worker-agent has not decided its slots yet")
 
 // ParseMode parses --slots: "auto" (or "") gives 0, a positive integer gives
 // itself.
@@ -172,28 +247,28 @@ func (o Options) withDefaults() Options {
 	if o.WebPort <= 0 {
 		o.WebPort = DefaultWebPort
 	}
-	if o.Timeout <= 0 {
-		o.Timeout = DefaultTimeout
+	if o.Deadline <= 0 {
+		o.Deadline = DefaultDeadline
 	}
 	if o.AttemptTimeout <= 0 {
 		o.AttemptTimeout = DefaultAttemptTimeout
 	}
-	switch {
-	case o.RetryMax == 0:
-		o.RetryMax = DefaultRetryMax
-	case o.RetryMax < 0:
-		o.RetryMax = 0
-	}
 	if o.RetryWait <= 0 {
 		o.RetryWait = DefaultRetryWait
+	}
+	if o.MaxRetryWait < o.RetryWait {
+		o.MaxRetryWait = max(o.RetryWait, DefaultMaxRetryWait)
 	}
 	if o.Parallel <= 0 {
 		o.Parallel = DefaultParallel
 	}
+	if o.ProgressEvery <= 0 {
+		o.ProgressEvery = DefaultProgressEvery
+	}
 	if o.HTTPClient == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.Proxy = nil
-		tr.DisableKeepAlives = true // one request per agent: leave no idle connections behind
+		tr.DisableKeepAlives = true // one answer per agent: leave no idle connections behind
 		o.HTTPClient = &http.Client{Transport: tr, Timeout: o.AttemptTimeout}
 	}
 	if o.Logger == nil {
@@ -206,16 +281,17 @@ func (o Options) withDefaults() Options {
 // returns the hosts with Slots filled in, in the same order, and one Decision
 // per host. addrs, if not nil, maps a host name to its resolved addresses
 // (discovery.Resolved.Addrs); the first one is queried instead of the name.
-// The error is non-nil only for a bad Options.Mode or when ctx ends.
+// The error is non-nil for a bad Options.Mode, when ctx ends (wrapping its
+// error), and as an *UnknownError (the decisions are returned with it).
 func Decide(ctx context.Context, hosts []hostfile.Host, addrs map[string][]string, opts Options) ([]hostfile.Host, []Decision, error) {
 	fixed, err := ParseMode(opts.Mode)
 	if err != nil {
 		return nil, nil, err
 	}
 	o := opts.withDefaults()
-	out := make([]hostfile.Host, len(hosts))
 	decisions := make([]Decision, len(hosts))
 	if fixed > 0 {
+		out := make([]hostfile.Host, len(hosts))
 		for i, h := range hosts {
 			out[i] = hostfile.Host{Name: h.Name, Slots: fixed}
 			decisions[i] = Decision{Host: h.Name, Slots: fixed, Source: SourceFlag}
@@ -223,32 +299,77 @@ func Decide(ctx context.Context, hosts []hostfile.Host, addrs map[string][]strin
 		return out, decisions, nil
 	}
 	log := o.Logger.With("component", "slots")
-	sem := make(chan struct{}, o.Parallel)
-	var wg sync.WaitGroup
+	pctx, cancel := context.WithTimeout(ctx, o.Deadline)
+	defer cancel()
+
+	// The launcher itself is not asked over HTTP; every other host is, or
+	// a sample of them when each has a count already.
+	var remote []int
+	allCounted := true
 	for i, h := range hosts {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
+		if sameHost(o.Self, h.Name) {
+			decisions[i] = o.decideSelf(pctx, h)
+			continue
 		}
-		if ctx.Err() != nil {
-			break
+		remote = append(remote, i)
+		if h.Slots <= 0 {
+			allCounted = false
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			decisions[i] = o.decideOne(ctx, h, addrs[h.Name], log)
-		}()
 	}
-	wg.Wait()
+	first, rest := remote, []int(nil)
+	if allCounted && o.Sample > 0 {
+		if pick := probe.SpreadSample(len(remote), o.Sample); pick != nil {
+			first = nil
+			for k, i := range remote {
+				if pick[k] {
+					first = append(first, i)
+				} else {
+					rest = append(rest, i)
+				}
+			}
+		}
+	}
+	o.askAll(pctx, hosts, addrs, first, decisions, log)
+	if len(rest) > 0 {
+		disagree := ""
+		for _, i := range first {
+			if decisions[i].Slots != hosts[i].Slots {
+				disagree = hosts[i].Name
+				break
+			}
+		}
+		if disagree == "" {
+			for _, i := range rest {
+				decisions[i] = Decision{Host: hosts[i].Name, Slots: hosts[i].Slots, Source: SourceHostfile}
+			}
+			log.Debug("every host has a count from the hostfile and the sampled worker-agents agree; the others were not asked",
+				"asked", len(first), "not_asked", len(rest))
+		} else {
+			log.Info("a sampled worker-agent disagrees with the hostfile; asking every worker-agent", "host", disagree, "hosts", len(rest))
+			o.askAll(pctx, hosts, addrs, rest, decisions, log)
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, nil, fmt.Errorf("asking worker-agents for their slots: %w", err)
 	}
+
+	var unknown []Decision
+	out := make([]hostfile.Host, len(hosts))
 	for i, h := range hosts {
+		if decisions[i].Slots == 0 {
+			if o.AllowDefault {
+				decisions[i] = o.fallbackDefault(decisions[i])
+			} else {
+				unknown = append(unknown, decisions[i])
+			}
+		}
 		out[i] = hostfile.Host{Name: h.Name, Slots: decisions[i].Slots}
 		if w := decisions[i].Warning; w != "" {
 			log.Warn(w, "host", h.Name, "slots", decisions[i].Slots, "source", decisions[i].Source)
 		}
+	}
+	if len(unknown) > 0 {
+		return out, decisions, &UnknownError{Unknown: unknown, Hosts: len(hosts), Deadline: o.Deadline}
 	}
 	return out, decisions, nil
 }
@@ -257,29 +378,37 @@ func sameHost(a, b string) bool {
 	return a != "" && strings.EqualFold(strings.TrimSuffix(a, "."), strings.TrimSuffix(b, "."))
 }
 
-// decideOne applies the auto rules to one host.
-func (o Options) decideOne(ctx context.Context, h hostfile.Host, addrs []string, log *slog.Logger) Decision {
+// decideSelf decides the launcher's own entry: its LocalInfo when set,
+// else the hostfile's count or DefaultSlots, without a warning (the
+// launcher pod runs no worker-agent to ask).
+func (o Options) decideSelf(ctx context.Context, h hostfile.Host) Decision {
 	d := Decision{Host: h.Name}
-	var info WorkerInfo
-	var err error
-	switch {
-	case sameHost(o.Self, h.Name) && o.LocalInfo == nil:
-		return o.fallback(d, h, nil)
-	case sameHost(o.Self, h.Name):
-		lctx, cancel := context.WithTimeout(ctx, o.Timeout)
-		info, err = o.LocalInfo(lctx)
-		cancel()
+	if o.LocalInfo != nil {
+		info, err := o.LocalInfo(ctx)
 		if err == nil {
 			err = info.validate()
 		}
-	default:
-		info, err = o.fetch(ctx, h.Name, o.addrFor(h.Name, addrs), log)
-	}
-	if err != nil {
+		if err == nil {
+			return o.apply(d, h, info)
+		}
 		d.Err = err
-		return o.fallback(d, h, err)
 	}
+	from := "the hostfile"
+	if h.Slots > 0 {
+		d.Slots, d.Source = h.Slots, SourceHostfile
+	} else {
+		d.Slots, d.Source, from = o.DefaultSlots, SourceDefault, "--discovery.default-slots"
+	}
+	if d.Err != nil {
+		d.Warning = fmt.Sprintf("%s (this pod): could not count its own slots: %v; using slots=%d from %s", h.Name, d.Err, d.Slots, from)
+	}
+	return d
+}
+
+// apply turns an agent's valid answer into the decision.
+func (o Options) apply(d Decision, h hostfile.Host, info WorkerInfo) Decision {
 	d.Info = &info
+	d.Err = nil
 	// An agent that found no GPU and was given no count answers a default
 	// (1 slot): that says nothing about the job, so a count the operator
 	// wrote into the hostfile (numProcPerNode, slotsPerWorker) stands.
@@ -311,22 +440,24 @@ func orUnknown(s string) string {
 	return s
 }
 
-// fallback uses the hostfile's count, else DefaultSlots; cause (nil for the
-// launcher itself) becomes the warning.
-func (o Options) fallback(d Decision, h hostfile.Host, cause error) Decision {
-	if h.Slots > 0 {
-		d.Slots, d.Source = h.Slots, SourceHostfile
-	} else {
-		d.Slots, d.Source = o.DefaultSlots, SourceDefault
+// fallbackHostfile uses the hostfile's count for a host whose agent gave
+// none (d.Err says why), with a warning; without a count the decision
+// stays unknown (Slots 0).
+func (o Options) fallbackHostfile(d Decision, h hostfile.Host) Decision {
+	if h.Slots <= 0 {
+		return d
 	}
-	if cause != nil {
-		from := "the hostfile"
-		if d.Source == SourceDefault {
-			from = "the default"
-		}
-		d.Warning = fmt.Sprintf("%s: could not get slots from worker-agent: %v; using slots=%d from %s; check that worker-agent runs there and serves HTTP on --worker.web-port (%d), or pass --slots",
-			h.Name, cause, d.Slots, from, o.WebPort)
-	}
+	d.Slots, d.Source = h.Slots, SourceHostfile
+	d.Warning = fmt.Sprintf("%s: could not get slots from worker-agent: %v; using slots=%d from the hostfile; check that worker-agent runs there and serves HTTP on --worker.web-port (%d), or pass --slots",
+		h.Name, d.Err, d.Slots, o.WebPort)
+	return d
+}
+
+// fallbackDefault gives an unknown host DefaultSlots (--slots.allow-default).
+func (o Options) fallbackDefault(d Decision) Decision {
+	d.Slots, d.Source = o.DefaultSlots, SourceDefault
+	d.Warning = fmt.Sprintf("%s: could not get slots from worker-agent: %v; using slots=%d from --discovery.default-slots because --slots.allow-default is set: the world may be smaller than the workers offer",
+		d.Host, d.Err, d.Slots)
 	return d
 }
 
@@ -341,68 +472,174 @@ func (o Options) addrFor(host string, addrs []string) string {
 	return net.JoinHostPort(target, strconv.Itoa(o.WebPort))
 }
 
-// fetch asks one worker-agent for /info with bounded retries.
-func (o Options) fetch(ctx context.Context, host, addr string, log *slog.Logger) (WorkerInfo, error) {
-	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
-	defer cancel()
-	url := "http://" + addr + "/info"
-	attempts := 0
-	client := &retryablehttp.Client{
-		HTTPClient:   o.HTTPClient,
-		RetryWaitMin: o.RetryWait,
-		RetryWaitMax: max(o.RetryWait, maxRetryWait),
-		RetryMax:     o.RetryMax,
-		Backoff:      backoff,
-		CheckRetry: func(ctx context.Context, resp *http.Response, err error) (bool, error) {
-			attempts++
-			retry, cerr := shouldRetry(ctx, resp, err)
-			if retry && attempts <= o.RetryMax {
-				log.Debug("retrying worker-agent /info", "host", host, "url", url,
-					"cause", describe(resp, err), "attempt", attempts, "attempts_left", o.RetryMax-attempts+1)
-			}
-			return retry, cerr
-		},
-		ErrorHandler: func(resp *http.Response, err error, tries int) (*http.Response, error) {
-			cause := describe(resp, err)
-			if resp != nil {
-				resp.Body.Close()
-			}
-			if tries <= 1 {
-				return nil, fmt.Errorf("GET %s: %s", url, cause)
-			}
-			return nil, fmt.Errorf("GET %s: giving up after %s: %s", url, plural(tries, "attempt"), cause)
-		},
+// askAll asks the agents of hosts[idx...] until each answers or ctx (the
+// phase deadline) ends, and fills their decisions. One goroutine per host;
+// at most Parallel requests in flight. While agents are awaited, one Info
+// line every ProgressEvery names them.
+func (o Options) askAll(ctx context.Context, hosts []hostfile.Host, addrs map[string][]string, idx []int, decisions []Decision, log *slog.Logger) {
+	if len(idx) == 0 {
+		return
 	}
-	req, err := retryablehttp.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	slots := make(chan struct{}, o.Parallel)
+	var done atomic.Int32
+	var pendingMu sync.Mutex
+	pending := make(map[int]bool, len(idx))
+	for _, i := range idx {
+		pending[i] = true
+	}
+	stop := make(chan struct{})
+	progressDone := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(progressDone)
+		t := time.NewTicker(o.ProgressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				pendingMu.Lock()
+				var names []string
+				for _, i := range idx {
+					if pending[i] {
+						names = append(names, hosts[i].Name)
+					}
+				}
+				pendingMu.Unlock()
+				left := ""
+				if dl, ok := ctx.Deadline(); ok {
+					left = time.Until(dl).Round(time.Second).String()
+				}
+				log.Info(fmt.Sprintf("slots: %d/%d worker-agents answered; waiting for %s", int(done.Load()), len(idx), listNames(names, 10)),
+					"answered", done.Load(), "asked", len(idx), "elapsed", time.Since(start).Round(time.Second).String(), "time_left", left)
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	var trap panicTrap
+	for _, i := range idx {
+		wg.Go(func() {
+			defer trap.capture()
+			h := hosts[i]
+			info, n, err := o.ask(ctx, h.Name, o.addrFor(h.Name, addrs[h.Name]), slots, log)
+			d := Decision{Host: h.Name, Asked: true, Attempts: n, Err: err}
+			if err == nil {
+				d = o.apply(d, h, info)
+			} else {
+				d = o.fallbackHostfile(d, h)
+			}
+			decisions[i] = d
+			pendingMu.Lock()
+			delete(pending, i)
+			pendingMu.Unlock()
+			done.Add(1)
+		})
+	}
+	wg.Wait()
+	close(stop)
+	<-progressDone
+	trap.rethrow()
+}
+
+// listNames joins up to max names, then "(+N more)".
+func listNames(names []string, maxNames int) string {
+	if len(names) <= maxNames {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s (+%d more)", strings.Join(names[:maxNames], ", "), len(names)-maxNames)
+}
+
+// ask asks one agent for /info until it gives a valid answer, gives a
+// final one (404, garbage, a failed GPU detection), or ctx ends. Each
+// attempt holds a place in slots. It returns the answer, the number of
+// attempts and, without an answer, the last cause.
+func (o Options) ask(ctx context.Context, host, addr string, slots chan struct{}, log *slog.Logger) (WorkerInfo, int, error) {
+	url := "http://" + addr + "/info"
+	wait := o.RetryWait
+	var last error
+	for n := 1; ; n++ {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return WorkerInfo{}, n - 1, o.gaveUp(url, n-1, last)
+		}
+		if ctx.Err() != nil { // a place freed just as the deadline passed
+			<-slots
+			return WorkerInfo{}, n - 1, o.gaveUp(url, n-1, last)
+		}
+		info, retry, err := o.attempt(ctx, url)
+		<-slots
+		if err == nil {
+			return info, n, nil
+		}
+		last = err
+		if !retry || ctx.Err() != nil {
+			if ctx.Err() != nil {
+				return WorkerInfo{}, n, o.gaveUp(url, n, last)
+			}
+			return WorkerInfo{}, n, fmt.Errorf("GET %s: %w", url, err)
+		}
+		d := jitter(wait)
+		if dl, ok := ctx.Deadline(); ok && time.Now().Add(d).After(dl) {
+			return WorkerInfo{}, n, o.gaveUp(url, n, last)
+		}
+		log.Debug("retrying worker-agent /info", "host", host, "url", url, "cause", err.Error(), "attempt", n, "in", d.Round(time.Millisecond))
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return WorkerInfo{}, n, o.gaveUp(url, n, last)
+		case <-t.C:
+		}
+		wait = min(2*wait, o.MaxRetryWait)
+	}
+}
+
+// gaveUp is the error of an agent that gave no answer by the deadline.
+func (o Options) gaveUp(url string, attempts int, last error) error {
+	if attempts == 0 || last == nil {
+		return fmt.Errorf("GET %s: not asked before the deadline (%s; at most %d requests at once)", url, o.Deadline, o.Parallel)
+	}
+	return fmt.Errorf("GET %s: no answer within %s (%s): %w", url, o.Deadline, plural(attempts, "attempt"), last)
+}
+
+// attempt makes one request. retry says whether asking again may help.
+func (o Options) attempt(ctx context.Context, url string) (info WorkerInfo, retry bool, err error) {
+	actx, cancel := context.WithTimeout(ctx, o.AttemptTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(actx, http.MethodGet, url, nil)
 	if err != nil {
-		return WorkerInfo{}, fmt.Errorf("building request for %s: %w", url, err)
+		return WorkerInfo{}, false, fmt.Errorf("building the request: %w", err)
 	}
 	req.Header.Set("Accept", "application/json")
-	resp, err := client.Do(req)
+	resp, err := o.HTTPClient.Do(req)
 	if err != nil {
-		if cerr := ctx.Err(); cerr != nil && !strings.Contains(err.Error(), "giving up") {
-			return WorkerInfo{}, fmt.Errorf("GET %s: no answer within %s (%s): %w", url, o.Timeout, plural(max(attempts, 1), "attempt"), cerr)
-		}
-		return WorkerInfo{}, err
+		retry, _ := shouldRetry(ctx, nil, err)
+		return WorkerInfo{}, retry, errors.New(describe(nil, err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
+		retry, _ := shouldRetry(ctx, resp, nil)
 		hint := ""
 		if resp.StatusCode == http.StatusNotFound {
 			hint = " (is this a worker-agent? an older one may lack /info)"
 		}
-		return WorkerInfo{}, fmt.Errorf("GET %s: HTTP %s%s", url, resp.Status, hint)
+		return WorkerInfo{}, retry, fmt.Errorf("HTTP %s%s", resp.Status, hint)
 	}
-	info, err := DecodeInfo(io.LimitReader(resp.Body, maxInfoBytes))
+	info, err = DecodeInfo(io.LimitReader(resp.Body, maxInfoBytes))
 	if err != nil {
-		return WorkerInfo{}, fmt.Errorf("GET %s: %w", url, err)
+		return WorkerInfo{}, errors.Is(err, ErrNotDecided), err
 	}
-	return info, nil
+	return info, false, nil
 }
 
 // DecodeInfo parses and checks a /info body: slots.n must be in
 // 1..hostfile.MaxSlots and gpus.count must not be negative. Unknown keys are
-// ignored (the agent serves a superset).
+// ignored (the agent serves a superset). An agent still detecting its GPUs
+// answers slots.n=0 with no source: the error then wraps ErrNotDecided. An
+// agent whose detection failed answers slots.n=0 with the failure as the
+// reason: that error is final.
 func DecodeInfo(r io.Reader) (WorkerInfo, error) {
 	var info WorkerInfo
 	dec := json.NewDecoder(r)
@@ -413,6 +650,16 @@ func DecodeInfo(r io.Reader) (WorkerInfo, error) {
 }
 
 func (info WorkerInfo) validate() error {
+	if info.Slots.N == 0 && info.Slots.Source == "" {
+		reason := strings.TrimSpace(info.Slots.Reason)
+		if reason == "" || strings.Contains(reason, "in progress") {
+			if reason == "" {
+				reason = "no reason given"
+			}
+			return fmt.Errorf("%w (slots.n=0: %s)", ErrNotDecided, reason)
+		}
+		return fmt.Errorf("worker-agent could not decide its slots (slots.n=0): %s", reason)
+	}
 	if info.Slots.N < 1 || info.Slots.N > hostfile.MaxSlots {
 		return fmt.Errorf("worker-agent /info reports slots.n=%d, want 1..%d", info.Slots.N, hostfile.MaxSlots)
 	}
@@ -428,11 +675,10 @@ func shouldRetry(ctx context.Context, resp *http.Response, err error) (bool, err
 	return retryablehttp.DefaultRetryPolicy(ctx, resp, err)
 }
 
-// backoff is min*2^attempt capped at max, times a jitter in [0.5, 1.5).
-func backoff(minWait, maxWait time.Duration, attempt int, _ *http.Response) time.Duration {
-	d := float64(minWait) * math.Pow(2, float64(min(attempt, 30)))
-	d = math.Min(d, float64(maxWait))
-	return time.Duration(d * (0.5 + rand.Float64()))
+// jitter spreads d over [0.5d, 1.5d) so that agents started together are
+// not asked in lockstep.
+func jitter(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.5 + rand.Float64()))
 }
 
 // describe names the outcome of one attempt for logs and errors.
@@ -456,4 +702,27 @@ func plural(n int, word string) string {
 		return "1 " + word
 	}
 	return strconv.Itoa(n) + " " + word + "s"
+}
+
+// panicTrap carries the first panic of the asking goroutines to Decide's
+// caller, where cmd/launcher turns it into exit 71 with a termination
+// message (a panic in a goroutine cannot be recovered by anyone else). The
+// original goroutine's stack is kept in the value.
+type panicTrap struct {
+	once sync.Once
+	v    any
+}
+
+// capture must be deferred directly.
+func (p *panicTrap) capture() {
+	if r := recover(); r != nil {
+		stack := debug.Stack()
+		p.once.Do(func() { p.v = fmt.Sprintf("%v [in a slots goroutine]\n%s", r, stack) })
+	}
+}
+
+func (p *panicTrap) rethrow() {
+	if p.v != nil {
+		panic(p.v)
+	}
 }

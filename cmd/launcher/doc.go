@@ -9,7 +9,10 @@
 //
 // It discovers the workers (flag, hostfile, headless-service DNS or a name
 // template), waits until every name and its own resolves, asks each
-// worker-agent for its slots, writes the hostfile in the format of the MPI
+// worker-agent for its slots (again and again until --probe.timeout while
+// it is not up or still counting its GPUs; a worker whose count stays
+// unknown fails the job with exit 72 rather than shrink the world), writes
+// the hostfile in the format of the MPI
 // found on PATH, probes SSH to every worker naming the cause of each failure,
 // and then runs the command with the environment that MPI needs: this binary
 // as its ssh program (through a "podmpi-rsh" symlink), fully qualified host
@@ -25,16 +28,17 @@
 //	--discovery.template            PODMPI_DISCOVERY_TEMPLATE            name template with {i}, e.g. tj-node-0-{i}.tj
 //	--workers-expected              PODMPI_WORKERS_EXPECTED              workers to wait for (service, template)
 //	--self                          PODMPI_SELF                          the launcher's own name (default: hostname)
-//	--discovery.default-slots       PODMPI_DISCOVERY_DEFAULT_SLOTS       slots when the source gives none (1)
+//	--discovery.default-slots       PODMPI_DISCOVERY_DEFAULT_SLOTS       slots when the source gives none (1; with --slots auto only under --slots.allow-default)
 //	--discovery.timeout             PODMPI_DISCOVERY_TIMEOUT             DNS wait deadline (5m)
 //	--slots                         PODMPI_SLOTS                         auto or N (auto)
+//	--slots.allow-default           PODMPI_SLOTS_ALLOW_DEFAULT           run workers whose count stays unknown with --discovery.default-slots instead of exit 72
 //	--worker.web-port               PODMPI_WORKER_WEB_PORT               worker-agent HTTP port for /info (9022)
 //	--mpi.implementation            PODMPI_MPI_IMPLEMENTATION            auto, openmpi, openmpi4, openmpi5, intelmpi, mpich (auto)
 //	--ssh.auth-dir                  PODMPI_SSH_AUTH_DIR                  dir with id_rsa and id_rsa.pub
 //	--ssh.port                      PODMPI_SSH_PORT                      worker SSH port (2222)
 //	--ssh.user                      PODMPI_SSH_USER                      user name sent to workers
 //	--ssh.insecure-ignore-host-key  PODMPI_SSH_INSECURE_IGNORE_HOST_KEY  skip host-key pinning (insecure)
-//	--probe.timeout                 PODMPI_PROBE_TIMEOUT                 probe deadline (2m)
+//	--probe.timeout                 PODMPI_PROBE_TIMEOUT                 deadline for every worker's slots and SSH probe, from the end of the DNS wait (2m)
 //	--probe.parallel                PODMPI_PROBE_PARALLEL                workers probed at once (64)
 //	--probe.ssh-sample              PODMPI_PROBE_SSH_SAMPLE              full SSH probe for at most N workers, banner check for the rest (128; 0: all)
 //	--probe.skip                    PODMPI_PROBE_SKIP                    skip the probe
@@ -52,7 +56,13 @@
 // PODMPI_SSH_INSECURE_IGNORE_HOST_KEY and PODMPI_SSH_CONNECT_TIMEOUT, which
 // the launcher sets for mpirun's children.
 //
+// Every flag's range is checked before anything starts (exit 64 naming the
+// flag). A panic ends in exit 71 with the panic in the termination message;
+// started as podmpi-rsh (or ssh, or launcher rsh) it first closes every
+// descriptor it inherited above stderr, as ssh(1) does.
+//
 // Exit codes: mpirun's own; 64 usage; 65 config; 66 discovery timeout; 67
-// probe failed; 68 command not found; 69 mpirun timeout; 71 internal; 255 rsh
-// could not reach the worker; 128+N when ended by signal N.
+// probe failed; 68 command not found; 69 mpirun timeout; 71 internal; 72
+// slots unknown; 255 rsh could not reach the worker; 128+N when ended by
+// signal N.
 package main

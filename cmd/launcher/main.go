@@ -113,9 +113,10 @@ type options struct {
 	defaultSlots     int
 	discoveryTimeout time.Duration
 
-	slots   string
-	webPort int
-	impl    string
+	slots             string
+	slotsAllowDefault bool
+	webPort           int
+	impl              string
 
 	authDir      string
 	sshPort      int
@@ -144,16 +145,17 @@ func (o *options) register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.template, "discovery.template", "", "worker name template with {i}, e.g. tj-node-0-{i}.tj (Trainer v2) or pi-worker-{i}.pi.default.svc (mpi-operator)")
 	fs.IntVar(&o.expected, "workers-expected", 0, "number of workers to wait for (with --discovery.service or --discovery.template)")
 	fs.StringVar(&o.self, "self", "", "the launcher's own name as the hostfile lists it (default: this pod's hostname)")
-	fs.IntVar(&o.defaultSlots, "discovery.default-slots", 1, "slots for workers whose source gives none")
+	fs.IntVar(&o.defaultSlots, "discovery.default-slots", 1, "slots for workers whose source gives none: with --slots auto, only under --slots.allow-default")
 	fs.DurationVar(&o.discoveryTimeout, "discovery.timeout", 5*time.Minute, "how long to wait for every worker name to resolve")
-	fs.StringVar(&o.slots, "slots", "auto", "slots per worker: auto (ask each worker-agent's /info, else the hostfile) or a positive integer")
+	fs.StringVar(&o.slots, "slots", "auto", "slots per worker: auto (ask each worker-agent's /info until --probe.timeout, else the hostfile's count; a worker with neither fails the job, exit 72) or a positive integer")
+	fs.BoolVar(&o.slotsAllowDefault, "slots.allow-default", false, "with --slots auto, run a worker whose agent gives no count and whose source gives none with --discovery.default-slots (a warning) instead of failing with exit 72")
 	fs.IntVar(&o.webPort, "worker.web-port", 9022, "HTTP port of the worker-agents (for /info)")
 	fs.StringVar(&o.impl, "mpi.implementation", "auto", "MPI implementation: auto (from mpirun --version), openmpi, openmpi4, openmpi5, intelmpi or mpich")
 	fs.StringVar(&o.authDir, "ssh.auth-dir", "", "directory with the job's id_rsa and id_rsa.pub (default: first of $HOME/.ssh, /home/mpiuser/.ssh, /root/.ssh holding id_rsa)")
 	fs.IntVar(&o.sshPort, "ssh.port", 2222, "SSH port of the worker-agents")
 	fs.StringVar(&o.sshUser, "ssh.user", "", "user name sent to workers (worker-agent accepts any; default $USER or mpiuser)")
 	fs.BoolVar(&o.insecure, "ssh.insecure-ignore-host-key", false, "do not verify workers' host keys (INSECURE; the default pins them to id_rsa.pub)")
-	fs.DurationVar(&o.probeTimeout, "probe.timeout", 2*time.Minute, "deadline of the SSH probe; transient failures are retried until it")
+	fs.DurationVar(&o.probeTimeout, "probe.timeout", 2*time.Minute, "deadline, from the end of the DNS wait, for every worker-agent to give its slots and pass the SSH probe; transient failures are retried until it")
 	fs.IntVar(&o.probePar, "probe.parallel", 64, "workers probed at once")
 	fs.IntVar(&o.probeSample, "probe.ssh-sample", 128, "fully probe (handshake, host key, auth, MPI daemon) at most this many workers spread over the list; the rest get a DNS+TCP+SSH-banner check (0: probe every worker fully)")
 	fs.BoolVar(&o.skipProbe, "probe.skip", false, "skip the SSH probe before mpirun")
@@ -177,7 +179,7 @@ worker and names the cause of each failure, then runs the command after "--"
 
 Exit codes: mpirun's own, or 64 usage, 65 config, 66 discovery timeout,
 67 probe failed, 68 command not found, 69 mpirun timeout, 71 internal,
-128+N killed by signal N. See docs/troubleshooting.md.`,
+72 slots unknown, 128+N killed by signal N. See docs/troubleshooting.md.`,
 		Version:       version.Get().String(),
 		SilenceErrors: true,
 		SilenceUsage:  true,
@@ -304,6 +306,7 @@ func (o *options) newLauncher(lg *slog.Logger, command []string, report io.Write
 		Discovery:             spec,
 		DiscoveryTimeout:      o.discoveryTimeout,
 		SlotsMode:             o.slots,
+		SlotsAllowDefault:     o.slotsAllowDefault,
 		DefaultSlots:          o.defaultSlots,
 		WorkerWebPort:         o.webPort,
 		Implementation:        o.impl,
