@@ -15,8 +15,25 @@ import (
 )
 
 // peekLimit is how many of the server's first bytes are kept to recognise
-// what answered when the handshake fails.
-const peekLimit = 64
+// what answered when the handshake fails: one line of text an SSH server
+// may send before its identification (RFC 4253 §4.2 allows 255 bytes).
+const peekLimit = 256
+
+// RefusalMarker is the phrase of the line worker-agent sends (like
+// OpenSSH's "Exceeded MaxStartups") when it refuses a connection because too
+// many unauthenticated connections are open, from this client's IP address
+// or in all.
+const RefusalMarker = "too many unauthenticated connections"
+
+// refusalLine returns the server's refusal line when got carries one.
+func refusalLine(got []byte) (string, bool) {
+	for line := range strings.SplitSeq(string(got), "\n") {
+		if strings.Contains(line, RefusalMarker) {
+			return strings.TrimSpace(line), true
+		}
+	}
+	return "", false
+}
 
 // peekConn records the first peekLimit bytes read from the server.
 type peekConn struct {
@@ -100,6 +117,9 @@ type HandshakeError struct {
 }
 
 func (e *HandshakeError) Error() string {
+	if line, ok := refusalLine(e.Received); ok {
+		return fmt.Sprintf("server refused the connection: %q", line)
+	}
 	switch {
 	case len(e.Received) == 0:
 		return fmt.Sprintf("%v (server sent nothing)", e.Err)
@@ -159,17 +179,17 @@ func Classify(host string, port int, phase Phase, err error) *Failure {
 	switch {
 	case errors.As(err, &hk):
 		f.Phase = PhaseHostKey
-		f.Hint = fmt.Sprintf("the worker's host key is not this job's key (%s): the worker runs with a different job's Secret, or the port is served by something other than worker-agent", describeKey(hk.Expected))
+		f.Hint = fmt.Sprintf("the worker's host key is not this job's key (%s): the job's SSH Secret was rotated and one side still holds the old key (worker-agent picks a new Secret up on the next connection, a running launcher keeps the key it started with; restart it), the worker runs with a different job's Secret, or the port is served by something other than worker-agent", describeKey(hk.Expected))
 	case errors.As(err, &ae) || isAuthError(err):
 		f.Phase = PhaseAuth
 		fp := ""
 		if ae != nil && ae.KeyFingerprint != "" {
 			fp = " (fingerprint " + ae.KeyFingerprint + ")"
 		}
-		f.Hint = "the worker's authorized_keys does not hold this job's key" + fp + "; mount the same SSH Secret on launcher and workers"
+		f.Hint = "the worker's authorized_keys does not hold this job's key" + fp + ": the SSH Secret was rotated and one side still holds the old key (a running launcher keeps the key it started with; restart it), or launcher and workers mount different Secrets; mount the same SSH Secret on launcher and workers"
 	case strings.Contains(err.Error(), "no common algorithm for host key"):
 		f.Phase = PhaseHostKey
-		f.Hint = "the worker has no host key of the pinned key's type: it does not serve this job's key (a different job's Secret, or not worker-agent)"
+		f.Hint = "the worker has no host key of the pinned key's type: it does not serve this job's key (a different job's Secret, a Secret rotated to another key type, or not worker-agent)"
 	case phase == PhaseConfig:
 		// Validate sets its own hint; a bare config error keeps the phase.
 	case phase == PhaseRemoteCommand:
@@ -226,6 +246,12 @@ func classifyHandshake(f *Failure, err error) {
 	var got []byte
 	if errors.As(err, &he) {
 		got = he.Received
+	}
+	if _, ok := refusalLine(got); ok {
+		f.Hint = fmt.Sprintf("worker-agent sheds load: too many unauthenticated connections are open on port %d, from this address or in all (the server's line names the limit). "+
+			"Something floods port %d: find its address in the worker's log (\"ssh connection refused\") and stop it or restrict port %d with a NetworkPolicy; "+
+			"if the load is legitimate, raise --ssh.per-source-max-startups or --ssh.max-startups on the workers", f.Port, f.Port, f.Port)
+		return
 	}
 	switch {
 	case len(got) >= 5 && string(got[:5]) == "HTTP/":

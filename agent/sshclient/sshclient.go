@@ -22,8 +22,15 @@
 // first use and no known_hosts file is read or written.
 //
 // Dial never reads $HOME, ~/.ssh, /etc/passwd or ssh_config: it works under
-// any UID. Key exchange and ciphers are left to x/crypto's defaults, so the
-// client keeps working when Go runs in FIPS 140 mode.
+// any UID. Key exchanges, ciphers and MACs are podmpi's explicit lists
+// (authdir.KeyExchanges, Ciphers, MACs: no SHA-1 key exchange, no SHA-1 or
+// truncated MAC), the ones worker-agent offers; in FIPS 140 mode x/crypto
+// keeps only their approved entries, which still meet a worker in FIPS
+// mode and OpenSSH.
+//
+// A worker-agent over its limit of unauthenticated connections answers with
+// one line of text (RefusalMarker) instead of its SSH identification; that
+// is a handshake failure that says so, and Transient.
 package sshclient
 
 import (
@@ -37,6 +44,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/podmpi/podmpi/agent/authdir"
 )
 
 // Phase names the step of a connection that failed.
@@ -108,10 +117,11 @@ func (f *Failure) CauseText() string {
 // Unwrap returns the cause.
 func (f *Failure) Unwrap() error { return f.Cause }
 
-// Transient reports whether retrying may help: the phase is transient, or the
+// Transient reports whether retrying may help: the phase is transient, the
 // server accepted TCP and closed (or reset) the connection before sending any
-// byte. The latter is what a sidecar proxy whose upstream is not listening
-// yet, or a server shedding load before the handshake, looks like.
+// byte, or worker-agent refused it for too many unauthenticated connections
+// (RefusalMarker). The silent close is what a sidecar proxy whose upstream is
+// not listening yet looks like; the refusal is a server shedding load.
 func (f *Failure) Transient() bool {
 	if f == nil {
 		return false
@@ -121,8 +131,13 @@ func (f *Failure) Transient() bool {
 	}
 	if f.Phase == PhaseHandshake {
 		var he *HandshakeError
-		if errors.As(f.Cause, &he) && len(he.Received) == 0 && !isTimeout(he.Err) && isClosed(he.Err) {
-			return true
+		if errors.As(f.Cause, &he) {
+			if _, refused := refusalLine(he.Received); refused {
+				return true
+			}
+			if len(he.Received) == 0 && !isTimeout(he.Err) && isClosed(he.Err) {
+				return true
+			}
 		}
 	}
 	return false
@@ -239,8 +254,8 @@ func HostKeyAlgorithms(k ssh.PublicKey) []string {
 }
 
 // ClientConfig builds the x/crypto client configuration: public key auth with
-// the job key, the pinned host key and its algorithms. Key exchange, ciphers
-// and MACs are x/crypto's defaults (which follow FIPS mode).
+// the job key, the pinned host key and its algorithms, and podmpi's key
+// exchange, cipher and MAC lists (which x/crypto narrows in FIPS mode).
 func (c Config) ClientConfig() *ssh.ClientConfig {
 	user := c.User
 	if user == "" {
@@ -259,6 +274,7 @@ func (c Config) ClientConfig() *ssh.ClientConfig {
 		Auth:          []ssh.AuthMethod{ssh.PublicKeys(signers...)},
 		ClientVersion: "SSH-2.0-podmpi",
 	}
+	authdir.SetAlgorithms(&cc.Config)
 	if c.InsecureIgnoreHostKey {
 		cc.HostKeyCallback = ssh.InsecureIgnoreHostKey() //nolint:gosec // explicit operator opt-in, warned about by callers
 	} else {
