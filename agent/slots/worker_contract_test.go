@@ -18,11 +18,14 @@ import (
 )
 
 // noSSH is the least SSH server worker.New accepts: /info only reads it.
+// It has every getter /info may call, so that it keeps satisfying the
+// interface as /info grows.
 type noSSH struct{}
 
 func (noSSH) Addr() net.Addr                 { return nil }
 func (noSSH) Listening() bool                { return false }
 func (noSSH) HostKeyFingerprint() string     { return "" }
+func (noSSH) DerivedKeyFingerprint() string  { return "" }
 func (noSSH) HostKeyPinned() bool            { return false }
 func (noSSH) AuthorizedKeyCount() int        { return 0 }
 func (noSSH) Listen() (net.Addr, error)      { return nil, errors.New("not listening") }
