@@ -54,10 +54,14 @@ type DaemonPaths struct {
 	HydraBstrapProxy string `json:"hydra_bstrap_proxy"`
 }
 
-// HostKeyInfo is the "hostKey" object.
+// HostKeyInfo is the "hostKey" object: the fingerprints of the host keys
+// the SSH server presents. DerivedFingerprint is the ed25519 key derived
+// from the job key, which OpenSSH clients that pin nothing negotiate; ""
+// when there is none (FIPS 140 mode, an ed25519 job key, no id_rsa).
 type HostKeyInfo struct {
-	Fingerprint string `json:"fingerprint"`
-	Pinned      bool   `json:"pinned"`
+	Fingerprint        string `json:"fingerprint"`
+	DerivedFingerprint string `json:"derivedFingerprint"`
+	Pinned             bool   `json:"pinned"`
 }
 
 // Info returns the current /info document.
@@ -74,8 +78,9 @@ func (w *Worker) Info() Info {
 		User:     w.cfg.User,
 		AuthDir:  w.cfg.AuthDir,
 		HostKey: HostKeyInfo{
-			Fingerprint: w.cfg.SSH.HostKeyFingerprint(),
-			Pinned:      w.cfg.SSH.HostKeyPinned(),
+			Fingerprint:        w.cfg.SSH.HostKeyFingerprint(),
+			DerivedFingerprint: w.cfg.SSH.DerivedKeyFingerprint(),
+			Pinned:             w.cfg.SSH.HostKeyPinned(),
 		},
 		SSHAddress: w.sshAddress(),
 		Version:    w.cfg.Version,

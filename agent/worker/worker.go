@@ -6,13 +6,22 @@
 //
 //	/healthz  200 "ok" while the process runs (liveness)
 //	/readyz   200 "ready" only when the SSH listener accepts connections, the
-//	          host key and authorized keys are loaded and GPU detection has
-//	          finished; otherwise 503 with the reasons, one per line. It turns
-//	          503 ("shutting down") as soon as a graceful shutdown begins.
+//	          host key and authorized keys are loaded (and match the auth
+//	          dir as it is now: a rotated Secret that does not load makes it
+//	          503) and GPU detection has finished; otherwise 503 with the
+//	          reasons. It turns 503 ("shutting down") as soon as a graceful
+//	          shutdown begins.
 //	/info     JSON: hostname, slots, GPUs, which MPI daemons are on the PATH
-//	          SSH sessions get, uid/gid, auth dir, host key, SSH address and
-//	          build version (see [Info]; the launcher reads these keys)
+//	          SSH sessions get, uid/gid, auth dir, host key and derived host
+//	          key fingerprints, SSH address and build version (see [Info];
+//	          the launcher reads these keys)
 //	/metrics  Prometheus exposition of a dedicated registry
+//
+// The HTTP server is unauthenticated, so it is bounded: at most
+// Config.WebMaxConnections connections at once (the oldest idle one is
+// closed to make room for a new one, so a flood of idle connections cannot
+// keep the kubelet's probes out), header, read, write and idle timeouts,
+// and 16 KiB of request headers.
 //
 // [Worker.Run] owns the lifecycle: listen (SSH, then HTTP), serve, detect
 // GPUs in the background, and on cancellation mark the worker not ready,
@@ -47,6 +56,12 @@ type SSHState interface {
 	Listening() bool
 	// HostKeyFingerprint is the SHA256 fingerprint of the host key.
 	HostKeyFingerprint() string
+	// DerivedKeyFingerprint is the SHA256 fingerprint of the ed25519 key
+	// derived from the job key, served as a second host key; "" when none.
+	DerivedKeyFingerprint() string
+	// KeyError says why the keys in use are not what the auth dir holds
+	// now (a rotated Secret that does not load), or nil.
+	KeyError() error
 	// HostKeyPinned reports whether the host key is the job key (so clients
 	// can pin it to id_rsa.pub) rather than a generated one.
 	HostKeyPinned() bool
@@ -68,8 +83,9 @@ type SSHServer interface {
 
 // Defaults for Config fields left zero.
 const (
-	DefaultShutdownGrace = 25 * time.Second
-	DefaultDetectTimeout = 2 * time.Minute
+	DefaultShutdownGrace     = 25 * time.Second
+	DefaultDetectTimeout     = 2 * time.Minute
+	DefaultWebMaxConnections = 128
 	// HTTPShutdownTimeout bounds the HTTP server's shutdown after SSH is done.
 	HTTPShutdownTimeout = 3 * time.Second
 )
@@ -82,6 +98,10 @@ type Config struct {
 	SSHAddress string
 	// WebAddress is the HTTP listen address; "" disables HTTP.
 	WebAddress string
+	// WebMaxConnections bounds the HTTP connections open at once; 0 means
+	// DefaultWebMaxConnections. At the bound the oldest idle connection is
+	// closed for a new one (see limitListener).
+	WebMaxConnections int
 	// AuthDir is the directory the SSH keys came from.
 	AuthDir string
 	// Detector finds the GPUs. Required.
@@ -124,6 +144,7 @@ type Worker struct {
 
 	shuttingDown atomic.Bool
 	webAddr      atomic.Pointer[net.Addr]
+	httpLn       atomic.Pointer[limitListener]
 
 	mu        sync.Mutex
 	detected  bool
@@ -145,6 +166,9 @@ func New(cfg Config) (*Worker, error) {
 	}
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = DefaultShutdownGrace
+	}
+	if cfg.WebMaxConnections <= 0 {
+		cfg.WebMaxConnections = DefaultWebMaxConnections
 	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
@@ -230,20 +254,23 @@ func (w *Worker) Run(ctx context.Context) error {
 		return &ListenError{Service: "ssh", Addr: w.cfg.SSHAddress, Err: unwrapOpError(err)}
 	}
 	w.log.Info("ssh listening", "addr", addr.String(), "hostKey", w.cfg.SSH.HostKeyFingerprint(),
+		"derivedHostKey", w.cfg.SSH.DerivedKeyFingerprint(),
 		"hostKeyPinned", w.cfg.SSH.HostKeyPinned(), "authorizedKeys", w.cfg.SSH.AuthorizedKeyCount())
 
-	var httpLn net.Listener
+	var httpLn *limitListener
 	if w.cfg.WebAddress != "" {
-		httpLn, err = net.Listen("tcp", w.cfg.WebAddress)
+		ln, err := net.Listen("tcp", w.cfg.WebAddress)
 		if err != nil {
 			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			_ = w.cfg.SSH.Shutdown(sctx)
 			cancel()
 			return &ListenError{Service: "http", Addr: w.cfg.WebAddress, Err: unwrapOpError(err)}
 		}
-		a := httpLn.Addr()
+		httpLn = newLimitListener(ln, w.cfg.WebMaxConnections, w.log)
+		w.httpLn.Store(httpLn)
+		a := ln.Addr()
 		w.webAddr.Store(&a)
-		w.log.Info("http listening", "addr", a.String())
+		w.log.Info("http listening", "addr", a.String(), "maxConnections", w.cfg.WebMaxConnections)
 	}
 
 	if w.cfg.Listening != nil {
@@ -268,15 +295,7 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	var srv *http.Server
 	if httpLn != nil {
-		srv = &http.Server{
-			Handler:           w.handler,
-			ReadHeaderTimeout: 5 * time.Second,
-			ReadTimeout:       10 * time.Second,
-			WriteTimeout:      30 * time.Second,
-			IdleTimeout:       60 * time.Second,
-			MaxHeaderBytes:    16 << 10,
-			ErrorLog:          slog.NewLogLogger(w.log.Handler(), slog.LevelDebug),
-		}
+		srv = newHTTPServer(w.handler, httpLn, w.log)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -380,6 +399,9 @@ func (w *Worker) Readiness() (bool, []string) {
 	}
 	if s.AuthorizedKeyCount() == 0 {
 		why = append(why, fmt.Sprintf("no authorized keys loaded from %s", orNone(w.cfg.AuthDir)))
+	}
+	if err := s.KeyError(); err != nil {
+		why = append(why, "ssh keys: "+err.Error())
 	}
 	w.mu.Lock()
 	detected, derr := w.detected, w.detectErr

@@ -34,6 +34,8 @@ type fakeSSH struct {
 	ln          net.Listener
 	listening   bool
 	fingerprint string
+	derived     string
+	keyErr      error
 	pinned      bool
 	keys        int
 	listenErr   error
@@ -61,7 +63,13 @@ func (f *fakeSSH) Listening() bool {
 
 func (f *fakeSSH) HostKeyFingerprint() string { f.mu.Lock(); defer f.mu.Unlock(); return f.fingerprint }
 func (f *fakeSSH) HostKeyPinned() bool        { f.mu.Lock(); defer f.mu.Unlock(); return f.pinned }
-func (f *fakeSSH) AuthorizedKeyCount() int    { f.mu.Lock(); defer f.mu.Unlock(); return f.keys }
+func (f *fakeSSH) DerivedKeyFingerprint() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.derived
+}
+func (f *fakeSSH) KeyError() error         { f.mu.Lock(); defer f.mu.Unlock(); return f.keyErr }
+func (f *fakeSSH) AuthorizedKeyCount() int { f.mu.Lock(); defer f.mu.Unlock(); return f.keys }
 
 func (f *fakeSSH) Listen() (net.Addr, error) {
 	if f.listenErr != nil {
@@ -114,7 +122,7 @@ func (f *fakeSSH) Shutdown(ctx context.Context) error {
 }
 
 func readySSH() *fakeSSH {
-	return &fakeSSH{listening: true, fingerprint: "SHA256:abc", pinned: true, keys: 1}
+	return &fakeSSH{listening: true, fingerprint: "SHA256:abc", derived: "SHA256:ed", pinned: true, keys: 1}
 }
 
 // fakeDetector returns a fixed inventory or error, optionally after a gate.
@@ -200,6 +208,9 @@ func TestReadyz(t *testing.T) {
 			reasons: []string{"ssh listener on :2222 is not accepting connections"}},
 		{name: "no keys", ssh: &fakeSSH{listening: true}, det: gpu.NewNull(""), detect: true, want: 503,
 			reasons: []string{"ssh host key is not loaded", "no authorized keys loaded from /home/mpiuser/.ssh"}},
+		{name: "rotated Secret does not load", ssh: &fakeSSH{listening: true, fingerprint: "SHA256:x", keys: 1,
+			keyErr: errors.New("still serving the previous host key SHA256:x: parse private key")}, det: gpu.NewNull(""), detect: true, want: 503,
+			reasons: []string{"ssh keys: still serving the previous host key SHA256:x"}},
 		{name: "detection failed", ssh: readySSH(), det: fakeDetector{err: errors.New("nvml: driver not loaded")}, detect: true, want: 503,
 			reasons: []string{"gpu detection: nvml: driver not loaded"}},
 		{name: "gpu slots without gpus", ssh: readySSH(), det: gpu.NewNull("no NVML here"), detect: true, want: 503,
@@ -279,7 +290,7 @@ func TestInfoShape(t *testing.T) {
 	assertKeys(t, "slots", doc["slots"], "n", "source", "reason")
 	assertKeys(t, "gpus", doc["gpus"], "count", "source", "reason", "devices")
 	assertKeys(t, "daemons", doc["daemons"], "orted", "prted", "hydra_pmi_proxy", "hydra_bstrap_proxy")
-	assertKeys(t, "hostKey", doc["hostKey"], "fingerprint", "pinned")
+	assertKeys(t, "hostKey", doc["hostKey"], "fingerprint", "derivedFingerprint", "pinned")
 	assertKeys(t, "version", doc["version"], "version", "commit", "goVersion", "platform")
 	dev := doc["gpus"].(map[string]any)["devices"].([]any)
 	if len(dev) != 2 {
@@ -301,7 +312,7 @@ func TestInfoShape(t *testing.T) {
 			HydraPMIProxy: filepath.Join(bin2, "hydra_pmi_proxy"),
 		},
 		UID: 1000680000, GID: 0, AuthDir: "/home/mpiuser/.ssh",
-		HostKey:    HostKeyInfo{Fingerprint: "SHA256:abc", Pinned: true},
+		HostKey:    HostKeyInfo{Fingerprint: "SHA256:abc", DerivedFingerprint: "SHA256:ed", Pinned: true},
 		SSHAddress: ":" + port,
 		Version:    version.Info{Version: "v0.0.0-test", Commit: "abc123", GoVersion: "go1.26", Platform: "linux/amd64"},
 	}
