@@ -17,6 +17,7 @@ type fakeResolver struct {
 	srv         map[string][][]*net.SRV // SRV name -> answers, one per call (the last repeats)
 	ptr         map[string][]string     // IP -> names
 	errs        map[string]error        // name -> error returned instead of an answer
+	partial     map[string]error        // SRV name -> error returned WITH the answer (as Go does for dropped records)
 	after       map[string]int          // name answers only from call N+1 on (NXDOMAIN before)
 	hang        map[string]bool         // name blocks until ctx ends
 	delay       time.Duration           // every lookup takes this long
@@ -29,6 +30,7 @@ func newFake() *fakeResolver {
 	return &fakeResolver{
 		hosts: map[string][]string{}, srv: map[string][][]*net.SRV{}, ptr: map[string][]string{},
 		errs: map[string]error{}, after: map[string]int{}, hang: map[string]bool{}, calls: map[string]int{},
+		partial: map[string]error{},
 	}
 }
 
@@ -124,7 +126,7 @@ func (r *fakeResolver) LookupSRV(ctx context.Context, service, proto, name strin
 		c := *s
 		out[i] = &c
 	}
-	return full + ".", out, nil
+	return full + ".", out, r.partial[strings.ToLower(full)]
 }
 
 func (r *fakeResolver) LookupAddr(ctx context.Context, addr string) ([]string, error) {

@@ -1,12 +1,15 @@
 package discovery
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
+	"log/slog"
 	"net"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -78,6 +81,24 @@ func dnsAnswer(q []byte) []byte {
 			binary.BigEndian.PutUint16(resp[6:8], 1)
 			resp = append(resp, 0xC0, 12, 0, 1, 0, 1, 0, 0, 0, 30, 0, 4, 10, 0, 0, 1)
 		}
+	case strings.HasPrefix(name, "_ssh._tcp.srv"):
+		// Three SRV records, one whose target is not a valid DNS name.
+		rcode = 0
+		if qtype == 33 {
+			targets := []string{"ok-0.job.test", "bad name!.job.test", "ok-1.job.test"}
+			binary.BigEndian.PutUint16(resp[6:8], uint16(len(targets)))
+			for _, tgt := range targets {
+				var rdata []byte
+				rdata = append(rdata, 0, 0, 0, 10, 0x08, 0xAE) // priority 0, weight 10, port 2222
+				for _, l := range strings.Split(tgt, ".") {
+					rdata = append(rdata, byte(len(l)))
+					rdata = append(rdata, l...)
+				}
+				rdata = append(rdata, 0)
+				resp = append(resp, 0xC0, 12, 0, 33, 0, 1, 0, 0, 0, 30, byte(len(rdata)>>8), byte(len(rdata)))
+				resp = append(resp, rdata...)
+			}
+		}
 	}
 	binary.BigEndian.PutUint16(resp[2:4], 0x8180|rcode) // QR, RD, RA
 	return resp
@@ -117,4 +138,46 @@ func TestRealResolverClassification(t *testing.T) {
 	if strings.Contains(err.Error(), "relative name") {
 		t.Errorf("names with a trailing dot are absolute:\n%s", err)
 	}
+}
+
+// Go's resolver drops an SRV record whose target is not a valid name and
+// returns the others with an error. The valid targets are kept, and the bad
+// one is named in a warning (it used to discard the whole answer).
+func TestRealResolverMalformedSRVTarget(t *testing.T) {
+	t.Parallel()
+	r := startDNS(t)
+	spec := Spec{Service: "_ssh._tcp.srvjob.test.", Expected: 2, DefaultSlots: 1}
+	plan := mustResolve(t, spec)
+	var logs syncBuf
+	res, err := Wait(context.Background(), spec, plan, WaitOptions{Resolver: r, Clock: newClock(), Timeout: 5 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, logs.String())
+	}
+	if !reflect.DeepEqual(names(res), []string{"ok-0.job.test", "ok-1.job.test"}) || res[0].Port != 2222 {
+		t.Fatalf("resolved %+v", res)
+	}
+	for _, w := range []string{"level=WARN", `SRV target \"bad name!.job.test.\" ignored`, "_ssh._tcp.srvjob.test."} {
+		if !strings.Contains(logs.String(), w) {
+			t.Errorf("log lacks %s:\n%s", w, logs.String())
+		}
+	}
+}
+
+// syncBuf is a bytes.Buffer safe for the logger's concurrent writes.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -142,6 +142,9 @@ type finder struct {
 
 	resolved map[string]Resolved // by nameKey
 	lastErr  map[string]error    // by name as shown to the user
+	badSRV   []badTarget         // SRV targets ignored, in the order found; Wait warns about each once
+	badSeen  map[string]bool     // query+target already in badSRV
+	rawDone  map[string]bool     // SRV queries already asked raw to name dropped targets
 	ipName   map[string]string   // service-a: IP -> host name (the IP itself without a usable PTR)
 	prev     map[Source]string   // previous answer per source, for the stability check
 	lookups  int                 // number of lookups made, for logs
@@ -154,6 +157,8 @@ func newFinder(spec Spec, plan Plan, r Resolver, parallel int, lookupTimeout tim
 		resolved: make(map[string]Resolved),
 		lastErr:  make(map[string]error),
 		ipName:   make(map[string]string),
+		badSeen:  make(map[string]bool),
+		rawDone:  make(map[string]bool),
 		prev:     make(map[Source]string),
 	}
 }
@@ -267,6 +272,13 @@ func (f *finder) servicePass(ctx context.Context, strict bool) state {
 		}
 		return srvAnswer{cname, srvs}, err
 	})
+	if err != nil && len(ans.srvs) > 0 {
+		// Go's resolver drops records whose target is not a valid DNS name
+		// and returns the others with an error: keep them, and find out
+		// which target it dropped (it does not say).
+		f.noteDroppedSRV(ctx, query, ans.cname, err)
+		err = nil
+	}
 	if err == nil && len(ans.srvs) == 0 {
 		err = &net.DNSError{Err: errEmptyAnswer.Error(), Name: query, IsNotFound: true}
 	}
@@ -291,7 +303,7 @@ func (f *finder) servicePass(ctx context.Context, strict bool) state {
 		}
 		name := strings.TrimSuffix(s.Target, ".")
 		if verr := hostfile.ValidateName(name); verr != nil {
-			f.lastErr[query] = fmt.Errorf("SRV target %q ignored: %w", s.Target, verr)
+			f.noteBadSRV(query, s.Target, verr.Error())
 			continue
 		}
 		k := nameKey(name)

@@ -215,6 +215,7 @@ func Wait(ctx context.Context, spec Spec, plan Plan, opts WaitOptions) ([]Resolv
 		lastKey     = ""
 		best        = -1
 		attempt     = 0
+		warned      = 0 // f.badSRV entries already logged
 		interrupted = func(p Progress, err error) error {
 			return fmt.Errorf("waiting for workers in DNS interrupted (%s): %w", p, err)
 		}
@@ -224,6 +225,12 @@ func Wait(ctx context.Context, spec Spec, plan Plan, opts WaitOptions) ([]Resolv
 		// a last round of instant timeouts would only hide the real answers.
 		f.lookupTimeout = min(o.LookupTimeout, max(deadline.Sub(o.Clock.Now()), minLookupTimeout))
 		st := f.pass(ctx, true)
+		var bad []badTarget
+		bad, warned = f.takeBadSRV(warned)
+		for _, b := range bad {
+			log.Warn(b.String()+"; fix the Service's endpoints or the DNS record (the other targets are used)",
+				"query", b.Query, "target", b.Target)
+		}
 		now := o.Clock.Now()
 		p := progressOf(st, now.Sub(start))
 		if err := ctx.Err(); err != nil {

@@ -593,3 +593,39 @@ func TestBackoffDelay(t *testing.T) {
 		}
 	}
 }
+
+// An SRV answer that comes with an error (Go's resolver dropped a record
+// with an invalid target and returned the rest) is used, not discarded; the
+// dropped target and targets the hostfile rules reject are warned about.
+func TestWaitSRVPartialAnswer(t *testing.T) {
+	t.Parallel()
+	spec := Spec{Service: "tj", Expected: 2, DefaultSlots: 1}
+	plan := mustResolve(t, spec)
+	r := newFake()
+	r.srv["_ssh._tcp.tj"] = [][]*net.SRV{srvs(2222, "tj-node-0-0.tj.", "tj_node_0_9.tj.", "tj-node-0-1.tj.")}
+	r.partial["_ssh._tcp.tj"] = &net.DNSError{Err: "DNS response contained records which contain invalid names", Name: "_ssh._tcp.tj"}
+	r.setHost("tj-node-0-0.tj", "10.0.1.0")
+	r.setHost("tj-node-0-1.tj", "10.0.1.1")
+	var logs syncBuf
+	res, err := Wait(context.Background(), spec, plan, WaitOptions{Resolver: r, Clock: newClock(), Timeout: 10 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(names(res), []string{"tj-node-0-0.tj", "tj-node-0-1.tj"}) {
+		t.Fatalf("resolved %v", names(res))
+	}
+	if n := r.callCount("tj"); n != 0 {
+		t.Errorf("fell back to A records %d times", n)
+	}
+	out := logs.String()
+	for _, w := range []string{`SRV target \"tj_node_0_9.tj.\" ignored in the answer for _ssh._tcp.tj`,
+		`SRV target \"(unnamed)\" ignored`, "did not say which", "dig SRV _ssh._tcp.tj."} {
+		if !strings.Contains(out, w) {
+			t.Errorf("log lacks %s:\n%s", w, out)
+		}
+	}
+	if strings.Count(out, "level=WARN msg=\"SRV target \\\"tj_node_0_9") != 1 {
+		t.Errorf("the bad target is warned about more than once:\n%s", out)
+	}
+}
