@@ -10,7 +10,8 @@
 //	/readyz   200 only when the SSH listener accepts, the keys are loaded and
 //	          GPU detection is done; else 503 with the reasons
 //	/info     JSON: hostname, slots, GPUs, MPI daemons on PATH, uid/gid,
-//	          auth dir, host key fingerprint, SSH address, version
+//	          auth dir, host key and derived host key fingerprints, SSH
+//	          address, version
 //	/metrics  Prometheus: mpi_worker_ssh_* (connections, auth failures by
 //	          reason, active sessions, session durations, exit codes),
 //	          mpi_worker_gpus, mpi_worker_slots, mpi_worker_ready,
@@ -38,12 +39,16 @@
 //	--ssh.shell               PODMPI_SSH_SHELL               shell running each command as SHELL -c COMMAND (default /bin/sh)
 //	--ssh.allow-pty           PODMPI_SSH_ALLOW_PTY           grant pseudo-terminals (default false)
 //	--ssh.login-grace-time    PODMPI_SSH_LOGIN_GRACE_TIME    accept-to-auth deadline (default 30s)
-//	--ssh.max-startups        PODMPI_SSH_MAX_STARTUPS        concurrent unauthenticated connections (default 100)
+//	--ssh.max-startups        PODMPI_SSH_MAX_STARTUPS        unauthenticated connections as BEGIN:RATE:FULL: from BEGIN on,
+//	                                                         RATE% of new ones refused, rising to all at FULL (default 20:30:100)
+//	--ssh.per-source-max-startups PODMPI_SSH_PER_SOURCE_MAX_STARTUPS unauthenticated connections from one IP (default 10)
 //	--ssh.max-auth-tries      PODMPI_SSH_MAX_AUTH_TRIES      failed auth attempts per connection (default 6)
 //	--ssh.max-sessions        PODMPI_SSH_MAX_SESSIONS        session channels per connection (default 10)
 //	--ssh.keepalive-interval  PODMPI_SSH_KEEPALIVE_INTERVAL  keepalive probe interval, 0 disables (default 15s)
 //	--ssh.kill-grace          PODMPI_SSH_KILL_GRACE          SIGTERM-to-SIGKILL delay for an abandoned session (default 1s)
 //	--web.listen-address      PODMPI_WEB_LISTEN_ADDRESS      HTTP listen address, empty disables (default :9022)
+//	--web.max-connections     PODMPI_WEB_MAX_CONNECTIONS     HTTP connections open at once; the oldest idle one is
+//	                                                         closed for a new one (default 128)
 //	--slots                   PODMPI_SLOTS                   auto, gpu, cpu or N (default auto: one per GPU, else 1)
 //	--gpu.detect              PODMPI_GPU_DETECT              auto, nvml or none (default auto)
 //	--gpu.detect-timeout      PODMPI_GPU_DETECT_TIMEOUT      deadline of GPU detection (default 2m)
@@ -58,6 +63,15 @@
 //
 // Sessions get the agent's own environment, so the PATH that /info uses to
 // find the MPI daemons is the PATH the daemons are started with.
+//
+// The job's SSH Secret is followed while the agent runs: when the kubelet
+// updates it (a rotated key), the next connection is served with the new
+// host key and checked against the new authorized_keys, and the log says
+// "job key rotated" with the old and new fingerprints.
+//
+// An over-limit connection (--ssh.max-startups, --ssh.per-source-max-startups)
+// gets one text line, "worker-agent: too many unauthenticated connections
+// ...", and is closed; the launcher's diagnosis names it.
 //
 // # Lifecycle
 //

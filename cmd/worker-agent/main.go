@@ -113,12 +113,14 @@ type options struct {
 	shell         string
 	allowPTY      bool
 	loginGrace    time.Duration
-	maxStartups   int
+	maxStartups   string
+	perSource     int
 	maxAuthTries  int
 	maxSessions   int
 	keepAlive     time.Duration
 	killGrace     time.Duration
 	webListen     string
+	webMaxConns   int
 	slots         string
 	gpuDetect     string
 	shutdownGrace time.Duration
@@ -151,12 +153,15 @@ func (o *options) register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.shell, "ssh.shell", sshd.DefaultShell, "shell that runs each session command as: SHELL -c COMMAND")
 	fs.BoolVar(&o.allowPTY, "ssh.allow-pty", false, "grant pseudo-terminal requests (interactive debugging; MPI never asks for one)")
 	fs.DurationVar(&o.loginGrace, "ssh.login-grace-time", sshd.DefaultLoginGraceTime, "time from TCP accept to successful authentication")
-	fs.IntVar(&o.maxStartups, "ssh.max-startups", sshd.DefaultMaxStartups, "concurrent unauthenticated connections; more are closed at once")
+	fs.StringVar(&o.maxStartups, "ssh.max-startups", sshd.FormatMaxStartups(sshd.DefaultMaxStartupsBegin, sshd.DefaultMaxStartupsRate, sshd.DefaultMaxStartups),
+		"unauthenticated connections, as OpenSSH's MaxStartups BEGIN:RATE:FULL: from BEGIN on RATE percent of new ones are refused, rising to all at FULL (a single N refuses past N)")
+	fs.IntVar(&o.perSource, "ssh.per-source-max-startups", sshd.DefaultPerSourceMaxStartups, "unauthenticated connections from one IP address; more are refused at once")
 	fs.IntVar(&o.maxAuthTries, "ssh.max-auth-tries", sshd.DefaultMaxAuthTries, "failed authentication attempts per connection")
 	fs.IntVar(&o.maxSessions, "ssh.max-sessions", sshd.DefaultMaxSessions, "open session channels per connection")
 	fs.DurationVar(&o.keepAlive, "ssh.keepalive-interval", sshd.DefaultKeepAliveInterval, "interval of keepalive probes to idle clients (0 disables them)")
 	fs.DurationVar(&o.killGrace, "ssh.kill-grace", sshd.DefaultKillGrace, "SIGTERM to SIGKILL delay for a session's processes when its client goes away")
 	fs.StringVar(&o.webListen, "web.listen-address", ":9022", "HTTP listen address for /healthz, /readyz, /info and /metrics (empty disables)")
+	fs.IntVar(&o.webMaxConns, "web.max-connections", worker.DefaultWebMaxConnections, "HTTP connections open at once; at the limit the oldest idle one is closed for a new one")
 	fs.StringVar(&o.slots, "slots", gpu.SlotsAuto, "MPI slots this worker offers: auto (one per GPU, else 1), gpu (one per GPU, none is an error), cpu (the cgroup CPU quota) or N")
 	fs.StringVar(&o.gpuDetect, "gpu.detect", gpu.ModeAuto, "GPU detection: auto (NVML when available, else CPU-only), nvml (NVML required) or none")
 	fs.DurationVar(&o.shutdownGrace, "shutdown.grace", worker.DefaultShutdownGrace, "on SIGTERM, how long running sessions get before they are killed (keep it below the pod's terminationGracePeriodSeconds, 30s by default)")
@@ -208,6 +213,22 @@ configuration, 70 cannot listen, 71 internal error.`,
 	return root
 }
 
+// startups is --ssh.max-startups parsed (validate checks it first).
+func (o *options) startups() (begin, rate, full int) {
+	begin, rate, full, _ = sshd.ParseMaxStartups(o.maxStartups)
+	return begin, rate, full
+}
+
+// Upper bounds of the integer flags: far above any real need, low enough
+// that a typo (an extra digit or two) is caught instead of disarming the
+// limit.
+const (
+	maxFlagStartups    = 100000
+	maxFlagAuthTries   = 128 // x/crypto ends a connection after 128 auth messages anyway
+	maxFlagSessions    = 10000
+	maxFlagConnections = 100000
+)
+
 // validate checks the flags that cobra cannot.
 func (o *options) validate() (gpu.SlotPolicy, error) {
 	if err := checkAddr("--ssh.listen-address", o.sshListen); err != nil {
@@ -233,12 +254,25 @@ func (o *options) validate() (gpu.SlotPolicy, error) {
 			return gpu.SlotPolicy{}, usagef("%s=%s: must be a positive duration such as 30s", d.name, d.v)
 		}
 	}
+	_, _, full, err := sshd.ParseMaxStartups(o.maxStartups)
+	if err != nil {
+		return gpu.SlotPolicy{}, usagef("--ssh.max-startups=%w", err)
+	}
+	if full > maxFlagStartups {
+		return gpu.SlotPolicy{}, usagef("--ssh.max-startups=%q: FULL %d is above %d", o.maxStartups, full, maxFlagStartups)
+	}
 	for _, n := range []struct {
 		name string
 		v    int
-	}{{"--ssh.max-startups", o.maxStartups}, {"--ssh.max-auth-tries", o.maxAuthTries}, {"--ssh.max-sessions", o.maxSessions}} {
-		if n.v < 1 {
-			return gpu.SlotPolicy{}, usagef("%s=%d: must be at least 1", n.name, n.v)
+		max  int
+	}{
+		{"--ssh.per-source-max-startups", o.perSource, maxFlagStartups},
+		{"--ssh.max-auth-tries", o.maxAuthTries, maxFlagAuthTries},
+		{"--ssh.max-sessions", o.maxSessions, maxFlagSessions},
+		{"--web.max-connections", o.webMaxConns, maxFlagConnections},
+	} {
+		if n.v < 1 || n.v > n.max {
+			return gpu.SlotPolicy{}, usagef("%s=%d: must be between 1 and %d", n.name, n.v, n.max)
 		}
 	}
 	if o.shell == "" || !filepath.IsAbs(o.shell) {
@@ -325,26 +359,30 @@ func (o *options) serve(ctx context.Context) error {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	begin, rate, full := o.startups()
 	keepAlive := o.keepAlive
 	if keepAlive == 0 {
 		keepAlive = -1 // sshd: negative disables
 	}
 	srv, err := sshd.New(sshd.Config{
-		ListenAddress:     o.sshListen,
-		AuthDir:           authDir,
-		StateDir:          o.stateDir,
-		Shell:             o.shell,
-		Env:               sessionEnv,
-		AllowPTY:          o.allowPTY,
-		LoginGraceTime:    o.loginGrace,
-		MaxStartups:       o.maxStartups,
-		MaxAuthTries:      o.maxAuthTries,
-		MaxSessions:       o.maxSessions,
-		KeepAliveInterval: keepAlive,
-		KillGrace:         o.killGrace,
-		ShutdownGrace:     o.shutdownGrace,
-		Logger:            heldLogger.With("component", "sshd"),
-		Metrics:           sshd.NewMetrics(reg),
+		ListenAddress:        o.sshListen,
+		AuthDir:              authDir,
+		StateDir:             o.stateDir,
+		Shell:                o.shell,
+		Env:                  sessionEnv,
+		AllowPTY:             o.allowPTY,
+		LoginGraceTime:       o.loginGrace,
+		MaxStartupsBegin:     begin,
+		MaxStartupsRate:      rate,
+		MaxStartups:          full,
+		PerSourceMaxStartups: o.perSource,
+		MaxAuthTries:         o.maxAuthTries,
+		MaxSessions:          o.maxSessions,
+		KeepAliveInterval:    keepAlive,
+		KillGrace:            o.killGrace,
+		ShutdownGrace:        o.shutdownGrace,
+		Logger:               heldLogger.With("component", "sshd"),
+		Metrics:              sshd.NewMetrics(reg),
 	})
 	if err != nil {
 		return keyFailure(err)
@@ -352,23 +390,24 @@ func (o *options) serve(ctx context.Context) error {
 
 	hostname, _ := os.Hostname()
 	w, err := worker.New(worker.Config{
-		SSH:           srv,
-		SSHAddress:    o.sshListen,
-		WebAddress:    o.webListen,
-		AuthDir:       authDir,
-		Detector:      detector,
-		Slots:         policy,
-		CPUs:          gpu.NewCgroupCPUQuota(),
-		DetectTimeout: o.detectTimeout,
-		ShutdownGrace: o.shutdownGrace,
-		Hostname:      hostname,
-		UID:           uid,
-		GID:           gid,
-		User:          username,
-		Path:          envValue(sessionEnv, "PATH"),
-		Version:       vi,
-		Registry:      reg,
-		Logger:        log,
+		SSH:               srv,
+		SSHAddress:        o.sshListen,
+		WebAddress:        o.webListen,
+		WebMaxConnections: o.webMaxConns,
+		AuthDir:           authDir,
+		Detector:          detector,
+		Slots:             policy,
+		CPUs:              gpu.NewCgroupCPUQuota(),
+		DetectTimeout:     o.detectTimeout,
+		ShutdownGrace:     o.shutdownGrace,
+		Hostname:          hostname,
+		UID:               uid,
+		GID:               gid,
+		User:              username,
+		Path:              envValue(sessionEnv, "PATH"),
+		Version:           vi,
+		Registry:          reg,
+		Logger:            log,
 		Listening: func() {
 			held.release(true)
 			if os.Geteuid() == 0 {
