@@ -92,7 +92,7 @@ func TestChecksReject(t *testing.T) {
 	mpijob := loadExample(t, "mpi-operator/mpijob-openmpi.yaml", 0)
 	ctr := loadExample(t, "trainer/clustertrainingruntime-openmpi.yaml", 0)
 	trainjob := loadExample(t, "trainer/trainjob-allreduce.yaml", 0)
-	netpol := loadExample(t, "trainer/networkpolicy.yaml", 0)
+	netpol := loadExample(t, "networkpolicy/networkpolicy.yaml", 0)
 
 	worker := []string{"spec", "mpiReplicaSpecs", "Worker", "template", "spec", "containers", "[0]"}
 	node := []string{"spec", "template", "spec", "replicatedJobs", "[0]", "template", "spec", "template", "spec", "containers", "[0]"}
@@ -186,6 +186,25 @@ func TestChecksReject(t *testing.T) {
 		{"Trainer: launcher job with parallelism 2", ctr, func(t *testing.T, o map[string]any) {
 			at(t, o, "spec", "template", "spec", "replicatedJobs", "[1]", "template", "spec")["parallelism"] = json.Number("2")
 		}, "parallelism 2 would start more than one launcher pod"},
+		{"pod: no NetworkPolicy label", mpijob, func(t *testing.T, o map[string]any) {
+			delete(at(t, o, "spec", "mpiReplicaSpecs", "Worker", "template", "metadata", "labels"), "podmpi.io/mpi")
+		}, `lacks label podmpi.io/mpi: "true"`},
+		{"pod: Istio sidecar not refused", ctr, func(t *testing.T, o map[string]any) {
+			at(t, o, "spec", "template", "spec", "replicatedJobs", "[0]", "template", "spec", "template", "metadata", "annotations")["sidecar.istio.io/inject"] = "true"
+		}, `lacks annotation sidecar.istio.io/inject: "false"`},
+		{"container: terminationMessagePolicy", ctr, func(t *testing.T, o map[string]any) {
+			delete(at(t, o, node...), "terminationMessagePolicy")
+		}, "want FallbackToLogsOnError"},
+		{"launcher: mpirun time limit in env", ctr, func(t *testing.T, o map[string]any) {
+			c := at(t, o, "spec", "template", "spec", "replicatedJobs", "[1]", "template", "spec", "template", "spec", "containers", "[0]")
+			c["env"] = append(c["env"].([]any), map[string]any{"name": "PODMPI_MPIRUN_TIMEOUT", "value": "24h"})
+		}, "PODMPI_MPIRUN_TIMEOUT=24h stops long jobs"},
+		{"launcher: mpirun time limit flag", mpijob, func(t *testing.T, o map[string]any) {
+			at(t, o, "spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "containers", "[0]")["command"] = []any{"launcher", "--mpirun.timeout", "48h", "--"}
+		}, "--mpirun.timeout 48h stops long jobs"},
+		{"TrainJob: mpirun time limit in env", trainjob, func(t *testing.T, o map[string]any) {
+			at(t, o, "spec", "trainer")["env"] = []any{map[string]any{"name": "PODMPI_MPIRUN_TIMEOUT", "value": "1h"}}
+		}, "spec.trainer: PODMPI_MPIRUN_TIMEOUT=1h"},
 		{"TrainJob: unknown runtime", trainjob, func(t *testing.T, o map[string]any) {
 			at(t, o, "spec", "runtimeRef")["name"] = "nope"
 		}, `no ClusterTrainingRuntime of that name`},

@@ -6,13 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -27,13 +27,10 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// crdDir holds the upstream CRDs the manifests are validated against:
-// kubeflow/trainer @ 8c0f505 and kubeflow/mpi-operator @ caa3c47 (v0.8.2),
-// copied unchanged from the project's shared/upstream.
+// crdDir holds the upstream CRDs the manifests are validated against, one
+// directory per operator release (trainer-v2.3.0, mpi-operator-v0.8.2, ...),
+// each file copied unchanged from that release's manifests/base.
 const crdDir = "testdata/crds"
-
-// manifestDirs are the directories of Kubernetes manifests under examples/.
-var manifestDirs = []string{"trainer", "mpi-operator"}
 
 // coreKinds are the built-in kinds the examples may use, each decoded
 // strictly into its k8s.io/api type.
@@ -112,61 +109,6 @@ func parseDocument(file string, i int, raw []byte) (document, error) {
 		d.Name, _ = md["name"].(string)
 	}
 	return d, nil
-}
-
-// loadManifests reads every *.yaml / *.yml under the manifest directories.
-func loadManifests(t *testing.T) []document {
-	t.Helper()
-	var docs []document
-	for _, dir := range manifestDirs {
-		err := filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if e.IsDir() || !(strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
-				return nil
-			}
-			b, err := os.ReadFile(path)
-			if err != nil {
-				return err
-			}
-			for i, raw := range splitYAML(b) {
-				d, err := parseDocument(path, i, raw)
-				if err != nil {
-					return err
-				}
-				docs = append(docs, d)
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatalf("reading manifests under examples/%s: %v", dir, err)
-		}
-	}
-	if len(docs) == 0 {
-		t.Fatalf("no manifests found under examples/%v", manifestDirs)
-	}
-	return docs
-}
-
-// loadCRDs reads every CRD under testdata/crds.
-func loadCRDs(t testing.TB) map[gvk]*schema {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join(crdDir, "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no CRDs in examples/%s (err %v)", crdDir, err)
-	}
-	all := map[gvk]*schema{}
-	for _, f := range files {
-		m, err := loadCRD(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for k, v := range m {
-			all[k] = v
-		}
-	}
-	return all
 }
 
 // strictYAML decodes YAML into a typed object the way the API server does
@@ -428,53 +370,123 @@ func checkPodmpiRoles(d document, p podTemplate) []string {
 	return errs
 }
 
-func TestManifestsValidate(t *testing.T) {
-	crds := loadCRDs(t)
-	docs := loadManifests(t)
-	runtimes := map[string]bool{}
-	for _, d := range docs {
-		if d.GVK == (gvk{"trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"}) {
-			runtimes[d.Name] = true
+// TestManifestsValidate renders every overlay and reads every migration
+// pair, and runs every check on each object: the CRD schemas of every
+// release in testdata/crds, strict decoding of core objects and pod
+// templates, the restricted Pod Security Standard and podmpi's own rules.
+// Pod conventions every MPI pod template of the examples follows.
+const (
+	// mpiLabel is the label the namespace-wide NetworkPolicy selects: the
+	// operators' own labels differ (JobSet's jobset-name, mpi-operator's
+	// training.kubeflow.org/job-name), so the templates set this one.
+	mpiLabel, mpiLabelValue = "podmpi.io/mpi", "true"
+	// istioInject keeps an Istio sidecar out: it would intercept port 2222.
+	istioInject, istioInjectValue = "sidecar.istio.io/inject", "false"
+)
+
+// checkPodConventions: the NetworkPolicy label, no Istio sidecar, the log
+// tail as termination message when the container writes none, and no
+// mpirun time limit (multi-day jobs are normal; the docs say how to set one).
+func checkPodConventions(p podTemplate) []string {
+	var errs []string
+	at := func(format string, a ...any) { errs = append(errs, p.Path+": "+fmt.Sprintf(format, a...)) }
+	if p.Spec.Labels[mpiLabel] != mpiLabelValue {
+		at("pod template lacks label %s: %q (the namespace-wide NetworkPolicy selects MPI pods by it)", mpiLabel, mpiLabelValue)
+	}
+	if p.Spec.Annotations[istioInject] != istioInjectValue {
+		at("pod template lacks annotation %s: %q (an Istio sidecar answers port 2222 instead of worker-agent)", istioInject, istioInjectValue)
+	}
+	all := append(append([]corev1.Container{}, p.Spec.Spec.InitContainers...), p.Spec.Spec.Containers...)
+	for _, c := range all {
+		if c.TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError {
+			at("container %q: terminationMessagePolicy %q, want FallbackToLogsOnError (the log tail shows in the pod status when nothing was written to the termination log)",
+				c.Name, c.TerminationMessagePolicy)
+		}
+		var env []string
+		for _, e := range c.Env {
+			env = append(env, e.Name+"="+e.Value)
+		}
+		errs = append(errs, mpirunTimeoutProblems(p.Path+": container "+strconv.Quote(c.Name), env, append(append([]string{}, c.Command...), c.Args...))...)
+	}
+	return errs
+}
+
+// mpirunTimeoutProblems reports a non-zero mpirun time limit in env
+// (NAME=value) or argv.
+func mpirunTimeoutProblems(where string, env, argv []string) []string {
+	var errs []string
+	limited := func(v string) bool {
+		d, err := time.ParseDuration(v)
+		return err != nil || d != 0
+	}
+	for _, kv := range env {
+		if name, v, _ := strings.Cut(kv, "="); name == "PODMPI_MPIRUN_TIMEOUT" && limited(v) {
+			errs = append(errs, fmt.Sprintf("%s: PODMPI_MPIRUN_TIMEOUT=%s stops long jobs (exit 69); examples run mpirun without a time limit", where, v))
 		}
 	}
-	seen := map[string]string{}
-	for _, d := range docs {
-		t.Run(strings.TrimSuffix(d.File, filepath.Ext(d.File))+"/"+d.GVK.Kind+"/"+d.Name, func(t *testing.T) {
-			key := d.GVK.String() + "/" + d.Name
-			if prev, dup := seen[key]; dup {
-				t.Errorf("%s: same kind and name as %s: kubectl apply of both would overwrite one", d, prev)
-			}
-			seen[key] = d.File
-			errs, npt := checkDocument(d, crds, runtimes)
-			for _, e := range errs {
-				t.Errorf("%s: %s", d, e)
-			}
-			if len(errs) == 0 {
-				t.Logf("%s: valid (%d pod templates checked)", d, npt)
-			}
-		})
+	for i, a := range argv {
+		if a == "--" {
+			break // mpirun's own arguments follow
+		}
+		v, ok := strings.CutPrefix(a, "--mpirun.timeout=")
+		if !ok && a == "--mpirun.timeout" && i+1 < len(argv) {
+			v, ok = argv[i+1], true
+		}
+		if ok && limited(v) {
+			errs = append(errs, fmt.Sprintf("%s: --mpirun.timeout %s stops long jobs (exit 69); examples run mpirun without a time limit", where, v))
+		}
+	}
+	return errs
+}
+
+func TestManifestsValidate(t *testing.T) {
+	crds := loadCRDs(t)
+	for _, set := range loadManifestSets(t) {
+		runtimes := set.runtimes()
+		seen := map[string]string{}
+		for _, d := range set.Docs {
+			t.Run(set.Name+"/"+d.GVK.Kind+"/"+d.Name, func(t *testing.T) {
+				key := d.GVK.String() + "/" + d.Name
+				if prev, dup := seen[key]; dup {
+					t.Errorf("%s: same kind and name as %s: kubectl apply of both would overwrite one", d, prev)
+				}
+				seen[key] = d.String()
+				errs, npt := checkDocument(d, crds, runtimes)
+				for _, e := range errs {
+					t.Errorf("%s: %s", d, e)
+				}
+				if len(errs) == 0 {
+					t.Logf("%s: valid against %v (%d pod templates checked)", d, crds.namesFor(d.GVK), npt)
+				}
+			})
+		}
 	}
 }
 
 // checkDocument runs every check on one document and returns the problems
 // and the number of pod templates it checked.
-func checkDocument(d document, crds map[gvk]*schema, runtimes map[string]bool) ([]string, int) {
+func checkDocument(d document, crds crdSets, runtimes map[string]bool) ([]string, int) {
 	var errs []string
 	errs = append(errs, validateMetadata(d)...)
-	if s, ok := crds[d.GVK]; ok {
-		errs = append(errs, validateObject(s, d.Obj)...)
+	if schemas := crds.schemasFor(d.GVK); len(schemas) > 0 {
+		for _, s := range schemas {
+			for _, e := range validateObject(s.schema, d.Obj) {
+				errs = append(errs, "["+s.set+"] "+e)
+			}
+		}
 	} else if mk, ok := coreKinds[d.GVK]; ok {
 		if err := strictYAML(d.Raw, mk()); err != nil {
 			errs = append(errs, "as "+d.GVK.String()+": "+err.Error())
 		}
 	} else {
-		errs = append(errs, fmt.Sprintf("no schema for %s: add its CRD to examples/%s or its type to coreKinds", d.GVK, crdDir))
+		errs = append(errs, fmt.Sprintf("no schema for %s: add its CRD to a release directory under examples/%s or its type to coreKinds", d.GVK, crdDir))
 	}
 	pts, perrs := podTemplates(d)
 	errs = append(errs, perrs...)
 	for _, p := range pts {
 		errs = append(errs, checkRestricted(p)...)
 		errs = append(errs, checkPodmpiRoles(d, p)...)
+		errs = append(errs, checkPodConventions(p)...)
 	}
 	errs = append(errs, checkKindRules(d, runtimes)...)
 	return errs, len(pts)
@@ -518,6 +530,16 @@ func checkKindRules(d document, runtimes map[string]bool) []string {
 		if dig(d.Obj, "spec", "trainer", "command") != nil {
 			errs = append(errs, "spec.trainer.command replaces the runtime's \"launcher --\"; set spec.trainer.args")
 		}
+		// trainer.env reaches the launcher container; trainer.args follow
+		// "launcher --", so none of them is a launcher flag.
+		var env []string
+		envs, _ := dig(d.Obj, "spec", "trainer", "env").([]any)
+		for _, e := range envs {
+			n, _ := dig(e, "name").(string)
+			v, _ := dig(e, "value").(string)
+			env = append(env, n+"="+v)
+		}
+		errs = append(errs, mpirunTimeoutProblems("spec.trainer", env, nil)...)
 	case gvk{"kubeflow.org/v2beta1", "MPIJob"}:
 		if p, _ := dig(d.Obj, "spec", "sshAuthMountPath").(string); p != "/home/mpiuser/.ssh" {
 			errs = append(errs, fmt.Sprintf("spec.sshAuthMountPath %q: want /home/mpiuser/.ssh", p))
@@ -572,7 +594,7 @@ func checkLauncherPods(d document) []string {
 
 // TestManifestsCoverIssue pins the set of examples the project promises.
 func TestManifestsCoverIssue(t *testing.T) {
-	docs := loadManifests(t)
+	docs := allDocuments(t)
 	count := map[string]int{}
 	images := map[string]bool{}
 	for _, d := range docs {
@@ -671,8 +693,10 @@ func FuzzParseDocument(f *testing.F) {
 				continue
 			}
 			_ = validateMetadata(d)
-			for _, s := range crds {
-				_ = validateObject(s, d.Obj)
+			for _, l := range crds {
+				for _, s := range l {
+					_ = validateObject(s.schema, d.Obj)
+				}
 			}
 			_, _ = podTemplates(d)
 		}
