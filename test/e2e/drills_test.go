@@ -118,8 +118,10 @@ func TestDrills(t *testing.T) {
 	})
 
 	t.Run("http_on_ssh_port", func(t *testing.T) {
-		// What a sidecar proxy answering on the worker's port looks like.
-		f.stopAgent(t, 2)
+		// What a sidecar proxy answering on the worker's port looks like:
+		// worker-agent still runs and answers /info on 9022 (so the slots
+		// phase has its count), but port 2222 is served by something else.
+		f.startAgent(t, ctx, 2, AgentOptions{Args: []string{"--ssh.listen-address", ":2224"}})
 		defer f.startAgent(t, ctx, 2, AgentOptions{})
 		ln, err := ListenInPod(f.c, 2, ":2222")
 		if err != nil {
