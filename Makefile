@@ -4,7 +4,6 @@ GO         ?= go
 BIN        ?= bin
 VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 COMMIT     ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-LDFLAGS    := -s -w -X github.com/podmpi/podmpi/agent/version.Version=$(VERSION) -X github.com/podmpi/podmpi/agent/version.Commit=$(COMMIT)
 FUZZTIME   ?= 30s
 TESTFLAGS  ?=
 
@@ -12,11 +11,13 @@ TESTFLAGS  ?=
 
 all: build
 
-## build: both binaries into ./bin (worker-agent with cgo for NVML, launcher static)
+## build: both binaries into ./bin, laid out as the binaries-only image's
+## /opt/podmpi/bin: launcher static, worker-agent (cgo for NVML) linked against
+## Debian bullseye's glibc so that it starts on glibc 2.28 and later (the
+## bullseye root is built once, as root, into /var/cache/podmpi; without it the
+## build says loudly which glibc the binary needs). See scripts/build.sh.
 build:
-	@mkdir -p $(BIN)
-	CGO_ENABLED=1 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/worker-agent ./cmd/worker-agent
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/launcher ./cmd/launcher
+	GO=$(GO) VERSION=$(VERSION) COMMIT=$(COMMIT) ./scripts/build.sh $(BIN)
 
 ## test: every unit and integration test with the race detector; the
 ## network-namespace end-to-end tests run too when root with the tools present

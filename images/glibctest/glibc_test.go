@@ -1,0 +1,505 @@
+package glibctest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"debug/elf"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+)
+
+// maxGLIBC is the newest glibc symbol version worker-agent may ask for: UBI 8
+// ships glibc 2.28.
+const maxGLIBC = "2.28"
+
+// arbitraryUID is an OpenShift-style UID with no passwd entry in the root.
+const arbitraryUID = "1000680000"
+
+// modRoot is the repository root, relative to this package.
+const modRoot = "../.."
+
+// bullseyeRoot is the cached root scripts/bullseye-rootfs.sh builds.
+func bullseyeRoot() string {
+	if v := os.Getenv("PODMPI_BULLSEYE_ROOTFS"); v != "" {
+		return v
+	}
+	return "/var/cache/podmpi/bullseye-rootfs"
+}
+
+// versionLess compares dotted versions numerically (2.3.3 < 2.28).
+func versionLess(a, b string) bool {
+	as, bs := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < len(as) || i < len(bs); i++ {
+		var x, y int
+		if i < len(as) {
+			x, _ = strconv.Atoi(as[i])
+		}
+		if i < len(bs) {
+			y, _ = strconv.Atoi(bs[i])
+		}
+		if x != y {
+			return x < y
+		}
+	}
+	return false
+}
+
+// glibcVersions returns the GLIBC_x.y symbol versions path references, from
+// its ELF dynamic section, and whether it has a program interpreter (is
+// dynamically linked).
+func glibcVersions(t *testing.T, path string) (versions []string, dynamic bool) {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			dynamic = true
+		}
+	}
+	if !dynamic {
+		return nil, false
+	}
+	syms, err := f.ImportedSymbols()
+	if err != nil {
+		t.Fatalf("%s: imported symbols: %v", path, err)
+	}
+	seen := map[string]bool{}
+	for _, s := range syms {
+		if v, ok := strings.CutPrefix(s.Version, "GLIBC_"); ok && !seen[v] {
+			seen[v] = true
+			versions = append(versions, v)
+		}
+	}
+	return versions, true
+}
+
+func newest(versions []string) string {
+	max := ""
+	for _, v := range versions {
+		if max == "" || versionLess(max, v) {
+			max = v
+		}
+	}
+	return max
+}
+
+var objdumpVersionRe = regexp.MustCompile(`GLIBC_([0-9.]+)`)
+
+// TestBinariesStartOnOldGlibc is the acceptance test of the old-glibc build:
+// see the package documentation.
+func TestBinariesStartOnOldGlibc(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("linux only")
+	}
+	root := bullseyeRoot()
+	if _, err := os.Stat(filepath.Join(root, "etc", "debian_version")); err != nil {
+		if os.Getenv("PODMPI_GLIBC_TEST") == "1" {
+			t.Fatalf("no Debian bullseye root in %s and PODMPI_GLIBC_TEST=1: build it with sudo scripts/bullseye-rootfs.sh", root)
+		}
+		t.Skipf("no Debian bullseye root in %s (sudo scripts/bullseye-rootfs.sh builds it; PODMPI_GLIBC_TEST=1 makes this a failure)", root)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: runs the binaries in the bullseye root with chroot")
+	}
+
+	// Build exactly as make build does, against this root.
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	mod, err := filepath.Abs(modRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := exec.CommandContext(ctx, filepath.Join(mod, "scripts", "build.sh"), out)
+	build.Dir = mod
+	build.Env = append(os.Environ(), "PODMPI_SYSROOT="+root, "VERSION=glibctest", "GOARCH="+runtime.GOARCH)
+	bout, err := build.CombinedOutput()
+	t.Logf("scripts/build.sh:\n%s", bout)
+	if err != nil {
+		t.Fatalf("scripts/build.sh: %v", err)
+	}
+	agentBin, launcherBin := filepath.Join(out, "worker-agent"), filepath.Join(out, "launcher")
+
+	// worker-agent: no symbol version newer than 2.28.
+	versions, dynamic := glibcVersions(t, agentBin)
+	if !dynamic || len(versions) == 0 {
+		t.Fatalf("worker-agent is not dynamically linked against glibc (cgo and NVML need it): versions %v", versions)
+	}
+	got := newest(versions)
+	if versionLess(maxGLIBC, got) {
+		t.Errorf("worker-agent asks for GLIBC_%s (all: %v); want GLIBC_%s at most", got, versions, maxGLIBC)
+	}
+	t.Logf("worker-agent: newest glibc symbol version GLIBC_%s (of %v)", got, versions)
+	if objdump, err := exec.LookPath("objdump"); err == nil {
+		od, err := exec.CommandContext(ctx, objdump, "-T", agentBin).Output()
+		if err != nil {
+			t.Fatalf("objdump -T: %v", err)
+		}
+		var vs []string
+		for _, m := range objdumpVersionRe.FindAllStringSubmatch(string(od), -1) {
+			vs = append(vs, m[1])
+		}
+		if n := newest(vs); n != got {
+			t.Errorf("objdump -T says the newest is GLIBC_%s, the ELF reader GLIBC_%s", n, got)
+		} else {
+			t.Logf("objdump -T %s | grep -o 'GLIBC_[0-9.]*' | sort -V | tail -1: GLIBC_%s", agentBin, n)
+		}
+	}
+	// launcher: static, so any libc will do.
+	if _, dynamic := glibcVersions(t, launcherBin); dynamic {
+		t.Errorf("launcher has a program interpreter: it must be static (CGO_ENABLED=0)")
+	}
+
+	// Into the root, under a directory of our own that we remove.
+	work, err := os.MkdirTemp(filepath.Join(root, "tmp"), "podmpi-glibctest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(work) })
+	if err := os.Chmod(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	inRoot := func(p string) string { return "/" + strings.TrimPrefix(strings.TrimPrefix(p, root), "/") }
+	for _, b := range []string{agentBin, launcherBin} {
+		copyFile(t, b, filepath.Join(work, filepath.Base(b)), 0o755)
+	}
+	rootAgent, rootLauncher := inRoot(filepath.Join(work, "worker-agent")), inRoot(filepath.Join(work, "launcher"))
+	// HOME and TMPDIR of the processes: writable by any UID, as a pod's
+	// emptyDir on /tmp is.
+	scratch := filepath.Join(work, "tmp")
+	if err := os.Mkdir(scratch, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(scratch, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+
+	// Each process gets the root's /proc in a mount namespace of its own (as
+	// a container has one), gone when the process ends; unshare and chroot
+	// exec, so the command keeps their PID.
+	unshareBin, chrootBin := lookPath(t, "unshare"), lookPath(t, "chroot")
+	chroot := func(user string, argv ...string) *exec.Cmd {
+		args := []string{"--mount-proc=" + filepath.Join(root, "proc"), chrootBin, "--userspec=" + user, root}
+		cmd := exec.CommandContext(ctx, unshareBin, append(args, argv...)...)
+		cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + inRoot(scratch), "TMPDIR=" + inRoot(scratch), "PODMPI_LOG_FORMAT=text"}
+		return cmd
+	}
+	// What the root is: Debian 11 with glibc 2.31.
+	id, err := chroot("0:0", "/bin/sh", "-c", "cat /etc/debian_version; ldd --version | sed -n 1p").CombinedOutput()
+	if err != nil {
+		t.Fatalf("inspecting the root: %v\n%s", err, id)
+	}
+	t.Logf("bullseye root %s: %s", root, strings.ReplaceAll(strings.TrimSpace(string(id)), "\n", ", "))
+	if !strings.HasPrefix(string(id), "11.") || !strings.Contains(string(id), "2.31") {
+		t.Fatalf("%s is not Debian 11 with glibc 2.31:\n%s", root, id)
+	}
+
+	// --help of both, inside the root.
+	for _, tc := range []struct{ bin, want string }{
+		{rootAgent, "worker-agent runs in every worker pod"},
+		{rootLauncher, "launcher runs in the launcher pod"},
+	} {
+		o, err := chroot(arbitraryUID+":0", tc.bin, "--help").CombinedOutput()
+		if err != nil || !strings.Contains(string(o), tc.want) {
+			t.Fatalf("%s --help in the bullseye root: %v\n%s", tc.bin, err, o)
+		}
+	}
+
+	// A real SSH session: worker-agent serving in the root as an arbitrary
+	// UID in group 0, the job key mounted as Trainer mounts it.
+	keyDir := filepath.Join(work, "ssh")
+	signer, pubLine := writeJobKey(t, keyDir)
+	a := startAgent(t, chroot(arbitraryUID+":0", rootAgent,
+		"--ssh.listen-address=127.0.0.1:0", "--web.listen-address=127.0.0.1:0",
+		"--ssh.auth-dir="+inRoot(keyDir), "--gpu.detect=auto", "--log.format=json"))
+	a.waitReady(ctx, t)
+
+	// Client 1: from the host (x/crypto), the host key pinned to the job key.
+	pub, _, _, _, err := ssh.ParseAuthorizedKey(pubLine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &ssh.ClientConfig{
+		User:            "mpiuser",
+		Auth:            []ssh.AuthMethod{ssh.PublicKeys(signer)},
+		HostKeyCallback: ssh.FixedHostKey(pub),
+		Timeout:         30 * time.Second,
+	}
+	c, err := ssh.Dial("tcp", a.sshAddr, cfg)
+	if err != nil {
+		t.Fatalf("ssh to worker-agent in the bullseye root: %v\nagent log:\n%s", err, a.log())
+	}
+	defer c.Close()
+	sess, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var so, se bytes.Buffer
+	sess.Stdout, sess.Stderr = &so, &se
+	err = sess.Run(`echo "uid=$(id -u) gid=$(id -g)"; cat /etc/debian_version; ldd --version | sed -n 1p; exit 3`)
+	var ee *ssh.ExitError
+	if !errors.As(err, &ee) || ee.ExitStatus() != 3 {
+		t.Fatalf("session: %v (want exit 3)\nstdout: %s\nstderr: %s\nagent log:\n%s", err, so.String(), se.String(), a.log())
+	}
+	t.Logf("session from the host, run by worker-agent in the root:\n%s", so.String())
+	for _, want := range []string{"uid=" + arbitraryUID + " gid=0", "\n11.", "2.31"} {
+		if !strings.Contains("\n"+so.String(), want) {
+			t.Errorf("session output lacks %q:\n%s", want, so.String())
+		}
+	}
+
+	// Client 2: the launcher's own ssh client (what mpirun runs as its rsh
+	// agent), inside the root too.
+	_, port, _ := net.SplitHostPort(a.sshAddr)
+	rsh := chroot(arbitraryUID+":0", rootLauncher, "rsh", "-p", port, "127.0.0.1", "echo rsh-ok; cat /etc/debian_version")
+	rsh.Env = append(rsh.Env, "PODMPI_SSH_AUTH_DIR="+inRoot(keyDir))
+	ro, err := rsh.CombinedOutput()
+	if err != nil || !strings.Contains(string(ro), "rsh-ok") || !strings.Contains(string(ro), "11.") {
+		t.Fatalf("launcher rsh in the bullseye root: %v\n%s\nagent log:\n%s", err, ro, a.log())
+	}
+	t.Logf("launcher rsh in the root: %s", strings.ReplaceAll(strings.TrimSpace(string(ro)), "\n", ", "))
+	a.stop(t)
+}
+
+// lookPath finds a host tool in PATH or the sbin directories.
+func lookPath(t *testing.T, name string) string {
+	t.Helper()
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	for _, d := range []string{"/usr/sbin", "/sbin", "/usr/bin", "/bin"} {
+		if p := filepath.Join(d, name); fileExists(p) {
+			return p
+		}
+	}
+	t.Skipf("%s is not installed (util-linux, coreutils)", name)
+	return ""
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+func copyFile(t *testing.T, from, to string, mode os.FileMode) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(to, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeJobKey writes the job's SSH material into dir the way Trainer v2
+// mounts its Secret: an ECDSA P-521 key in SEC1 PEM named id_rsa, root:root
+// 0640 (readable through GID 0), id_rsa.pub and authorized_keys 0644.
+func writeJobKey(t *testing.T, dir string) (ssh.Signer, []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P521(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := ssh.NewSignerFromKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := ssh.MarshalAuthorizedKey(signer.PublicKey())
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range map[string]struct {
+		data []byte
+		mode os.FileMode
+	}{
+		"id_rsa":          {pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o640},
+		"id_rsa.pub":      {line, 0o644},
+		"authorized_keys": {line, 0o644},
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, f.data, f.mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, f.mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return signer, line
+}
+
+// agent is a worker-agent process started through chroot (which execs it:
+// same PID).
+type agent struct {
+	cmd     *exec.Cmd
+	sshAddr string
+	webAddr string
+	done    chan struct{}
+	mu      sync.Mutex
+	logBuf  strings.Builder
+}
+
+func (a *agent) log() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.logBuf.String()
+}
+
+// startAgent starts cmd, reads its JSON log for the two listen addresses
+// and kills it (by PID) when the test ends.
+func startAgent(t *testing.T, cmd *exec.Cmd) *agent {
+	t.Helper()
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	cmd.WaitDelay = 5 * time.Second
+	a := &agent{cmd: cmd, done: make(chan struct{})}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %v: %v", cmd.Args, err)
+	}
+	pid := cmd.Process.Pid
+	addrs := make(chan [2]string, 1)
+	go func() {
+		var sshA, web string
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			a.mu.Lock()
+			a.logBuf.WriteString(line + "\n")
+			a.mu.Unlock()
+			var rec struct {
+				Msg  string `json:"msg"`
+				Addr string `json:"addr"`
+			}
+			if json.Unmarshal([]byte(line), &rec) != nil {
+				continue
+			}
+			switch rec.Msg {
+			case "ssh listening":
+				sshA = rec.Addr
+			case "http listening":
+				web = rec.Addr
+			}
+			if sshA != "" && web != "" {
+				select {
+				case addrs <- [2]string{sshA, web}:
+				default:
+				}
+			}
+		}
+	}()
+	go func() {
+		_ = cmd.Wait()
+		_ = pw.Close()
+		close(a.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-a.done:
+		default:
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			<-a.done
+		}
+	})
+	select {
+	case ad := <-addrs:
+		a.sshAddr, a.webAddr = ad[0], ad[1]
+	case <-a.done:
+		t.Fatalf("worker-agent exited before listening:\n%s", a.log())
+	case <-time.After(time.Minute):
+		t.Fatalf("worker-agent did not log both listen addresses within a minute:\n%s", a.log())
+	}
+	return a
+}
+
+// waitReady polls /readyz until it answers 200 (keys loaded, SSH served).
+func (a *agent) waitReady(ctx context.Context, t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for i := 0; ; i++ {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a.webAddr+"/readyz", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker-agent not ready after %d tries (last: %v):\n%s", i+1, err, a.log())
+		}
+		select {
+		case <-a.done:
+			t.Fatalf("worker-agent exited:\n%s", a.log())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (a *agent) stop(t *testing.T) {
+	t.Helper()
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.done:
+		if code := a.cmd.ProcessState.ExitCode(); code != 0 {
+			t.Errorf("worker-agent exited %d after SIGTERM, want 0:\n%s", code, a.log())
+		}
+	case <-time.After(time.Minute):
+		t.Errorf("worker-agent still running a minute after SIGTERM:\n%s", a.log())
+	}
+}
+
+func TestVersionLess(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{"2.3.3", "2.28", true},
+		{"2.28", "2.3.3", false},
+		{"2.28", "2.34", true},
+		{"2.34", "2.28", false},
+		{"2.28", "2.28", false},
+		{"2.2.5", "2.3", true},
+	} {
+		if got := versionLess(tc.a, tc.b); got != tc.want {
+			t.Errorf("versionLess(%s, %s) = %t, want %t", tc.a, tc.b, got, tc.want)
+		}
+	}
+	if got := newest([]string{"2.2.5", "2.3.3", "2.17", "2.3.2"}); got != "2.17" {
+		t.Errorf("newest = %s, want 2.17", got)
+	}
+}
