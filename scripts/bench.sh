@@ -9,6 +9,7 @@
 # Extra arguments go to the driver, e.g.:
 #   ./scripts/bench.sh --reps 0.3            quick look (fewer repetitions)
 #   ./scripts/bench.sh --only rsh,mem        some sections only
+#   ./scripts/bench.sh --only footprint --footprint 8,32,64,128   launcher pod memory and descriptors at other N
 #   ./scripts/bench.sh --shell-scale 16,64,256,1024   measure the shell baseline at 1024 too (~4 min more)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -162,3 +162,56 @@ func parseStatCPU(b []byte) (float64, error) {
 	}
 	return float64(u+s) / clockTicks, nil
 }
+
+// CountFDs is the number of open file descriptors of pid.
+func CountFDs(pid int) (int, error) {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return 0, err
+	}
+	return len(ents), nil
+}
+
+// Footprint is what a process tree holds at one instant.
+type Footprint struct {
+	Procs  int
+	Mem    Mem
+	FDs    int
+	MaxFDs int    // of the process holding the most
+	MaxFDP string // its command name
+}
+
+// TreeFootprint sums memory and descriptors over root and every process
+// below it in table. Processes that exit while it reads are left out.
+func TreeFootprint(table map[int]Proc, root int) Footprint {
+	var f Footprint
+	for _, pid := range append([]int{root}, Descendants(table, root)...) {
+		m, err := ReadMem(pid)
+		if err != nil {
+			continue
+		}
+		n, err := CountFDs(pid)
+		if err != nil {
+			continue
+		}
+		f.Procs++
+		f.Mem = f.Mem.Add(m)
+		f.FDs += n
+		if n > f.MaxFDs {
+			f.MaxFDs, f.MaxFDP = n, table[pid].Comm
+		}
+	}
+	return f
+}
+
+// Peak keeps, field by field, the largest of the footprints it is given.
+func (f Footprint) Peak(o Footprint) Footprint {
+	f.Procs = max(f.Procs, o.Procs)
+	f.Mem.RSS = max(f.Mem.RSS, o.Mem.RSS)
+	f.Mem.PSS = max(f.Mem.PSS, o.Mem.PSS)
+	f.FDs = max(f.FDs, o.FDs)
+	if o.MaxFDs > f.MaxFDs {
+		f.MaxFDs, f.MaxFDP = o.MaxFDs, o.MaxFDP
+	}
+	return f
+}

@@ -99,3 +99,41 @@ func TestParseStatCPU(t *testing.T) {
 		t.Errorf("ProcCPU(self) = %v, %v", c, err)
 	}
 }
+
+// TreeFootprint counts a child holding extra descriptors.
+func TestTreeFootprint(t *testing.T) {
+	var extra []*os.File
+	for range 20 {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		extra = append(extra, f)
+	}
+	cmd := exec.Command("/bin/sleep", "5")
+	cmd.ExtraFiles = extra
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var fp Footprint
+	for range 100 {
+		table, err := Procs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fp = TreeFootprint(table, os.Getpid()); fp.Procs >= 2 {
+			break
+		}
+		exec.Command("/bin/sleep", "0.02").Run()
+	}
+	self, _ := CountFDs(os.Getpid())
+	if fp.Procs < 2 || fp.FDs < self+23 || fp.Mem.RSS <= 0 || fp.MaxFDs < 23 {
+		t.Fatalf("footprint %+v (self %d fds)", fp, self)
+	}
+	peak := Footprint{Procs: 1, FDs: 1 << 20}.Peak(fp)
+	if peak.Procs != fp.Procs || peak.FDs != 1<<20 || peak.Mem != fp.Mem {
+		t.Errorf("Peak = %+v", peak)
+	}
+}

@@ -130,6 +130,10 @@ KbdInteractiveAuthentication no
 PermitRootLogin no
 AcceptEnv LANG LC_* OMPI_* PMIX_*
 LogLevel ERROR
+# The scale simulation serves every worker from this one sshd, where a real
+# cluster has one per pod: mpirun opening 64 connections at once must not
+# meet the default 10:30:100 random early drop.
+MaxStartups 1024
 `, sshdPort, e.key, filepath.Join(e.auth, "authorized_keys"))
 	if err := os.WriteFile(e.sshdConf, []byte(conf), 0o644); err != nil {
 		return e, err
@@ -306,17 +310,35 @@ func waitBanner(ctx context.Context, c *harness.Cluster, pod int, addr string, p
 	}
 }
 
+// serverOpts change what startServers starts.
+type serverOpts struct {
+	agentArgs []string // extra worker-agent flags
+	path      string   // PATH of both servers' sessions; "" keeps the default
+}
+
 // startServers starts worker-agent (port 2222, web 9022) and sshd (2223) in
 // pod, as uid, and waits for both banners from pod from.
-func (e *env) startServers(ctx context.Context, c *harness.Cluster, pod, from, slots int, dialIP string) (agent, sshd *harness.Proc, err error) {
-	agent, err = c.Start(ctx, pod, uid, gid, e.baseEnv(), "", e.agent,
-		"--ssh.listen-address", ":"+strconv.Itoa(agentPort), "--ssh.auth-dir", e.auth,
-		"--web.listen-address", ":"+strconv.Itoa(webPort), "--slots", strconv.Itoa(slots),
-		"--gpu.detect", "none", "--log.format", "json", "--log.level", "warn")
+func (e *env) startServers(ctx context.Context, c *harness.Cluster, pod, from, slots int, dialIP string, so serverOpts) (agent, sshd *harness.Proc, err error) {
+	args := []string{"--ssh.listen-address", ":" + strconv.Itoa(agentPort), "--ssh.auth-dir", e.auth,
+		"--web.listen-address", ":" + strconv.Itoa(webPort), "--slots", strconv.Itoa(slots),
+		"--gpu.detect", "none", "--log.format", "json", "--log.level", "warn"}
+	env, conf := e.baseEnv(), e.sshdConf
+	if so.path != "" {
+		env = append(env, "PATH="+so.path)
+		conf = filepath.Join(e.work, fmt.Sprintf("sshd_config-pod%d", pod))
+		b, err := os.ReadFile(e.sshdConf)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := os.WriteFile(conf, append(b, []byte("SetEnv PATH="+so.path+"\n")...), 0o644); err != nil {
+			return nil, nil, err
+		}
+	}
+	agent, err = c.Start(ctx, pod, uid, gid, env, "", e.agent, append(args, so.agentArgs...)...)
 	if err != nil {
 		return nil, nil, err
 	}
-	sshd, err = c.Start(ctx, pod, uid, gid, e.baseEnv(), "", "/usr/sbin/sshd", "-D", "-e", "-f", e.sshdConf)
+	sshd, err = c.Start(ctx, pod, uid, gid, e.baseEnv(), "", "/usr/sbin/sshd", "-D", "-e", "-f", conf)
 	if err != nil {
 		return agent, nil, err
 	}

@@ -10,7 +10,10 @@
 //  3. launcher init by phase for 3 pods, and a scale simulation for 16 to
 //     1024 workers (one worker-agent serving N addresses, a DNS server
 //     answering N names), against an mpi-operator style shell entrypoint
-//     (nslookup per host, then ssh host true per host);
+//     (nslookup per host, then ssh host true per host); on the same
+//     simulation, the launcher pod's peak memory and open descriptors while
+//     a real Open MPI and Hydra job runs over N workers, against mpirun
+//     with OpenSSH;
 //  4. worker-agent idle RSS and per-session memory, against sshd;
 //  5. session stdout throughput (1 GiB), against OpenSSH;
 //  6. the plot of launcher init time against N (PNG, via matplotlib).
@@ -54,8 +57,9 @@ func main() {
 	flag.StringVar(&o.outDir, "out", "docs/bench", "directory receiving raw.csv, summary.md, init-vs-n.csv and init-vs-n.png")
 	flag.StringVar(&o.scale, "scale", "16,64,256,1024", "worker counts of the launcher scale simulation")
 	flag.StringVar(&o.shellScale, "shell-scale", "16,64,256", "worker counts at which the shell entrypoint baseline is measured (larger ones are extrapolated)")
+	flag.StringVar(&o.footprint, "footprint", "8,32,64", "worker counts of the launcher pod footprint (memory, descriptors) under Open MPI and Hydra")
 	flag.Float64Var(&o.reps, "reps", 1, "multiply every repetition count by this (0.3 for a quick look)")
-	flag.StringVar(&o.only, "only", "", "comma-separated sections to run (rsh,mpi,init,mem,tput,scale); empty runs all")
+	flag.StringVar(&o.only, "only", "", "comma-separated sections to run (rsh,mpi,init,mem,tput,scale,footprint); empty runs all")
 	flag.DurationVar(&o.timeout, "timeout", 40*time.Minute, "overall deadline")
 	flag.Parse()
 	if os.Geteuid() != 0 {
@@ -68,6 +72,9 @@ func main() {
 	}
 	if o.shellNs, err = parseInts(o.shellScale); err != nil {
 		fatal(fmt.Errorf("--shell-scale: %w", err))
+	}
+	if o.footNs, err = parseInts(o.footprint); err != nil {
+		fatal(fmt.Errorf("--footprint: %w", err))
 	}
 	if o.reps <= 0 || o.reps > 10 {
 		fatal(errors.New("--reps must be in (0, 10]"))
@@ -88,9 +95,9 @@ func fatal(err error) {
 }
 
 type options struct {
-	binDir, outDir    string
-	scale, shellScale string
-	scaleNs, shellNs  []int
+	binDir, outDir               string
+	scale, shellScale, footprint string
+	scaleNs, shellNs, footNs     []int
 	reps              float64
 	only              string
 	timeout           time.Duration

@@ -47,7 +47,7 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	var points []scalePoint
-	if o.want("scale") {
+	if o.want("scale") || o.want("footprint") {
 		var err error
 		if points, err = scaleSection(ctx, o, e, r); err != nil {
 			fail("scale", err)
@@ -186,7 +186,7 @@ func podsSections(ctx context.Context, o options, e *env, r *report, fail func(s
 	agents := map[int]*harness.Proc{}
 	sshds := map[int]*harness.Proc{}
 	for pod := 1; pod <= 3; pod++ {
-		a, s, err := e.startServers(ctx, c, pod, 0, 2, "")
+		a, s, err := e.startServers(ctx, c, pod, 0, 2, "", serverOpts{})
 		if err != nil {
 			return err
 		}

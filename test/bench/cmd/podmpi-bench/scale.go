@@ -39,16 +39,9 @@ func simName(i int) string { return fmt.Sprintf("sw-%d.sj", i) }
 // for every i, which the launcher pod's resolv.conf points to.
 func scaleSection(ctx context.Context, o options, e *env, r *report) ([]scalePoint, error) {
 	maxN := 0
-	for _, n := range append(append([]int{}, o.scaleNs...), o.shellNs...) {
+	for _, n := range append(append(append([]int{}, o.scaleNs...), o.shellNs...), o.footNs...) {
 		maxN = max(maxN, n)
 	}
-	r.heading("3b. Launcher init at scale (simulated workers)",
-		fmt.Sprintf("One launcher pod and one pod holding %d addresses (10.200.x.y/32), each a worker name `sw-<i>.sj` that a dnsmasq in that pod "+
-			"answers (the launcher pod's resolv.conf points to it; search list and ndots:5 as in Kubernetes). ONE worker-agent (`--slots 1`) listens on "+
-			":2222 and :9022 of every address, so every worker costs the launcher a real DNS lookup, an HTTP /info request and an SSH handshake "+
-			"plus probe command, all served by one process on the same 2 CPUs. "+
-			"Command: `launcher --discovery.template sw-{i}.sj --workers-expected N --mpi.implementation openmpi4 -- /bin/true`. "+
-			"Baseline: the shell entrypoint (nslookup per host, then `ssh host true` per host) against one sshd on :2223 of the same addresses.", maxN))
 	etc := e.etcFiles()
 	c, err := harness.Start(ctx, harness.Config{Job: "sj", LogDir: filepath.Join(e.work, "log-scale"), Pods: []harness.PodSpec{
 		{Hostname: "sj-launcher-0-0", Role: harness.RoleLauncher, Publish: true, EtcFiles: etc},
@@ -61,12 +54,51 @@ func scaleSection(ctx context.Context, o options, e *env, r *report) ([]scalePoi
 	if err := simNetwork(ctx, e, c, maxN); err != nil {
 		return nil, err
 	}
-	agent, _, err := e.startServers(ctx, c, 1, 0, 1, simAddr(0).String())
+	// One worker-agent stands for every simulated worker, so the launcher
+	// pod's parallel probe and mpirun's daemons arrive as up to 64
+	// connections at once from one address, where a real worker sees one:
+	// the per-source and total limits on unauthenticated connections are
+	// raised to match (sshd's MaxStartups likewise, in env.go). And every
+	// simulated worker's orted runs in this one pod, where their session
+	// directories (TMPDIR/ompi.<host>.<uid>/...) would collide: the
+	// sessions' PATH starts with an orted wrapper that gives each its own
+	// TMPDIR, for both servers.
+	simBin, err := e.simOrted()
+	if err != nil {
+		return nil, err
+	}
+	agent, _, err := e.startServers(ctx, c, 1, 0, 1, simAddr(0).String(), serverOpts{
+		agentArgs: []string{"--ssh.max-startups", "1024", "--ssh.per-source-max-startups", "1024"},
+		path:      simBin + ":/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+	})
 	if err != nil {
 		return nil, err
 	}
 	fmt.Printf("   cluster %s: %d simulated workers ready\n", c.ID(), maxN)
 
+	var points []scalePoint
+	if o.want("scale") {
+		if points, err = scalePoints(ctx, o, e, r, c, agent, maxN); err != nil {
+			return points, err
+		}
+	}
+	if o.want("footprint") {
+		if err := footprintSection(ctx, o, e, r, c); err != nil {
+			return points, fmt.Errorf("launcher pod footprint: %w", err)
+		}
+	}
+	return points, nil
+}
+
+// scalePoints takes figure 3b's points on the simulation cluster c.
+func scalePoints(ctx context.Context, o options, e *env, r *report, c *harness.Cluster, agent *harness.Proc, maxN int) ([]scalePoint, error) {
+	r.heading("3b. Launcher init at scale (simulated workers)",
+		fmt.Sprintf("One launcher pod and one pod holding %d addresses (10.200.x.y/32), each a worker name `sw-<i>.sj` that a dnsmasq in that pod "+
+			"answers (the launcher pod's resolv.conf points to it; search list and ndots:5 as in Kubernetes). ONE worker-agent (`--slots 1`) listens on "+
+			":2222 and :9022 of every address, so every worker costs the launcher a real DNS lookup, an HTTP /info request and an SSH handshake "+
+			"plus probe command, all served by one process on the same 2 CPUs. "+
+			"Command: `launcher --discovery.template sw-{i}.sj --workers-expected N --mpi.implementation openmpi4 -- /bin/true`. "+
+			"Baseline: the shell entrypoint (nslookup per host, then `ssh host true` per host) against one sshd on :2223 of the same addresses.", maxN))
 	var points []scalePoint
 	type lres struct {
 		n     int
@@ -264,4 +296,16 @@ func simNetwork(ctx context.Context, e *env, c *harness.Cluster, n int) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return nil
+}
+
+// simOrted writes the orted wrapper of the simulation (see scaleSection)
+// into a directory of its own and returns that directory.
+func (e *env) simOrted() (string, error) {
+	dir := filepath.Join(e.work, "sim-bin")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	script := "#!/bin/sh\n# every simulated worker's orted runs in the same pod: give each its own session directory\n" +
+		"d=$(mktemp -d " + e.tmp + "/orted.XXXXXX) || exit 1\nTMPDIR=$d exec /usr/bin/orted \"$@\"\n"
+	return dir, os.WriteFile(filepath.Join(dir, "orted"), []byte(script), 0o755)
 }
