@@ -98,9 +98,9 @@ type options struct {
 	binDir, outDir               string
 	scale, shellScale, footprint string
 	scaleNs, shellNs, footNs     []int
-	reps              float64
-	only              string
-	timeout           time.Duration
+	reps                         float64
+	only                         string
+	timeout                      time.Duration
 }
 
 // want reports whether section s runs.
