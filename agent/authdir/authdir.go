@@ -286,6 +286,9 @@ func ParseAuthorizedKeys(data []byte) ([]Key, []LineError) {
 // truncateOption makes an option name safe to quote in a message: at most
 // 32 bytes, and Go-quoted unless it is a plain option name.
 func truncateOption(name string) string {
+	if name == "" {
+		return `""`
+	}
 	cut := name
 	if len(cut) > 32 {
 		cut = cut[:32]

@@ -165,16 +165,41 @@ func FuzzParseAuthorizedKeys(f *testing.F) {
 	f.Add([]byte("# c\n\nssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIIxW1YqQ4nxQ2wPqnU3HFwFzVd7tWQv3Vf4n0hVbX0mB c\n"))
 	f.Add([]byte("command=\"x\" ssh-ed25519 AAAA\n"))
 	f.Add([]byte("ecdsa-sha2-nistp521 AAAA"))
+	const ed = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIIxW1YqQ4nxQ2wPqnU3HFwFzVd7tWQv3Vf4n0hVbX0mB c"
+	for _, opts := range []string{"restrict", "no-pty", "restrict,pty", "pty,restrict", `command="x"`, `from="10.0.0.0/8",no-pty`, "No-Pty", `environment="A=b"`} {
+		f.Add([]byte(opts + " " + ed + "\n"))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		keys, bad := ParseAuthorizedKeys(data)
+		lines := strings.Split(string(data), "\n")
 		for _, k := range keys {
-			if k.Key == nil || k.Line < 1 {
+			if k.Key == nil || k.Line < 1 || k.Line > len(lines) {
 				t.Fatalf("bad key entry %+v", k)
+			}
+			// Only a line that says restrict or no-pty takes the PTY away.
+			l := strings.ToLower(lines[k.Line-1])
+			if k.NoPTY && !strings.Contains(l, "restrict") && !strings.Contains(l, "no-pty") {
+				t.Fatalf("line %d %q: NoPTY without restrict or no-pty", k.Line, lines[k.Line-1])
+			}
+			// An accepted key never carries an option the server ignores.
+			for _, o := range []string{"command=", "from=", "environment=", "permitopen=", "permitlisten=", "principals=", "tunnel="} {
+				if pk, _, opts, _, err := ssh.ParseAuthorizedKey([]byte(lines[k.Line-1])); err == nil && pk != nil {
+					for _, got := range opts {
+						if strings.HasPrefix(strings.ToLower(got), o) {
+							t.Fatalf("line %d: key with %s accepted", k.Line, o)
+						}
+					}
+				}
 			}
 		}
 		for _, b := range bad {
 			if b.Line < 1 || b.Err == nil {
 				t.Fatalf("bad line entry %+v", b)
+			}
+			for _, o := range b.Options {
+				if o == "" || !strings.Contains(b.Error(), o) {
+					t.Fatalf("line %d: refused option %q not named in %q", b.Line, o, b.Error())
+				}
 			}
 		}
 	})

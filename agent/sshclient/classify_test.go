@@ -121,6 +121,8 @@ func FuzzClassify(f *testing.F) {
 	}
 	f.Add("tcp", "", []byte(nil), uint8(111), "", 0)
 	f.Add("handshake", "x", []byte("HTTP/"), uint8(104), "[::1]", -1)
+	f.Add("handshake", "EOF", []byte("worker-agent: too many unauthenticated connections (100 open, --ssh.max-startups 20:30:100); try again later\r\n"), uint8(1), "w-1.job", 2222)
+	f.Add("handshake", "reset", []byte("hello\r\nworker-agent: too many unauthenticated connections from ::1 (per-source limit 10"), uint8(3), "w-1.job", 2222)
 	errnos := []syscall.Errno{0, syscall.ECONNREFUSED, syscall.ETIMEDOUT, syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.ECONNRESET, syscall.EPIPE}
 	f.Fuzz(func(t *testing.T, phase, msg string, recv []byte, errno uint8, host string, port int) {
 		var err error = errors.New(msg)
@@ -148,5 +150,13 @@ func FuzzClassify(f *testing.F) {
 		}
 		_ = fl.Transient()
 		_ = fl.LogValue()
+		// worker-agent's refusal line is recognised wherever it comes in the
+		// received bytes, is transient, and is never blamed on a sidecar.
+		var he *HandshakeError
+		if _, refused := refusalLine(recv); refused && fl.Phase == PhaseHandshake && errors.As(err, &he) {
+			if !fl.Transient() || strings.Contains(fl.Hint, "sidecar") || !strings.Contains(fl.Hint, "too many unauthenticated connections") {
+				t.Fatalf("refusal %q: transient %v hint %q", recv, fl.Transient(), fl.Hint)
+			}
+		}
 	})
 }
