@@ -43,6 +43,7 @@ type connState struct {
 	keyFP         string
 	keyType       string
 	keySource     string
+	keys          *keySnapshot // the keys when the connection's config was made
 }
 
 func (c *connState) releaseStartup() {
@@ -216,9 +217,25 @@ func stateOf(ctx gliderssh.Context) *connState {
 
 // publicKeyHandler decides on the key of this call only: it is in
 // authorized_keys (compared by wire encoding) or it is not.
+//
+// This is also the query a client makes before it signs ("would this key
+// do?"), so it answers from the keys of the connection's start; the
+// decision itself (VerifiedPublicKeyCallback) re-checks the files.
 func (s *Server) publicKeyHandler(ctx gliderssh.Context, key gliderssh.PublicKey) bool {
-	_, _, ok := s.authorizedKey(key)
-	if st := stateOf(ctx); st != nil {
+	st := stateOf(ctx)
+	var keys *keySnapshot
+	if st != nil {
+		st.mu.Lock()
+		keys = st.keys
+		st.mu.Unlock()
+	}
+	var ok bool
+	if keys != nil {
+		_, _, ok = keys.lookup(key, s.keys.akPath, s.keys.jobKeyPath)
+	} else {
+		_, _, ok = s.authorizedKey(key)
+	}
+	if st != nil {
 		st.mu.Lock()
 		if ok {
 			st.offeredKnown = true
@@ -280,7 +297,13 @@ func (s *Server) serverConfig(ctx gliderssh.Context) *ssh.ServerConfig {
 		},
 	}
 	authdir.SetAlgorithms(&cfg.Config)
-	for _, k := range s.keys.current().hostSigners() {
+	keys := s.keys.current()
+	if st != nil {
+		st.mu.Lock()
+		st.keys = keys
+		st.mu.Unlock()
+	}
+	for _, k := range keys.hostSigners() {
 		cfg.AddHostKey(k)
 	}
 	return cfg

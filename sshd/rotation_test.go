@@ -233,3 +233,16 @@ func TestKeyStoreUnchangedIsCached(t *testing.T) {
 		t.Fatalf("%d host key reloads without a change", ts.Server.keys.reloadCount)
 	}
 }
+
+// BenchmarkKeyStoreCurrent is the per-authentication cost of following the
+// Secret when nothing changed: three stats.
+func BenchmarkKeyStoreCurrent(b *testing.B) {
+	keys := writeTrainerLayout(b)
+	ks, err := newKeyStore(keys.dir, "", slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		_ = ks.current()
+	}
+}
