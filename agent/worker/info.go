@@ -79,7 +79,7 @@ func (w *Worker) Info() Info {
 		AuthDir:  w.cfg.AuthDir,
 		HostKey: HostKeyInfo{
 			Fingerprint:        w.cfg.SSH.HostKeyFingerprint(),
-			DerivedFingerprint: w.cfg.SSH.DerivedKeyFingerprint(),
+			DerivedFingerprint: w.derivedFingerprint(),
 			Pinned:             w.cfg.SSH.HostKeyPinned(),
 		},
 		SSHAddress: w.sshAddress(),

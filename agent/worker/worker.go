@@ -56,17 +56,22 @@ type SSHState interface {
 	Listening() bool
 	// HostKeyFingerprint is the SHA256 fingerprint of the host key.
 	HostKeyFingerprint() string
+	// HostKeyPinned reports whether the host key is the job key (so clients
+	// can pin it to id_rsa.pub) rather than a generated one.
+	HostKeyPinned() bool
+	// AuthorizedKeyCount is the number of keys accepted for login.
+	AuthorizedKeyCount() int
+}
+
+// KeyState is what an SSHState that follows the job's key files also
+// reports (*sshd.Server does); the worker uses it when present.
+type KeyState interface {
 	// DerivedKeyFingerprint is the SHA256 fingerprint of the ed25519 key
 	// derived from the job key, served as a second host key; "" when none.
 	DerivedKeyFingerprint() string
 	// KeyError says why the keys in use are not what the auth dir holds
 	// now (a rotated Secret that does not load), or nil.
 	KeyError() error
-	// HostKeyPinned reports whether the host key is the job key (so clients
-	// can pin it to id_rsa.pub) rather than a generated one.
-	HostKeyPinned() bool
-	// AuthorizedKeyCount is the number of keys accepted for login.
-	AuthorizedKeyCount() int
 }
 
 // SSHServer is the SSH server the worker runs. *sshd.Server implements it.
@@ -254,7 +259,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return &ListenError{Service: "ssh", Addr: w.cfg.SSHAddress, Err: unwrapOpError(err)}
 	}
 	w.log.Info("ssh listening", "addr", addr.String(), "hostKey", w.cfg.SSH.HostKeyFingerprint(),
-		"derivedHostKey", w.cfg.SSH.DerivedKeyFingerprint(),
+		"derivedHostKey", w.derivedFingerprint(),
 		"hostKeyPinned", w.cfg.SSH.HostKeyPinned(), "authorizedKeys", w.cfg.SSH.AuthorizedKeyCount())
 
 	var httpLn *limitListener
@@ -400,8 +405,10 @@ func (w *Worker) Readiness() (bool, []string) {
 	if s.AuthorizedKeyCount() == 0 {
 		why = append(why, fmt.Sprintf("no authorized keys loaded from %s", orNone(w.cfg.AuthDir)))
 	}
-	if err := s.KeyError(); err != nil {
-		why = append(why, "ssh keys: "+err.Error())
+	if ks, ok := s.(KeyState); ok {
+		if err := ks.KeyError(); err != nil {
+			why = append(why, "ssh keys: "+err.Error())
+		}
 	}
 	w.mu.Lock()
 	detected, derr := w.detected, w.detectErr
@@ -413,6 +420,15 @@ func (w *Worker) Readiness() (bool, []string) {
 		why = append(why, derr.Error())
 	}
 	return len(why) == 0, why
+}
+
+// derivedFingerprint is the derived host key's fingerprint, "" when the SSH
+// server does not report one.
+func (w *Worker) derivedFingerprint() string {
+	if ks, ok := w.cfg.SSH.(KeyState); ok {
+		return ks.DerivedKeyFingerprint()
+	}
+	return ""
 }
 
 func (w *Worker) readyGauge() float64 {

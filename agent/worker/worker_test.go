@@ -44,7 +44,10 @@ type fakeSSH struct {
 	shutdowns   int
 }
 
-var _ SSHServer = (*fakeSSH)(nil)
+var (
+	_ SSHServer = (*fakeSSH)(nil)
+	_ KeyState  = (*fakeSSH)(nil)
+)
 
 func (f *fakeSSH) Addr() net.Addr {
 	f.mu.Lock()

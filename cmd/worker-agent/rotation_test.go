@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/podmpi/podmpi/agent/worker"
+	"github.com/podmpi/podmpi/sshd"
 )
 
 // kubeletMount lays dir out as the kubelet mounts a Secret volume: files
@@ -158,3 +161,5 @@ func TestRefusalLineRealAgent(t *testing.T) {
 		t.Fatalf("second connection from the same address got %q", l)
 	}
 }
+
+var _ worker.KeyState = (*sshd.Server)(nil) // /info and /readyz see the key state
