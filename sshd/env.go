@@ -47,12 +47,13 @@ func envCost(kv string) int { return len(kv) + 1 + envPtrSize }
 
 // envBudget is how many bytes (as envCost counts them) client "env"
 // requests may add to one session: the execve limit minus the agent's own
-// environment and the command (the shell, "-c" and a command string of up
-// to MAX_ARG_STRLEN). Past it the command could not start (E2BIG), so the
-// requests are refused instead of held in memory: without the bound, 256
-// values of 64 KiB in each of 10 sessions held 160 MiB per connection.
-func envBudget(base []string, stackRlimit uint64) int {
-	b := execArgLimit(stackRlimit) - (maxArgStrlen + 1 + envPtrSize) - 3*(64+envPtrSize)
+// environment and the command's argv (shell, "-c" and a command string of up
+// to MAX_ARG_STRLEN, each with its NUL and pointer). Past it the command
+// could not start (E2BIG), so the requests are refused instead of held in
+// memory: without the bound, 256 values of 64 KiB in each of 10 sessions
+// held 160 MiB per connection.
+func envBudget(base []string, shell string, stackRlimit uint64) int {
+	b := execArgLimit(stackRlimit) - envCost(shell) - envCost("-c") - envCost(strings.Repeat("x", maxArgStrlen-1))
 	for _, kv := range base {
 		if k, _, _ := strings.Cut(kv, "="); !droppedEnv[k] {
 			b -= envCost(kv)

@@ -16,12 +16,6 @@ import (
 // connection carries; clients (agent/sshclient) recognise it.
 const RefusalMarker = "too many unauthenticated connections"
 
-// Refusal reasons (also the results of mpi_worker_ssh_connections_total).
-const (
-	refusedPerSource   = connRejectedPerSource
-	refusedMaxStartups = connRejectedMaxStartups
-)
-
 // startupLimiter bounds unauthenticated connections like OpenSSH's
 // MaxStartups "begin:rate:full" and PerSourceMaxStartups: at most perSource
 // from one IP address; from begin on (all sources together) a new
@@ -60,16 +54,17 @@ func (l *startupLimiter) String() string {
 }
 
 // acquire takes a slot for a connection from src. It returns a release
-// func, or the refusal reason and the line to send.
+// func, or the refusal reason (a result of mpi_worker_ssh_connections_total)
+// and the line to send.
 func (l *startupLimiter) acquire(src string) (release func(), reason, line string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if n := l.bySrc[src]; n >= l.perSource {
-		return nil, refusedPerSource, fmt.Sprintf("worker-agent: %s from %s (per-source limit %d, --ssh.per-source-max-startups); try again later\r\n",
+		return nil, connRejectedPerSource, fmt.Sprintf("worker-agent: %s from %s (per-source limit %d, --ssh.per-source-max-startups); try again later\r\n",
 			RefusalMarker, src, l.perSource)
 	}
 	if l.drop(l.total) {
-		return nil, refusedMaxStartups, fmt.Sprintf("worker-agent: %s (%d open, --ssh.max-startups %s); try again later\r\n",
+		return nil, connRejectedMaxStartups, fmt.Sprintf("worker-agent: %s (%d open, --ssh.max-startups %s); try again later\r\n",
 			RefusalMarker, l.total, l.String())
 	}
 	l.total++

@@ -140,13 +140,15 @@ func TestEnvBudget(t *testing.T) {
 	if got := execArgLimit(64 << 10); got != 128<<10 {
 		t.Errorf("tiny stack: %d, want the 128 KiB floor", got)
 	}
-	base := []string{"PATH=/usr/bin", "HOME=/root"}
-	b := envBudget(base, 8<<20)
-	want := 2<<20 - (maxArgStrlen + 1 + envPtrSize) - 3*(64+envPtrSize) - envCost(base[0]) - envCost(base[1])
+	base := []string{"PATH=/usr/bin", "HOME=/root", "SSH_AUTH_SOCK=/dropped/for/sessions"}
+	b := envBudget(base, "/bin/sh", 8<<20)
+	// Each string with its NUL and a pointer: the command of up to
+	// MAX_ARG_STRLEN (NUL included), "/bin/sh", "-c", PATH and HOME.
+	want := 2<<20 - (maxArgStrlen + 8) - (7 + 1 + 8) - (2 + 1 + 8) - (13 + 1 + 8) - (10 + 1 + 8)
 	if b != want {
 		t.Errorf("envBudget = %d, want %d", b, want)
 	}
-	if envBudget([]string{"X=" + strings.Repeat("x", 3<<20)}, 8<<20) != 0 {
+	if envBudget([]string{"X=" + strings.Repeat("x", 3<<20)}, "/bin/sh", 8<<20) != 0 {
 		t.Error("a base environment beyond the limit must leave no budget")
 	}
 }

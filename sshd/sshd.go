@@ -233,7 +233,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.id = lookupIdentity(cfg.Env)
-	s.envMax = envBudget(cfg.Env, stackLimit())
+	s.envMax = envBudget(cfg.Env, cfg.Shell, stackLimit())
 	if _, err := os.Stat(cfg.Shell); err != nil {
 		s.log.Warn("session shell not found; every command will fail with exit status 127",
 			"shell", cfg.Shell, "err", err)
