@@ -7,7 +7,8 @@ COMMIT     ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 FUZZTIME   ?= 30s
 TESTFLAGS  ?=
 
-.PHONY: all build test test-short lint vet fmt fuzz bench e2e e2e-ompi5 demo images image-test clean clean-stale
+.PHONY: all build test test-short lint vet fmt fuzz bench e2e e2e-ompi5 demo images image-test clean clean-stale \
+        cluster-tool cluster-up cluster-down cluster-test cluster-bench
 
 all: build
 
@@ -76,6 +77,46 @@ image-test:
 	./images/test.sh
 
 ## clean-stale: remove namespaces and processes left by an interrupted test run
+## cluster-tool: bin/podmpi-cluster, the single-node Kubernetes of the
+## cluster-* targets (test/cluster; its own Go module)
+CLUSTER_TOOL := $(BIN)/podmpi-cluster
+cluster-tool:
+	@mkdir -p $(BIN)
+	cd test/cluster && $(GO) build -o $(abspath $(CLUSTER_TOOL)) ./cmd/podmpi-cluster
+
+## cluster-up: a single-node Kubernetes (etcd, API server, controller-manager,
+## scheduler, kubelet, containerd, CNI bridge, CoreDNS) with Trainer + JobSet,
+## mpi-operator, the podmpi images and runtimes; reuses what runs; the last
+## line is KUBECONFIG=<path> (root; TRAINER_VERSION=v2.0.0 for the old Trainer;
+## docs/cluster.md)
+cluster-up: cluster-tool
+	./scripts/cluster-deps.sh
+	$(CLUSTER_TOOL) up
+
+## cluster-down: stop every daemon by PID, remove every mount, link, rule and
+## state folder of the cluster (the build cache stays)
+cluster-down: cluster-tool
+	$(CLUSTER_TOOL) down
+
+## cluster-test: every example on the cluster under every pinned Trainer and
+## mpi-operator, the failure drills and metrics, then the leak check (root;
+## starts the cluster when none runs and takes it down afterwards)
+cluster-test: cluster-tool
+	./scripts/cluster-deps.sh
+	cd test/cluster && $(GO) vet ./... && $(GO) test -count=1 .
+	$(CLUSTER_TOOL) build --all
+	PODMPI_CLUSTER_TOOL=$(abspath $(CLUSTER_TOOL)) $(CLUSTER_TOOL) run -- \
+	  $(GO) -C test/cluster test -count=1 -timeout 50m -v $(TESTFLAGS) ./e2e/
+	cd test/cluster && PODMPI_CLUSTER_TOOL=$(abspath $(CLUSTER_TOOL)) PODMPI_CLUSTER_LEAKTEST=1 \
+	  $(GO) test -count=1 -timeout 10m -v -run 'TestDownLeavesNothing|TestKilledRunIsCleaned' .
+
+## cluster-bench: TrainJob phases on the cluster, podmpi vs an OpenSSH
+## runtime at 2 and 4 nodes (root; the figures in BENCHMARKS.md)
+cluster-bench: cluster-tool
+	./scripts/cluster-deps.sh
+	PODMPI_CLUSTER_TOOL=$(abspath $(CLUSTER_TOOL)) PODMPI_CLUSTER_BENCH=1 $(CLUSTER_TOOL) run -- \
+	  $(GO) -C test/cluster test -count=1 -timeout 60m -v -run TestBench ./e2e/
+
 clean-stale:
 	$(GO) run ./test/harness/cmd/harness-cleanup
 

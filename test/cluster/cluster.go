@@ -1,0 +1,385 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// Cluster is the single-node Kubernetes of make cluster-up: etcd, the API
+// server (RBAC + Node authorization, PodSecurity admission), the
+// controller-manager, the scheduler, containerd + runc, a CNI bridge,
+// CoreDNS serving cluster.local with no upstream, and the kubelet, started
+// in that order and stopped in reverse; then Trainer + JobSet and
+// mpi-operator, the podmpi images and the podmpi ClusterTrainingRuntimes.
+type Cluster struct {
+	L    Layout
+	Pins Pins
+	B    *Builder
+	Log  io.Writer
+	// Self is the podmpi-cluster binary (the mount-namespace helper).
+	Self string
+	pki  *PKI
+}
+
+// New returns the cluster of this machine (it may or may not run).
+func New(repo string, log io.Writer) (*Cluster, error) {
+	pins, err := LoadPins()
+	if err != nil {
+		return nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	l := DefaultLayout(repo)
+	return &Cluster{L: l, Pins: pins, B: &Builder{L: l, Log: log}, Log: log, Self: self, pki: &PKI{Dir: l.PKI()}}, nil
+}
+
+func (c *Cluster) logf(format string, a ...any) { fmt.Fprintf(c.Log, format+"\n", a...) }
+
+// Info is what cluster.json records of a running cluster (tests read it).
+type Info struct {
+	Kubeconfig  string            `json:"kubeconfig"`
+	Kubectl     string            `json:"kubectl"`
+	Kubernetes  string            `json:"kubernetes"`
+	CoreDNS     string            `json:"coredns"`
+	Trainer     string            `json:"trainer,omitempty"`
+	JobSet      string            `json:"jobset,omitempty"`
+	MPIOperator string            `json:"mpiOperator,omitempty"`
+	Debian      map[string]string `json:"debian"`
+	Images      map[string]string `json:"images,omitempty"`
+	Node        string            `json:"node"`
+	Gateway     string            `json:"gateway"`
+	UpSeconds   float64           `json:"upSeconds"`
+}
+
+// ReadInfo reads cluster.json.
+func ReadInfo(l Layout) (Info, error) {
+	var i Info
+	b, err := os.ReadFile(l.InfoFile())
+	if err != nil {
+		return i, err
+	}
+	return i, json.Unmarshal(b, &i)
+}
+
+// UpOptions choose the controllers' versions ("" = the pinned default,
+// "none" = not installed).
+type UpOptions struct {
+	Trainer     string
+	MPIOperator string
+	NoImages    bool // skip building and importing the podmpi images
+}
+
+// Preflight checks that the machine has what the cluster needs.
+func Preflight() error {
+	if os.Geteuid() != 0 {
+		return errors.New("the cluster needs root (network links, mounts, cgroups); run: sudo make cluster-up")
+	}
+	var missing []string
+	for cmd, pkg := range map[string]string{
+		"etcd": "etcd-server", "containerd": "containerd", "ctr": "containerd", "runc": "runc",
+		"ip": "iproute2", "podman": "podman", "gcc": "gcc", "go": "Go (https://go.dev/dl/)", "iptables": "iptables",
+	} {
+		if _, err := exec.LookPath(cmd); err != nil {
+			missing = append(missing, cmd+" ("+pkg+")")
+		}
+	}
+	for _, plugin := range []string{"bridge", "host-local", "loopback"} {
+		if _, err := os.Stat("/usr/lib/cni/" + plugin); err != nil {
+			missing = append(missing, "/usr/lib/cni/"+plugin+" (containernetworking-plugins)")
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing: %s; scripts/cluster-deps.sh installs them", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// Up brings the cluster up, reusing whatever of it already runs. A cluster
+// left half-running by a killed run is taken down first.
+func (c *Cluster) Up(ctx context.Context, opts UpOptions) (Info, error) {
+	start := time.Now()
+	if err := Preflight(); err != nil {
+		return Info{}, err
+	}
+	if opts.Trainer == "" {
+		opts.Trainer = c.Pins.Trainer[0]
+	}
+	if opts.MPIOperator == "" {
+		opts.MPIOperator = c.Pins.MPIOperator[0]
+	}
+	core := c.corePlane()
+	running := 0
+	for _, p := range core {
+		if _, ok := p.Running(); ok {
+			running++
+		}
+	}
+	if running > 0 && running < len(core) {
+		c.logf("== %d of %d cluster daemons run: cleaning up what a killed run left", running, len(core))
+		if err := c.Down(ctx); err != nil {
+			return Info{}, fmt.Errorf("cleaning up a partial cluster: %w", err)
+		}
+	} else if running == 0 {
+		if _, err := os.Stat(c.L.State); err == nil || len(podNetns()) > 0 || len(cgroupRoots()) > 0 || bridgeExists() {
+			c.logf("== leftovers of an earlier cluster found: cleaning up")
+			if err := c.Down(ctx); err != nil {
+				return Info{}, fmt.Errorf("cleaning up an earlier cluster: %w", err)
+			}
+		}
+	}
+
+	// Binaries (cached by version).
+	if _, err := c.B.Kubernetes(ctx, c.Pins.Kubernetes); err != nil {
+		return Info{}, err
+	}
+	if _, err := c.B.CoreDNS(ctx, c.Pins.CoreDNS); err != nil {
+		return Info{}, err
+	}
+
+	for _, d := range []string{c.L.State, c.L.Run, c.L.Logs()} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return Info{}, err
+		}
+	}
+	if err := c.pki.Ensure(certs()); err != nil {
+		return Info{}, err
+	}
+	if err := c.writeKubeconfigs(); err != nil {
+		return Info{}, err
+	}
+	if err := c.writeConfigs(); err != nil {
+		return Info{}, err
+	}
+	if err := ensureBridge(ctx); err != nil {
+		return Info{}, err
+	}
+
+	t0 := time.Now()
+	for _, p := range core {
+		if p.Name == "coredns" {
+			if _, err := c.Kubectl(ctx, []byte(corednsRBAC), "apply", "--server-side", "--force-conflicts", "--field-manager", "podmpi-cluster", "-f", "-"); err != nil {
+				return Info{}, err
+			}
+		}
+		if p.Name == "kubelet" {
+			// The sandbox image must be there before the first pod.
+			if err := c.ensurePause(ctx); err != nil {
+				return Info{}, err
+			}
+		}
+		if err := p.Start(ctx); err != nil {
+			return Info{}, err
+		}
+	}
+	if err := c.waitNodeReady(ctx, 90*time.Second); err != nil {
+		return Info{}, err
+	}
+	c.logf("== node %s Ready (%s after the first daemon)", NodeName, time.Since(t0).Round(100*time.Millisecond))
+
+	info := Info{
+		Kubeconfig: c.L.AdminKubeconfig(), Kubectl: c.L.Kubectl(c.Pins), Kubernetes: c.Pins.Kubernetes,
+		CoreDNS: c.Pins.CoreDNS, Debian: debianVersions(ctx), Node: NodeName, Gateway: Gateway,
+	}
+	if opts.Trainer != "none" {
+		if err := c.EnsureTrainer(ctx, opts.Trainer); err != nil {
+			return Info{}, err
+		}
+	}
+	if opts.MPIOperator != "none" {
+		if err := c.EnsureMPIOperator(ctx, opts.MPIOperator); err != nil {
+			return Info{}, err
+		}
+	}
+	info.Trainer, info.JobSet, info.MPIOperator = c.InstalledVersion("trainer"), c.InstalledVersion("jobset"), c.InstalledVersion("mpi-operator")
+	if !opts.NoImages {
+		refs, err := c.ensurePodmpiImages(ctx)
+		if err != nil {
+			return Info{}, err
+		}
+		info.Images = refs
+		if info.Trainer != "" {
+			if err := c.InstallRuntimes(ctx, refs); err != nil {
+				return Info{}, err
+			}
+		}
+	}
+	info.UpSeconds = time.Since(start).Seconds()
+	b, _ := json.MarshalIndent(info, "", "  ")
+	if err := writeFileAtomic(c.L.InfoFile(), b, 0o644); err != nil {
+		return Info{}, err
+	}
+	return info, nil
+}
+
+func bridgeExists() bool {
+	_, err := os.Stat("/sys/class/net/" + Bridge)
+	return err == nil
+}
+
+// debianVersions reads the versions of the Debian-packaged parts.
+func debianVersions(ctx context.Context) map[string]string {
+	m := map[string]string{}
+	for name, pkg := range map[string]string{
+		"etcd": "etcd-server", "containerd": "containerd", "runc": "runc", "cni-plugins": "containernetworking-plugins",
+		"docker-compose": "docker-compose", "podman": "podman",
+	} {
+		out, err := exec.CommandContext(ctx, "dpkg-query", "-W", "-f", "${Version}", pkg).Output()
+		if v := strings.TrimSpace(string(out)); err == nil && v != "" {
+			m[name] = v
+		} else {
+			m[name] = "not installed"
+		}
+	}
+	return m
+}
+
+// RuntimeFiles are the podmpi ClusterTrainingRuntimes make cluster-up
+// installs (Intel MPI needs an image built from Intel's repository, which
+// this machine cannot reach).
+var RuntimeFiles = map[string]string{
+	"openmpi": "examples/trainer/clustertrainingruntime-openmpi.yaml",
+	"mpich":   "examples/trainer/clustertrainingruntime-mpich.yaml",
+}
+
+// InstallRuntimes applies the podmpi runtimes from examples/ with the image
+// of this cluster.
+func (c *Cluster) InstallRuntimes(ctx context.Context, images map[string]string) error {
+	var all []*unstructured.Unstructured
+	for mpi, f := range RuntimeFiles {
+		b, err := os.ReadFile(filepath.Join(c.L.Repo, f))
+		if err != nil {
+			return err
+		}
+		objs, err := decodeObjects(b)
+		if err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		for _, o := range objs {
+			SetImages(o, images[mpi])
+		}
+		all = append(all, objs...)
+	}
+	return c.applyObjects(ctx, all, "podmpi-cluster")
+}
+
+// SetImages sets the image of every container in an object's pod templates
+// (ClusterTrainingRuntime, MPIJob, TrainJob-free objects alike).
+func SetImages(o *unstructured.Unstructured, image string) {
+	var walk func(v any)
+	walk = func(v any) {
+		switch t := v.(type) {
+		case map[string]any:
+			for k, x := range t {
+				if (k == "containers" || k == "initContainers") && x != nil {
+					if list, ok := x.([]any); ok {
+						for _, ct := range list {
+							if m, ok := ct.(map[string]any); ok {
+								m["image"] = image
+							}
+						}
+					}
+				}
+				walk(x)
+			}
+		case []any:
+			for _, x := range t {
+				walk(x)
+			}
+		}
+	}
+	walk(o.Object)
+}
+
+// Down stops every daemon by PID (controllers, kubelet, the containers
+// through containerd, containerd and its shims, CoreDNS, the control plane,
+// in reverse start order) and removes every mount, network namespace, link,
+// iptables rule, cgroup and state folder of the cluster. It works from any
+// state, a killed run's included. The cache stays.
+func (c *Cluster) Down(ctx context.Context) error {
+	var errs []error
+	note := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	note(c.stopControllers())
+	core := c.corePlane()
+	byName := map[string]*Process{}
+	for _, p := range core {
+		byName[p.Name] = p
+	}
+	note(byName["kubelet"].Stop())
+	if _, ok := byName["containerd"].Running(); ok {
+		note(c.killContainers(ctx))
+	}
+	for i := len(core) - 1; i >= 0; i-- {
+		if core[i].Name == "kubelet" {
+			continue
+		}
+		note(core[i].Stop())
+	}
+	// Whatever is left: shims, containers whose containerd died, daemons
+	// whose pid file is gone.
+	for round := 0; round < 2; round++ {
+		for _, pid := range c.L.clusterProcesses() {
+			note(stopPID(pid, 5*time.Second))
+		}
+	}
+	note(unmountAll(c.L.State, c.L.Run))
+	note(removeNetns())
+	note(removeLinks(ctx))
+	note(removeRules(ctx))
+	note(removeCgroups())
+	for _, d := range []string{c.L.State, c.L.Run} {
+		if err := os.RemoveAll(d); err != nil {
+			note(err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// killContainers kills and deletes every container task through
+// containerd's socket, so that containerd's shims exit and their mounts go.
+func (c *Cluster) killContainers(ctx context.Context) error {
+	out, err := c.ctr(ctx, "tasks", "ls", "-q")
+	if err != nil {
+		return err
+	}
+	ids := strings.Fields(out)
+	for _, id := range ids {
+		_, _ = c.ctr(ctx, "tasks", "kill", "--signal", "SIGKILL", id)
+	}
+	var errs []error
+	for _, id := range ids {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, err := c.ctr(ctx, "tasks", "delete", id)
+			if err == nil || strings.Contains(err.Error(), "not found") {
+				break
+			}
+			if time.Now().After(deadline) {
+				errs = append(errs, err)
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if out, err := c.ctr(ctx, "containers", "ls", "-q"); err == nil {
+		for _, id := range strings.Fields(out) {
+			_, _ = c.ctr(ctx, "containers", "delete", id)
+		}
+	}
+	return errors.Join(errs...)
+}

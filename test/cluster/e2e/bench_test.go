@@ -1,0 +1,345 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+// openSSHContainerfile is the baseline image: the podmpi Open MPI image plus
+// OpenSSH's server and client, configured the way mpi-operator's base image
+// and Trainer's runtime images are (client: no host key checking, port 2222;
+// a non-root sshd whose host key is the job's key, StrictModes off).
+const openSSHContainerfile = `FROM %s
+USER root
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends openssh-server openssh-client \
+ && rm -rf /var/lib/apt/lists/* \
+ && mkdir -p /var/run/sshd \
+ && printf 'Host *\n    StrictHostKeyChecking no\n    UserKnownHostsFile /dev/null\n    Port 2222\n' >> /etc/ssh/ssh_config \
+ && printf 'StrictModes no\nPort 2222\n' >> /etc/ssh/sshd_config \
+ && printf 'PidFile /home/mpiuser/sshd.pid\nHostKey /home/mpiuser/.ssh/id_rsa\nStrictModes no\nPort 2222\n' > /home/mpiuser/.sshd_config \
+ && chown 1000:0 /home/mpiuser/.sshd_config
+USER 1000:0
+`
+
+// openSSHRuntime is Trainer's deepspeed-distributed runtime with the
+// baseline image: sshd on 2222 as UID 1000 in the workers, a tcp readiness
+// probe after 5 s, the launcher running whatever the TrainJob says.
+const openSSHRuntime = `apiVersion: trainer.kubeflow.org/v1alpha1
+kind: ClusterTrainingRuntime
+metadata:
+  name: openssh-openmpi
+spec:
+  mlPolicy:
+    numNodes: 1
+    mpi:
+      numProcPerNode: 1
+      mpiImplementation: OpenMPI
+      sshAuthMountPath: /home/mpiuser/.ssh
+      runLauncherAsNode: true
+  template:
+    spec:
+      network:
+        publishNotReadyAddresses: true
+      successPolicy:
+        operator: All
+        targetReplicatedJobs:
+          - launcher
+      replicatedJobs:
+        - name: node
+          template:
+            spec:
+              template:
+                spec:
+                  securityContext:
+                    fsGroup: 1000
+                  containers:
+                    - name: node
+                      image: %[1]s
+                      securityContext:
+                        runAsUser: 1000
+                      command:
+                        - /usr/sbin/sshd
+                      args:
+                        - -De
+                        - -f
+                        - /home/mpiuser/.sshd_config
+                      readinessProbe:
+                        tcpSocket:
+                          port: 2222
+                        initialDelaySeconds: 5
+        - name: launcher
+          dependsOn:
+            - name: node
+              status: Ready
+          template:
+            metadata:
+              labels:
+                trainer.kubeflow.org/trainjob-ancestor-step: trainer
+            spec:
+              template:
+                spec:
+                  securityContext:
+                    fsGroup: 1000
+                  containers:
+                    - name: node
+                      image: %[1]s
+                      securityContext:
+                        runAsUser: 1000
+`
+
+// benchSample is one TrainJob's timeline, in seconds from its creation.
+type benchSample struct {
+	Runtime    string
+	Nodes      int
+	Rep        int
+	AllRunning float64 // every pod's container started
+	MPIInit    float64 // the first rank's line (after MPI_Init and two allreduces of a few ms)
+	Complete   float64 // TrainJob Complete
+	Phases     map[string]float64
+	InitDone   float64 // podmpi: the launcher's "init done", from its first log line
+}
+
+// TestBench measures TrainJob created -> all pods Running -> the first
+// rank past MPI_Init -> TrainJob Complete for podmpi's OpenMPI runtime and
+// for an OpenSSH runtime in upstream's shape, at 2 and 4 nodes, runs
+// alternated; and the podmpi launcher's phases. make cluster-bench.
+func TestBench(t *testing.T) {
+	if os.Getenv("PODMPI_CLUSTER_BENCH") != "1" {
+		t.Skip("measurement, not a test: make cluster-bench (PODMPI_CLUSTER_BENCH=1)")
+	}
+	need(t)
+	reps := 3
+	if v, err := strconv.Atoi(os.Getenv("PODMPI_CLUSTER_BENCH_REPS")); err == nil && v > 0 {
+		reps = v
+	}
+	tool(t, "controllers", "--trainer", e.pins.Trainer[0], "--mpi-operator", "none")
+	installRuntimes(t, nil)
+	sshImage := buildOpenSSHImage(t)
+	var rt unstructured.Unstructured
+	if err := yaml.Unmarshal([]byte(fmt.Sprintf(openSSHRuntime, sshImage)), &rt.Object); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, "", &rt)
+	// No Pod Security labels: the OpenSSH runtime runs sshd with a
+	// writable root, as upstream's does.
+	ns := namespace(t, "bench", false)
+
+	var samples []benchSample
+	for _, nodes := range []int{2, 4} {
+		for rep := 0; rep < reps; rep++ {
+			order := []string{"podmpi", "openssh"}
+			if rep%2 == 1 {
+				order = []string{"openssh", "podmpi"}
+			}
+			for _, r := range order {
+				s := benchOnce(t, ns, r, nodes)
+				s.Rep = rep
+				samples = append(samples, s)
+				t.Logf("%s %d nodes rep %d: all Running %.1f s, MPI_Init %.1f s, Complete %.1f s %v", r, nodes, rep, s.AllRunning, s.MPIInit, s.Complete, s.Phases)
+			}
+		}
+	}
+	report := benchReport(samples)
+	t.Log("\n" + report)
+	if out := os.Getenv("PODMPI_CLUSTER_BENCH_OUT"); out != "" {
+		b, _ := json.MarshalIndent(samples, "", "  ")
+		_ = os.WriteFile(out+".json", b, 0o644)
+		_ = os.WriteFile(out+".md", []byte(report), 0o644)
+	}
+}
+
+func buildOpenSSHImage(t *testing.T) string {
+	t.Helper()
+	base := e.info.Images["openmpi"]
+	ref := strings.Replace(base, "/openmpi:", "/openmpi-openssh:", 1)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "Containerfile"), []byte(fmt.Sprintf(openSSHContainerfile, base)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("podman", "--runtime", "runc", "--cgroup-manager=cgroupfs", "--events-backend=file",
+		"build", "--network=host", "-t", ref, "-f", filepath.Join(dir, "Containerfile"), dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the OpenSSH baseline image: %v\n%s", err, lastLines(string(out), 30))
+	}
+	tool(t, "import-image", ref)
+	return ref
+}
+
+func benchOnce(t *testing.T, ns, runtime string, nodes int) benchSample {
+	t.Helper()
+	ctx := ctxT(t, 6*time.Minute)
+	tj := trainJob(t, "podmpi-openmpi")
+	setNested(t, tj, int64(nodes), "spec", "trainer", "numNodes")
+	if runtime == "openssh" {
+		setNested(t, tj, "openssh-openmpi", "spec", "runtimeRef", "name")
+		unstructured.RemoveNestedField(tj.Object, "spec", "trainer", "args")
+		setNested(t, tj, []any{"mpirun", "--hostfile", "/etc/mpi/hostfile", "podmpi-allreduce", "1048576"}, "spec", "trainer", "command")
+	}
+	s := benchSample{Runtime: runtime, Nodes: nodes, Phases: map[string]float64{}}
+	created := time.Now()
+	apply(t, ns, tj)
+	sel := "jobset.sigs.k8s.io/jobset-name=" + tj.GetName()
+	var allRunning time.Time
+	for {
+		if time.Since(created) > 5*time.Minute {
+			t.Fatalf("%s TrainJob %s not Complete after 5 minutes", runtime, tj.GetName())
+		}
+		if allRunning.IsZero() {
+			pods, err := podsWith(ctx, ns, sel)
+			if err == nil && len(pods) == nodes && allStarted(pods) {
+				allRunning = time.Now()
+			}
+		}
+		o, err := getObj(ctx, trainJobGVR, ns, tj.GetName())
+		if err == nil {
+			if st, _ := condition(o, "Complete"); st == "True" {
+				break
+			}
+			if st, msg := condition(o, "Failed"); st == "True" {
+				t.Fatalf("%s TrainJob %s failed: %s", runtime, tj.GetName(), msg)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	complete := time.Now()
+	if allRunning.IsZero() {
+		allRunning = complete // pods came and went between two polls
+	}
+	launchers, err := podsWith(ctx, ns, sel+","+launcherSel)
+	if err != nil || len(launchers) != 1 {
+		t.Fatalf("launcher pods: %v (%d)", err, len(launchers))
+	}
+	log := podLogs(ctx, ns, launchers[0].Name, true)
+	checkRanks(t, stripTimestamps(log), 2*nodes)
+	var first, initDone time.Time
+	sc := bufio.NewScanner(strings.NewReader(log))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		ts, line, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, ts)
+		if err != nil {
+			continue
+		}
+		if first.IsZero() {
+			first = at
+		}
+		if s.MPIInit == 0 && rankLine.MatchString(line) {
+			s.MPIInit = at.Sub(created).Seconds()
+		}
+		if strings.Contains(line, "init done in") && initDone.IsZero() {
+			initDone = at
+		}
+		var j struct {
+			Msg     string  `json:"msg"`
+			Phase   string  `json:"phase"`
+			Seconds float64 `json:"seconds"`
+		}
+		if json.Unmarshal([]byte(line), &j) == nil && j.Msg == "phase done" {
+			s.Phases[j.Phase] = j.Seconds
+		}
+	}
+	if !initDone.IsZero() {
+		s.InitDone = initDone.Sub(first).Seconds()
+	}
+	s.AllRunning = allRunning.Sub(created).Seconds()
+	s.Complete = complete.Sub(created).Seconds()
+	return s
+}
+
+func allStarted(pods []corev1.Pod) bool {
+	for _, p := range pods {
+		if len(p.Status.ContainerStatuses) == 0 {
+			return false
+		}
+		st := p.Status.ContainerStatuses[0].State
+		if st.Running == nil && st.Terminated == nil {
+			return false
+		}
+	}
+	return true
+}
+
+func stripTimestamps(log string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(log, "\n") {
+		if _, rest, ok := strings.Cut(l, " "); ok {
+			b.WriteString(rest)
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// benchReport renders the medians as the tables of BENCHMARKS.md.
+func benchReport(samples []benchSample) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "| nodes | runtime | runs | all pods Running | first rank past MPI_Init | TrainJob Complete |\n|---|---|---|---|---|---|\n")
+	med := map[string]float64{}
+	for _, nodes := range []int{2, 4} {
+		for _, rt := range []string{"podmpi", "openssh"} {
+			var ar, mi, co []float64
+			for _, s := range samples {
+				if s.Nodes == nodes && s.Runtime == rt {
+					ar, mi, co = append(ar, s.AllRunning), append(mi, s.MPIInit), append(co, s.Complete)
+				}
+			}
+			med[fmt.Sprintf("%s/%d", rt, nodes)] = median(co)
+			fmt.Fprintf(&b, "| %d | %s | %d | %.1f s | %.1f s | %.1f s |\n", nodes, rt, len(co), median(ar), median(mi), median(co))
+		}
+	}
+	fmt.Fprintf(&b, "\n| nodes | podmpi / OpenSSH, create to Complete |\n|---|---|\n")
+	for _, nodes := range []int{2, 4} {
+		p, o := med[fmt.Sprintf("podmpi/%d", nodes)], med[fmt.Sprintf("openssh/%d", nodes)]
+		if o > 0 {
+			fmt.Fprintf(&b, "| %d | %.2fx (%.1f s vs %.1f s) |\n", nodes, p/o, p, o)
+		}
+	}
+	fmt.Fprintf(&b, "\n| nodes | launcher start to mpirun | discovery | dns-wait | slots | hostfile | probe | mpirun |\n|---|---|---|---|---|---|---|---|\n")
+	for _, nodes := range []int{2, 4} {
+		ph := map[string][]float64{}
+		var id []float64
+		for _, s := range samples {
+			if s.Nodes == nodes && s.Runtime == "podmpi" {
+				for k, v := range s.Phases {
+					ph[k] = append(ph[k], v)
+				}
+				id = append(id, s.InitDone)
+			}
+		}
+		fmt.Fprintf(&b, "| %d | %.2f s | %.3f s | %.3f s | %.3f s | %.3f s | %.3f s | %.2f s |\n", nodes, median(id),
+			median(ph["discovery"]), median(ph["dns-wait"]), median(ph["slots"]), median(ph["hostfile"]), median(ph["probe"]), median(ph["mpirun"]))
+	}
+	return b.String()
+}
+
+var _ = context.Background

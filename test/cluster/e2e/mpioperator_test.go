@@ -1,0 +1,136 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/podmpi/podmpi/test/cluster"
+)
+
+var mpiJobFiles = map[string]string{
+	"openmpi": "examples/mpi-operator/mpijob-openmpi.yaml",
+	"mpich":   "examples/mpi-operator/mpijob-mpich.yaml",
+}
+
+// mpiJob is an example MPIJob with this cluster's image and the workers'
+// CPU request lowered (two workers asking for 2 CPUs each do not fit this
+// 2-core node), under a unique name.
+func mpiJob(t *testing.T, mpi string, mutate func(*unstructured.Unstructured)) *unstructured.Unstructured {
+	t.Helper()
+	var job *unstructured.Unstructured
+	for _, o := range readObjects(t, mpiJobFiles[mpi]) {
+		if o.GetKind() == "MPIJob" {
+			job = o
+		}
+	}
+	if job == nil {
+		t.Fatalf("%s: no MPIJob", mpiJobFiles[mpi])
+	}
+	job.SetName(job.GetName() + "-" + randSuffix())
+	cluster.SetImages(job, e.info.Images[mpi])
+	setCPURequest(t, job, "Worker", "100m")
+	if mutate != nil {
+		mutate(job)
+	}
+	return job
+}
+
+func setCPURequest(t *testing.T, job *unstructured.Unstructured, role, cpu string) {
+	t.Helper()
+	path := []string{"spec", "mpiReplicaSpecs", role, "template", "spec", "containers"}
+	cs, _, _ := unstructured.NestedSlice(job.Object, path...)
+	for _, c := range cs {
+		m := c.(map[string]any)
+		res, _ := m["resources"].(map[string]any)
+		if res == nil {
+			res = map[string]any{}
+			m["resources"] = res
+		}
+		req, _ := res["requests"].(map[string]any)
+		if req == nil {
+			req = map[string]any{}
+			res["requests"] = req
+		}
+		req["cpu"] = cpu
+	}
+	setNested(t, job, cs, path...)
+}
+
+type mpiJobResult struct {
+	name     string
+	ok       bool
+	message  string
+	launcher *corev1.Pod
+	log      string
+	took     time.Duration
+}
+
+// runMPIJob creates job in ns and waits until it Succeeded or Failed.
+func runMPIJob(t *testing.T, ns string, job *unstructured.Unstructured, timeout time.Duration) mpiJobResult {
+	t.Helper()
+	ctx := ctxT(t, timeout+time.Minute)
+	r := mpiJobResult{name: job.GetName()}
+	start := time.Now()
+	apply(t, ns, job)
+	waitFor(t, timeout, "MPIJob "+job.GetName()+" Succeeded or Failed", func() (bool, error) {
+		o, err := getObj(ctx, mpiJobGVR, ns, job.GetName())
+		if err != nil {
+			return false, err
+		}
+		if s, msg := condition(o, "Succeeded"); s == "True" {
+			r.ok, r.message = true, msg
+			return true, nil
+		}
+		if s, msg := condition(o, "Failed"); s == "True" {
+			r.message = msg
+			return true, nil
+		}
+		return false, nil
+	})
+	r.took = time.Since(start)
+	pods, err := podsWith(ctx, ns, "training.kubeflow.org/job-role=launcher,training.kubeflow.org/job-name="+job.GetName())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods) > 0 {
+		r.launcher = &pods[len(pods)-1]
+		r.log = podLogs(ctx, ns, r.launcher.Name, false)
+	}
+	return r
+}
+
+// TestMPIOperator runs both examples/mpi-operator MPIJobs under every pinned
+// mpi-operator and checks every rank's line.
+func TestMPIOperator(t *testing.T) {
+	need(t)
+	defer tool(t, "controllers", "--trainer", "none", "--mpi-operator", e.pins.MPIOperator[0])
+	for _, v := range e.pins.MPIOperator {
+		t.Run(v, func(t *testing.T) {
+			tool(t, "controllers", "--trainer", "none", "--mpi-operator", v)
+			ns := namespace(t, "mpijob", true)
+			for _, mpi := range []string{"openmpi", "mpich"} {
+				t.Run(mpi, func(t *testing.T) {
+					r := runMPIJob(t, ns, mpiJob(t, mpi, nil), 4*time.Minute)
+					if !r.ok {
+						msg := ""
+						if r.launcher != nil {
+							msg = terminationMessage(t, ns, r.launcher.Name)
+						}
+						t.Fatalf("MPIJob %s failed: %s; launcher termination message: %s; log:\n%s", r.name, r.message, msg, lastLines(r.log, 40))
+					}
+					hosts := checkRanks(t, r.log, 4)
+					if len(hosts) != 2 {
+						t.Errorf("ranks ran on %v, want the 2 workers", hosts)
+					}
+					t.Logf("MPIJob %s Succeeded in %s; 4 ranks on %v", r.name, r.took.Round(100*time.Millisecond), hosts)
+				})
+			}
+		})
+	}
+}
+
+var _ = context.Background
