@@ -82,7 +82,7 @@ image-test:
 CLUSTER_TOOL := $(BIN)/podmpi-cluster
 cluster-tool:
 	@mkdir -p $(BIN)
-	cd test/cluster && $(GO) build -o $(abspath $(CLUSTER_TOOL)) ./cmd/podmpi-cluster
+	$(GO) -C test/cluster build -o $(abspath $(CLUSTER_TOOL)) github.com/podmpi/podmpi/test/cluster/cmd/podmpi-cluster
 
 ## cluster-up: a single-node Kubernetes (etcd, API server, controller-manager,
 ## scheduler, kubelet, containerd, CNI bridge, CoreDNS) with Trainer + JobSet,
