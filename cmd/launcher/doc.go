@@ -40,7 +40,7 @@
 //	--ssh.insecure-ignore-host-key  PODMPI_SSH_INSECURE_IGNORE_HOST_KEY  skip host-key pinning (insecure)
 //	--probe.timeout                 PODMPI_PROBE_TIMEOUT                 deadline for every worker's slots and SSH probe, from the end of the DNS wait (2m)
 //	--probe.parallel                PODMPI_PROBE_PARALLEL                workers probed at once (64)
-//	--probe.ssh-sample              PODMPI_PROBE_SSH_SAMPLE              full SSH probe for at most N workers, banner check for the rest (128; 0: all)
+//	--probe.ssh-sample              PODMPI_PROBE_SSH_SAMPLE              full SSH probe for at most N workers, banner check for the rest (128; 0: all); also the agents asked for slots when the hostfile counts every worker
 //	--probe.skip                    PODMPI_PROBE_SKIP                    skip the probe
 //	--hostfile.output               PODMPI_HOSTFILE_OUTPUT               where the hostfile is written ($TMPDIR/podmpi/hostfile)
 //	--mpirun.timeout                PODMPI_MPIRUN_TIMEOUT                stop mpirun after this long (0: never)
