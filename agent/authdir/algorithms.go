@@ -24,10 +24,13 @@ var (
 		ssh.KeyExchangeECDHP384,
 		ssh.KeyExchangeECDHP521,
 	}
+	// Ciphers keep x/crypto's own preference, AES-GCM first: with AES
+	// instructions it moves about twice the bytes per second of
+	// chacha20-poly1305 here (make bench, throughput).
 	Ciphers = []string{
-		ssh.CipherChaCha20Poly1305,
 		ssh.CipherAES128GCM,
 		ssh.CipherAES256GCM,
+		ssh.CipherChaCha20Poly1305,
 		ssh.CipherAES128CTR,
 		ssh.CipherAES192CTR,
 		ssh.CipherAES256CTR,
