@@ -1,11 +1,21 @@
 #!/usr/bin/env bash
-# Builds podmpi's runtime images with podman or docker.
+# Builds podmpi's images with podman or docker.
 #
-#   images/build.sh [openmpi] [mpich] [intelmpi] [horovod]    (default: all four)
+#   images/build.sh [podmpi] [openmpi] [mpich] [intelmpi] [horovod]    (default: all five)
 #
-# Each image is tagged <prefix>/<mpi>:<tag> and <prefix>/<mpi>:latest, with
+# podmpi is the binaries-only image (FROM scratch, /opt/podmpi); the MPI images
+# copy /opt/podmpi from it, so it is built first whenever an MPI image is asked
+# for. Each image is tagged <prefix>/<name>:<tag> and <prefix>/<name>:latest
+# (for podmpi: the image of this machine's platform), with
 #   PODMPI_IMAGE_PREFIX   default podmpi (podman stores it as localhost/podmpi)
 #   PODMPI_TAG            default: git describe of the work tree, else "devel"
+#   PODMPI_PLATFORMS      platforms of the podmpi image, comma-separated
+#                         (default: this machine's, e.g. linux/amd64). With
+#                         several (linux/amd64,linux/arm64) each is tagged
+#                         <tag>-<arch>; push those and join them in a manifest
+#                         list in the registry (build.sh prints how). No
+#                         emulation is needed: the build stage cross-compiles.
+#                         The MPI images are built for this machine's platform.
 # Builds use the host network (RUN apt-get, go mod download). Base images that
 # cannot be pulled are replaced by local stand-ins (see standin.sh) for Debian
 # and Go; the Intel MPI image needs Intel's apt repository and the Horovod
@@ -20,12 +30,16 @@ root=$(cd "$here/.." && pwd)
 # shellcheck source=images/standin.sh
 . "$here/standin.sh"
 
-all=(openmpi mpich intelmpi horovod)
+all=(podmpi openmpi mpich intelmpi horovod)
 want=("$@")
 [[ ${#want[@]} -gt 0 ]] || want=("${all[@]}")
 for w in "${want[@]}"; do
 	[[ -f "$here/$w.Dockerfile" ]] || die "unknown image $w (have: ${all[*]})"
 done
+# The MPI images need the podmpi image: build it first.
+if [[ " ${want[*]} " != *" podmpi "* ]]; then
+	want=(podmpi "${want[@]}")
+fi
 
 engine_init
 prefix=${PODMPI_IMAGE_PREFIX:-podmpi}
@@ -34,6 +48,9 @@ revision=$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)
 tag=${PODMPI_TAG:-$version}
 created=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 go_image=${GO_IMAGE:-docker.io/library/golang:1.26-bookworm}
+build_image=${BUILD_IMAGE:-docker.io/library/debian:bullseye-slim}
+hostarch=$(host_arch)
+IFS=, read -r -a platforms <<<"${PODMPI_PLATFORMS:-linux/$hostarch}"
 # Outside the build context: a log written there would change the context
 # and defeat the layer cache of the next image.
 logdir=${PODMPI_BUILD_LOGS:-${TMPDIR:-/tmp}/podmpi-image-logs}
@@ -41,30 +58,79 @@ mkdir -p "$logdir"
 
 # Bases of the images asked for (FROM lines after ARG defaults).
 ensure_base "$go_image"
+ensure_base "$build_image"
 for w in "${want[@]}"; do
 	case "$w" in
 	openmpi | mpich | horovod) ensure_base docker.io/library/debian:bookworm-slim ;;
 	esac
 done
 
+common_args=(--network=host "${ULIMITS[@]}"
+	--build-arg GO_IMAGE="$go_image" --build-arg BUILD_IMAGE="$build_image"
+	--build-arg VERSION="$version" --build-arg REVISION="$revision" --build-arg CREATED="$created")
+
 failed=()
-for w in "${want[@]}"; do
-	name="$prefix/$w"
-	log="$logdir/$w.log"
-	note "building $name:$tag with ${ENGINE[0]} (log: $log)"
+built=()
+# build_one NAME DOCKERFILE LOG ARGS...: one engine build, timed and logged.
+build_one() {
+	local what=$1 file=$2 log=$3 start
+	shift 3
+	note "building $what with ${ENGINE[0]} (log: $log)"
 	start=$(date +%s)
-	if "${ENGINE[@]}" build --network=host "${ULIMITS[@]}" \
-		--build-arg GO_IMAGE="$go_image" \
-		--build-arg VERSION="$version" --build-arg REVISION="$revision" --build-arg CREATED="$created" \
-		-f "$here/$w.Dockerfile" -t "$name:$tag" -t "$name:latest" "$root" >"$log" 2>&1; then
-		note "built $name:$tag in $(($(date +%s) - start)) s"
+	if "${ENGINE[@]}" build "${common_args[@]}" "$@" -f "$file" "$root" >"$log" 2>&1; then
+		note "built $what in $(($(date +%s) - start)) s"
+		return 0
+	fi
+	tail -25 "$log" >&2
+	note "FAILED $what after $(($(date +%s) - start)) s (last lines above, full log: $log)"
+	return 1
+}
+
+# The podmpi image, for every platform asked for.
+name="$prefix/podmpi"
+podmpi_ref=
+ok=1
+for p in "${platforms[@]}"; do
+	arch=${p##*/}
+	tags=(-t "$name:$tag-$arch")
+	if [[ "$arch" == "$hostarch" ]]; then
+		tags+=(-t "$name:$tag" -t "$name:latest")
+	fi
+	# BUILDPLATFORM explicitly: podman 4.3 leaves it unset, and the build
+	# stage would then run (emulated) on the target platform.
+	if build_one "$name:$tag-$arch ($p)" "$here/podmpi.Dockerfile" "$logdir/podmpi-$arch.log" \
+		--platform "$p" --build-arg BUILDPLATFORM="linux/$hostarch" "${tags[@]}"; then
+		built+=("$name:$tag-$arch")
+		[[ "$arch" == "$hostarch" ]] && podmpi_ref=$(local_ref "$name:$tag-$arch")
 	else
-		tail -25 "$log" >&2
-		note "FAILED $name after $(($(date +%s) - start)) s (last lines above, full log: $log)"
+		ok=0
+	fi
+done
+if [[ $ok -eq 1 && ${#platforms[@]} -gt 1 ]]; then
+	# No local manifest list: podman 4.3 lists of local images break
+	# "podman images". Publishing one takes the registry:
+	note "multi-arch: push $(printf "$name:$tag-%s " "${platforms[@]##*/}")then join them, e.g."
+	note "  podman manifest create REGISTRY/podmpi:$tag; podman manifest add REGISTRY/podmpi:$tag docker://REGISTRY/podmpi:$tag-<arch> (each); podman manifest push --all REGISTRY/podmpi:$tag"
+fi
+[[ $ok -eq 1 ]] || failed+=(podmpi)
+
+# The MPI images, from the podmpi image of this machine's platform.
+for w in "${want[@]}"; do
+	[[ "$w" == podmpi ]] && continue
+	name="$prefix/$w"
+	if [[ -z "$podmpi_ref" ]]; then
+		note "SKIPPED $name: no podmpi image for linux/$hostarch (add it to PODMPI_PLATFORMS, or see the failure above)"
+		failed+=("$w")
+		continue
+	fi
+	if build_one "$name:$tag" "$here/$w.Dockerfile" "$logdir/$w.log" \
+		--build-arg PODMPI_IMAGE="$podmpi_ref" -t "$name:$tag" -t "$name:latest"; then
+		built+=("$name:$tag")
+	else
 		failed+=("$w")
 	fi
 done
 if [[ ${#failed[@]} -gt 0 ]]; then
 	die "images that did not build: ${failed[*]}"
 fi
-note "images: $(printf "$prefix/%s:$tag " "${want[@]}")"
+note "images: ${built[*]}"

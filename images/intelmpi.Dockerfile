@@ -12,28 +12,16 @@
 # read-only root file system: it writes only to /tmp (mount an emptyDir there)
 # and /dev/shm. The build context is the repository root.
 
-ARG GO_IMAGE=docker.io/library/golang:1.26-bookworm
+# The binaries: the podmpi image (images/podmpi.Dockerfile), which
+# images/build.sh builds first and passes here.
+ARG PODMPI_IMAGE=localhost/podmpi/podmpi:latest
 ARG BASE_IMAGE=docker.io/library/ubuntu:24.04
 # Intel MPI 2021.13 is what mpi-operator's intel image ships; any 2021.x with
 # the unified directory layout (2021.11 and later) works.
 ARG INTEL_MPI_VERSION=2021.13
 
-# ---- build: both binaries (worker-agent with cgo for NVML, launcher static).
-# This stage is the same in every images/*.Dockerfile, so the layer cache
-# compiles once per source tree.
-FROM ${GO_IMAGE} AS build
-ENV GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
-WORKDIR /src
-COPY go.mod go.sum ./
-RUN go mod download
-COPY . .
-ARG VERSION=devel
-ARG REVISION=unknown
-RUN set -eu; \
-    ld="-s -w -X github.com/podmpi/podmpi/agent/version.Version=${VERSION} -X github.com/podmpi/podmpi/agent/version.Commit=${REVISION}"; \
-    mkdir -p /out; \
-    CGO_ENABLED=1 go build -trimpath -ldflags "$ld" -o /out/worker-agent ./cmd/worker-agent; \
-    CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o /out/launcher ./cmd/launcher
+# ---- the binaries, from the binaries-only image: /opt/podmpi.
+FROM ${PODMPI_IMAGE} AS podmpi
 
 # ---- Intel's oneAPI apt repository, shared by the two stages below.
 FROM ${BASE_IMAGE} AS oneapi
@@ -78,13 +66,19 @@ ENV I_MPI_ROOT=/opt/intel/oneapi/mpi/${INTEL_MPI_VERSION} \
     LD_LIBRARY_PATH=/opt/intel/oneapi/mpi/${INTEL_MPI_VERSION}/lib:/opt/intel/oneapi/mpi/${INTEL_MPI_VERSION}/opt/mpi/libfabric/lib \
     PATH=/opt/intel/oneapi/mpi/${INTEL_MPI_VERSION}/bin:/opt/intel/oneapi/mpi/${INTEL_MPI_VERSION}/opt/mpi/libfabric/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
-COPY --from=build /out/worker-agent /out/launcher /usr/local/bin/
+# The binaries exactly as the podmpi image holds them (worker-agent needs
+# glibc 2.28 or later), linked onto PATH; podmpi-rsh is worker-agent's ssh
+# client personality, for MPI daemons that start other daemons (Open MPI's
+# tree spawn).
+COPY --from=podmpi /opt/podmpi /opt/podmpi
 COPY --from=mpi-build /out/podmpi-allreduce /usr/local/bin/
 # mpiuser: UID 1000 in group 0 (an arbitrary OpenShift UID also runs with GID
 # 0), so everything the job may write is group 0 and group-writable (g=u).
 # /home/mpiuser/.ssh is where Trainer v2 mounts the job's SSH Secret.
 RUN set -eux; \
-    ln -s worker-agent /usr/local/bin/podmpi-rsh; \
+    ln -s /opt/podmpi/bin/worker-agent /usr/local/bin/worker-agent; \
+    ln -s /opt/podmpi/bin/launcher /usr/local/bin/launcher; \
+    ln -s /opt/podmpi/bin/worker-agent /usr/local/bin/podmpi-rsh; \
     useradd --uid 1000 --gid 0 --no-user-group --create-home --home-dir /home/mpiuser --shell /bin/bash mpiuser; \
     mkdir -p /home/mpiuser/.ssh; \
     chown -R 1000:0 /home/mpiuser; \

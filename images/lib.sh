@@ -60,3 +60,26 @@ engine_init() {
 image_exists() {
 	"${ENGINE[@]}" image inspect "$1" >/dev/null 2>&1
 }
+
+# host_arch prints this machine's architecture as Go and OCI name it
+# (amd64, arm64, ...).
+host_arch() {
+	case "$(uname -m)" in
+	x86_64) echo amd64 ;;
+	aarch64 | arm64) echo arm64 ;;
+	*) uname -m ;;
+	esac
+}
+
+# local_ref NAME prints the reference under which the engine stores the
+# local image NAME: podman qualifies a name without a registry part with
+# localhost/ (and cannot resolve the short name in a FROM line); docker keeps
+# it as it is.
+local_ref() {
+	local first=${1%%/*}
+	if [[ "${ENGINE[0]}" == podman && "$1" == */* && "$first" != *.* && "$first" != *:* && "$first" != localhost ]]; then
+		echo "localhost/$1"
+	else
+		echo "$1"
+	fi
+}

@@ -5,7 +5,9 @@
 # ensure_base NAME makes NAME available locally: already present, else pulled,
 # else (PODMPI_STANDIN != never) built here as a stand-in tagged with NAME so
 # that the Dockerfiles' FROM lines work unchanged:
-#   debian:bookworm-slim    debootstrap --variant=minbase bookworm, imported
+#   debian:<suite>-slim     debootstrap --variant=minbase <suite>, imported
+#                           (bookworm for the MPI images, bullseye for the
+#                           build stage of the podmpi image)
 #   golang:<ver>-bookworm   the stand-in Debian + gcc/libc6-dev + this host's Go
 #                           toolchain ($(go env GOROOT)), which must be <ver>,
 #                           and this host's CA bundle
@@ -17,7 +19,9 @@
 #   PODMPI_MIRROR    Debian mirror for debootstrap (http://deb.debian.org/debian)
 
 standin_debian() {
-	local name=$1 suite=bookworm work
+	local name=$1 suite work
+	suite=${name##*debian:}
+	suite=${suite%-slim}
 	command -v debootstrap >/dev/null 2>&1 || die "building a stand-in for $name needs debootstrap (apt-get install -y debootstrap)"
 	[[ $EUID -eq 0 ]] || die "building a stand-in for $name needs root (debootstrap)"
 	work=$(mktemp -d /var/tmp/podmpi-standin.XXXXXX)
@@ -96,7 +100,7 @@ ensure_base() {
 		note "cannot pull $name (no registry reachable?): building a local stand-in"
 	fi
 	case "$name" in
-	*/debian:bookworm-slim | debian:bookworm-slim) standin_debian "$name" ;;
+	*/debian:bookworm-slim | debian:bookworm-slim | */debian:bullseye-slim | debian:bullseye-slim) standin_debian "$name" ;;
 	*/golang:*-bookworm | golang:*-bookworm) standin_golang "$name" ;;
 	*) die "cannot pull $name and there is no stand-in recipe for it" ;;
 	esac

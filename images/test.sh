@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# make image-test: builds the Open MPI and MPICH images (images/build.sh) and
-# runs images/imagetest, an MPI allreduce across podman containers started
-# inside the test harness's network-namespace pods with
+# make image-test: builds the binaries-only image for amd64 and arm64 and the
+# Open MPI and MPICH images (images/build.sh), and runs images/imagetest: the
+# binaries image's content (only /opt/podmpi, both architectures, glibc 2.28,
+# SBOM), its binaries copied into a Debian bullseye base and run there, and an
+# MPI allreduce across podman containers started inside the test harness's
+# network-namespace pods with
 #   --user 1000680000:0 --passwd=false --read-only (only /tmp writable)
 #   --cap-drop=ALL --security-opt no-new-privileges
 # Needs root, podman, runc, dnsmasq, iproute2, debootstrap and the network for
@@ -16,10 +19,14 @@ PODMPI_ENGINE=podman
 engine_init
 export PODMPI_PODMAN_FLAGS PODMPI_ULIMITS
 export PODMPI_IMAGE_PREFIX=${PODMPI_IMAGE_PREFIX:-podmpi}
+# One tag for build.sh and the test.
+PODMPI_TAG=${PODMPI_TAG:-$(git -C "$root" describe --tags --always --dirty 2>/dev/null || echo devel)}
+export PODMPI_TAG
+export PODMPI_PLATFORMS=${PODMPI_PLATFORMS:-linux/$(host_arch),linux/$([[ $(host_arch) == arm64 ]] && echo amd64 || echo arm64)}
 start=$(date +%s)
-"$here/build.sh" openmpi mpich
+"$here/build.sh" podmpi openmpi mpich
 built=$(date +%s)
 cd "$root"
 PODMPI_IMAGE_TEST=1 go test -count=1 -timeout 15m -v ./images/imagetest/ "$@"
 end=$(date +%s)
-note "image-test: build $((built - start)) s, allreduce test $((end - built)) s"
+note "image-test: build $((built - start)) s, tests $((end - built)) s"

@@ -1,0 +1,282 @@
+package imagetest
+
+import (
+	"context"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/hex"
+	"encoding/json"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// binariesContent is everything the binaries-only image may hold.
+var binariesContent = []string{
+	"opt", "opt/podmpi", "opt/podmpi/LICENSE", "opt/podmpi/NOTICE",
+	"opt/podmpi/bin", "opt/podmpi/bin/launcher", "opt/podmpi/bin/worker-agent",
+	"opt/podmpi/sbom", "opt/podmpi/sbom/launcher.go-version-m.txt",
+	"opt/podmpi/sbom/podmpi.spdx.json", "opt/podmpi/sbom/worker-agent.go-version-m.txt",
+}
+
+// imagePrefix is the local name prefix of the images make image-test built.
+func imagePrefix() string {
+	prefix := os.Getenv("PODMPI_IMAGE_PREFIX")
+	if prefix == "" {
+		prefix = "localhost/podmpi"
+	}
+	if !strings.Contains(prefix, "/") || strings.HasPrefix(prefix, "podmpi") {
+		prefix = "localhost/" + prefix
+	}
+	return prefix
+}
+
+// platformArchs are the architectures the binaries image was built for
+// (PODMPI_PLATFORMS, as images/test.sh passes it to build.sh).
+func platformArchs() []string {
+	v := os.Getenv("PODMPI_PLATFORMS")
+	if v == "" {
+		return []string{runtime.GOARCH}
+	}
+	var archs []string
+	for _, p := range strings.Split(v, ",") {
+		archs = append(archs, p[strings.LastIndex(p, "/")+1:])
+	}
+	return archs
+}
+
+var elfMachine = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
+
+// glibcNewest returns the newest GLIBC_x.y version path asks for and
+// whether it has a program interpreter.
+func glibcNewest(t *testing.T, path string) (string, bool, elf.Machine) {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	defer f.Close()
+	dynamic := false
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			dynamic = true
+		}
+	}
+	if !dynamic {
+		return "", false, f.Machine
+	}
+	syms, err := f.ImportedSymbols()
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	newest := ""
+	for _, s := range syms {
+		v, ok := strings.CutPrefix(s.Version, "GLIBC_")
+		if ok && (newest == "" || versionLess(newest, v)) {
+			newest = v
+		}
+	}
+	return newest, true, f.Machine
+}
+
+func versionLess(a, b string) bool {
+	as, bs := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < len(as) || i < len(bs); i++ {
+		var x, y int
+		if i < len(as) {
+			x, _ = strconv.Atoi(as[i])
+		}
+		if i < len(bs) {
+			y, _ = strconv.Atoi(bs[i])
+		}
+		if x != y {
+			return x < y
+		}
+	}
+	return false
+}
+
+func fileSHA256(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// TestBinariesImage checks the FROM scratch image of every platform it was
+// built for: only /opt/podmpi, binaries of the right architecture, a
+// worker-agent that needs glibc 2.28 at most, a static launcher, and an SBOM
+// that names both binaries by their checksums. Then it does what adopters
+// do, COPY --from the image into a Debian bullseye base (glibc 2.31), and
+// runs both binaries there under an arbitrary UID; and it checks that the
+// MPI images carry the same binaries.
+func TestBinariesImage(t *testing.T) {
+	if os.Getenv("PODMPI_IMAGE_TEST") != "1" {
+		t.Skip("set PODMPI_IMAGE_TEST=1 (make image-test builds the images and does): inspects the podmpi binaries image")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: mounts the images (podman image mount)")
+	}
+	pm := newPodman(t)
+	tag := os.Getenv("PODMPI_TAG")
+	if tag == "" {
+		t.Fatal("PODMPI_TAG is not set (images/test.sh sets it to the tag build.sh used)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	name := imagePrefix() + "/podmpi"
+	sums := map[string]map[string]string{} // arch -> binary -> sha256
+	for _, arch := range platformArchs() {
+		t.Run(arch, func(t *testing.T) {
+			ref := name + ":" + tag + "-" + arch
+			out, err := pm.run(ctx, "image", "inspect", "--format", "{{.Architecture}} {{.Os}} {{index .Labels \"org.opencontainers.image.licenses\"}}", ref)
+			if err != nil {
+				t.Fatalf("image %s is missing (images/build.sh podmpi with PODMPI_PLATFORMS): %v\n%s", ref, err, out)
+			}
+			if got := strings.TrimSpace(out); got != arch+" linux Apache-2.0" {
+				t.Errorf("%s: architecture, OS, license %q, want %q", ref, got, arch+" linux Apache-2.0")
+			}
+			mnt, err := pm.run(ctx, "image", "mount", ref)
+			if err != nil {
+				t.Fatalf("podman image mount %s: %v\n%s", ref, err, mnt)
+			}
+			t.Cleanup(func() {
+				if out, err := pm.run(context.Background(), "image", "unmount", ref); err != nil {
+					t.Errorf("podman image unmount %s: %v\n%s", ref, err, out)
+				}
+			})
+			dir := strings.TrimSpace(mnt)
+			var content []string
+			err = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+				if err != nil {
+					return err
+				}
+				if rel, _ := filepath.Rel(dir, p); rel != "." {
+					content = append(content, rel)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			slices.Sort(content)
+			want := slices.Clone(binariesContent)
+			slices.Sort(want)
+			if !slices.Equal(content, want) {
+				t.Errorf("%s holds %q\nwant exactly %q", ref, content, want)
+			}
+			bin := filepath.Join(dir, "opt", "podmpi", "bin")
+			glibc, dynamic, machine := glibcNewest(t, filepath.Join(bin, "worker-agent"))
+			if machine != elfMachine[arch] || !dynamic || glibc == "" || versionLess("2.28", glibc) {
+				t.Errorf("worker-agent: machine %v dynamic %t newest GLIBC_%s; want %v, dynamic, at most GLIBC_2.28", machine, dynamic, glibc, elfMachine[arch])
+			}
+			if _, dynamic, machine := glibcNewest(t, filepath.Join(bin, "launcher")); dynamic || machine != elfMachine[arch] {
+				t.Errorf("launcher: machine %v dynamic %t; want %v, static", machine, dynamic, elfMachine[arch])
+			}
+			t.Logf("%s: only /opt/podmpi (%d entries); worker-agent %v needs GLIBC_%s, launcher static", ref, len(content), machine, glibc)
+			sums[arch] = map[string]string{
+				"worker-agent": fileSHA256(t, filepath.Join(bin, "worker-agent")),
+				"launcher":     fileSHA256(t, filepath.Join(bin, "launcher")),
+			}
+			// The SBOM names both binaries by their checksums, and the
+			// modules they link.
+			raw, err := os.ReadFile(filepath.Join(dir, "opt", "podmpi", "sbom", "podmpi.spdx.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sbom struct {
+				SPDXVersion string `json:"spdxVersion"`
+				Packages    []struct {
+					Name      string `json:"name"`
+					Checksums []struct {
+						Algorithm string `json:"algorithm"`
+						Value     string `json:"checksumValue"`
+					} `json:"checksums"`
+				} `json:"packages"`
+			}
+			if err := json.Unmarshal(raw, &sbom); err != nil {
+				t.Fatalf("podmpi.spdx.json: %v", err)
+			}
+			seen := map[string]bool{}
+			for _, p := range sbom.Packages {
+				seen[p.Name] = true
+				if want, ok := sums[arch][p.Name]; ok {
+					if len(p.Checksums) != 1 || p.Checksums[0].Value != want {
+						t.Errorf("SBOM: %s checksums %+v, want SHA256 %s", p.Name, p.Checksums, want)
+					}
+				}
+			}
+			if sbom.SPDXVersion != "SPDX-2.3" || !seen["worker-agent"] || !seen["launcher"] || !seen["golang.org/x/crypto"] || !seen["github.com/NVIDIA/go-nvml"] {
+				t.Errorf("SBOM: version %q, packages %v: want SPDX-2.3 with both binaries, x/crypto and go-nvml", sbom.SPDXVersion, seen)
+			}
+			gv, err := os.ReadFile(filepath.Join(dir, "opt", "podmpi", "sbom", "worker-agent.go-version-m.txt"))
+			if err != nil || !strings.Contains(string(gv), "path\tgithub.com/podmpi/podmpi/cmd/worker-agent") || !strings.Contains(string(gv), "GOARCH="+arch) {
+				t.Errorf("worker-agent.go-version-m.txt: %v\n%s", err, gv)
+			}
+		})
+	}
+
+	// What adopters do: COPY --from the image into their own base. Here a
+	// Debian bullseye base, run with an arbitrary UID and nothing else.
+	host := runtime.GOARCH
+	if sums[host] == nil {
+		t.Fatalf("no binaries image for this machine's architecture %s", host)
+	}
+	from := name + ":" + tag + "-" + host
+	testImage := "localhost/podmpi-imagetest/adopter:" + strconv.Itoa(os.Getpid())
+	dir := t.TempDir()
+	dockerfile := "FROM docker.io/library/debian:bullseye-slim\n" +
+		"COPY --from=" + from + " /opt/podmpi /opt/podmpi\n" +
+		"ENV PATH=/opt/podmpi/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(dockerfile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := pm.run(ctx, "build", "--network=none", "-t", testImage, dir); err != nil {
+		t.Fatalf("building an image FROM debian:bullseye-slim with COPY --from=%s: %v\n%s", from, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := pm.run(context.Background(), "rmi", "--force", testImage); err != nil {
+			t.Errorf("removing %s: %v\n%s", testImage, err, out)
+		}
+	})
+	out, err := pm.run(ctx, append(append([]string{"run", "--rm", "--network=none", "--user", arbitraryUID + ":0", "--passwd=false",
+		"--read-only", "--cap-drop=ALL", "--security-opt", "no-new-privileges"}, pm.ulimits...),
+		testImage, "sh", "-c",
+		"cat /etc/debian_version; ldd --version | sed -n 1p; worker-agent --help | sed -n 1p; launcher --help | sed -n 1p; worker-agent version")...)
+	t.Logf("podman run %s (Debian bullseye + COPY --from the binaries image):\n%s", testImage, out)
+	if err != nil {
+		t.Fatalf("running the copied binaries on bullseye: %v", err)
+	}
+	for _, want := range []string{"\n11.", "2.31", "worker-agent runs in every worker pod", "launcher runs in the launcher pod"} {
+		if !strings.Contains("\n"+out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+
+	// The MPI images carry exactly these binaries, linked onto PATH.
+	for _, mpi := range []string{"openmpi", "mpich"} {
+		ref := imagePrefix() + "/" + mpi + ":" + tag
+		args := append(append([]string{"run", "--rm", "--network=none"}, pm.ulimits...), ref, "sh", "-c",
+			"sha256sum /opt/podmpi/bin/worker-agent /opt/podmpi/bin/launcher; readlink /usr/local/bin/worker-agent /usr/local/bin/launcher /usr/local/bin/podmpi-rsh")
+		out, err := pm.run(ctx, args...)
+		if err != nil {
+			t.Errorf("%s: %v\n%s", ref, err, out)
+			continue
+		}
+		for _, want := range []string{sums[host]["worker-agent"] + "  /opt/podmpi/bin/worker-agent", sums[host]["launcher"] + "  /opt/podmpi/bin/launcher",
+			"/opt/podmpi/bin/worker-agent\n/opt/podmpi/bin/launcher\n/opt/podmpi/bin/worker-agent"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s: want %q in:\n%s", ref, want, out)
+			}
+		}
+	}
+}

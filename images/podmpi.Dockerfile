@@ -1,0 +1,80 @@
+# podmpi binaries-only image: FROM scratch, nothing but /opt/podmpi. It is the
+# COPY --from source for your own images, and the MPI images of this
+# directory are built from it:
+#
+#   COPY --from=ghcr.io/podmpi/podmpi:v0.1.0 /opt/podmpi /opt/podmpi
+#
+#   /opt/podmpi/bin/worker-agent     the worker container's command (cgo, NVML
+#                                    through dlopen); needs glibc 2.28 or later
+#   /opt/podmpi/bin/launcher         the launcher container's command (static)
+#   /opt/podmpi/sbom/podmpi.spdx.json    SPDX 2.3 SBOM of both binaries
+#   /opt/podmpi/sbom/<binary>.go-version-m.txt   "go version -m" of each
+#   /opt/podmpi/LICENSE, /opt/podmpi/NOTICE
+#
+# bin/ is laid out exactly as "make build" lays out ./bin (scripts/build.sh
+# makes both). Put /opt/podmpi/bin on PATH, or link the names you need into
+# /usr/local/bin (podmpi-rsh -> worker-agent for Open MPI's tree spawn).
+#
+#   images/build.sh podmpi                                   (this machine's arch)
+#   PODMPI_PLATFORMS=linux/amd64,linux/arm64 images/build.sh podmpi
+#
+# Multi-arch without emulation: the build stage runs on the build machine's
+# architecture and cross-compiles (worker-agent with Debian bullseye's
+# aarch64 cross compiler and glibc 2.31); the final stage only copies.
+
+ARG GO_IMAGE=docker.io/library/golang:1.26-bookworm
+# The build stage's glibc decides which glibc worker-agent needs: bullseye's
+# 2.31 makes a binary that asks for nothing newer than 2.28's symbols.
+ARG BUILD_IMAGE=docker.io/library/debian:bullseye-slim
+
+FROM --platform=$BUILDPLATFORM ${GO_IMAGE} AS go
+
+FROM --platform=$BUILDPLATFORM ${BUILD_IMAGE} AS build
+ARG TARGETARCH
+RUN set -eux; \
+    cross=; \
+    if [ "$TARGETARCH" = arm64 ] && [ "$(dpkg --print-architecture)" != arm64 ]; then \
+        cross="gcc-aarch64-linux-gnu libc6-dev-arm64-cross"; \
+    fi; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends gcc libc6-dev binutils $cross; \
+    rm -rf /var/lib/apt/lists/*
+# Go, and the CA bundle "go mod download" trusts, from the Go image.
+COPY --from=go /usr/local/go /usr/local/go
+COPY --from=go /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
+ENV PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    GOPATH=/go GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+ARG VERSION=devel
+ARG REVISION=unknown
+ARG CREATED=unknown
+RUN set -eu; \
+    GOARCH="$TARGETARCH" PODMPI_SYSROOT=system VERSION="$VERSION" COMMIT="$REVISION" \
+        scripts/build.sh /out/opt/podmpi/bin; \
+    mkdir -p /out/opt/podmpi/sbom; \
+    (cd /out/opt/podmpi/bin && for b in *; do go version -m "$b" > "../sbom/$b.go-version-m.txt"; done); \
+    go run ./images/sbom -created "$CREATED" -version "$VERSION" \
+        -o /out/opt/podmpi/sbom/podmpi.spdx.json /out/opt/podmpi/bin/*; \
+    cp LICENSE NOTICE /out/opt/podmpi/; \
+    chmod -R a+rX,go-w /out/opt/podmpi
+
+FROM scratch
+COPY --from=build /out/opt/podmpi /opt/podmpi
+ARG VERSION=devel
+ARG REVISION=unknown
+ARG CREATED=unknown
+LABEL org.opencontainers.image.title="podmpi" \
+      org.opencontainers.image.description="podmpi worker-agent and launcher only, in /opt/podmpi (FROM scratch): the COPY --from source for MPI images; worker-agent needs glibc 2.28+" \
+      org.opencontainers.image.source="https://github.com/podmpi/podmpi" \
+      org.opencontainers.image.url="https://github.com/podmpi/podmpi/tree/main/images" \
+      org.opencontainers.image.documentation="https://github.com/podmpi/podmpi/blob/main/images/README.md" \
+      org.opencontainers.image.vendor="podmpi" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.base.name="scratch" \
+      io.podmpi.glibc.min="2.28"
