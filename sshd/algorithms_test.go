@@ -25,7 +25,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/podmpi/podmpi/agent/authdir"
+	"github.com/podmpi/podmpi/jobkey"
 )
 
 // The server offers exactly podmpi's lists: a client that insists on
@@ -81,9 +81,9 @@ func TestRSAJobKeyNoSHA1(t *testing.T) {
 	must(t, err)
 	dir := t.TempDir()
 	line := ssh.MarshalAuthorizedKey(signer.PublicKey())
-	must(t, os.WriteFile(filepath.Join(dir, authdir.PrivateKey), pemBytes, 0o600))
-	must(t, os.WriteFile(filepath.Join(dir, authdir.PublicKey), line, 0o644))
-	must(t, os.WriteFile(filepath.Join(dir, authdir.AuthorizedKeys), line, 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, jobkey.PrivateKey), pemBytes, 0o600))
+	must(t, os.WriteFile(filepath.Join(dir, jobkey.PublicKey), line, 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, jobkey.AuthorizedKeys), line, 0o644))
 	ts := startServerCfg(t, keyPair{dir: dir, signer: signer, pub: signer.PublicKey()},
 		Config{ListenAddress: "127.0.0.1:0", AuthDir: dir, Logger: slogText(&syncBuffer{})}, &syncBuffer{})
 	as := signer.(ssh.AlgorithmSigner)

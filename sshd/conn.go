@@ -11,7 +11,7 @@ import (
 	"time"
 
 	gliderssh "github.com/gliderlabs/ssh"
-	"github.com/podmpi/podmpi/agent/authdir"
+	"github.com/podmpi/podmpi/jobkey"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -240,7 +240,7 @@ func (s *Server) publicKeyHandler(ctx gliderssh.Context, key gliderssh.PublicKey
 		if ok {
 			st.offeredKnown = true
 		} else {
-			st.unknownFP = authdir.Fingerprint(key)
+			st.unknownFP = jobkey.Fingerprint(key)
 		}
 		st.mu.Unlock()
 	}
@@ -250,12 +250,12 @@ func (s *Server) publicKeyHandler(ctx gliderssh.Context, key gliderssh.PublicKey
 // serverConfig is called by gliderlabs once per connection; gliderlabs adds
 // the PublicKeyCallback wrapping publicKeyHandler. The host keys are the
 // current ones (re-read when the job's Secret changed) and the algorithms
-// podmpi's explicit lists (authdir.KeyExchanges, ...).
+// podmpi's explicit lists (jobkey.KeyExchanges, ...).
 func (s *Server) serverConfig(ctx gliderssh.Context) *ssh.ServerConfig {
 	st := stateOf(ctx)
 	cfg := &ssh.ServerConfig{
 		MaxAuthTries:            s.cfg.MaxAuthTries,
-		PublicKeyAuthAlgorithms: append([]string(nil), authdir.PublicKeyAuthAlgorithms...),
+		PublicKeyAuthAlgorithms: append([]string(nil), jobkey.PublicKeyAuthAlgorithms...),
 		// Called only after the client proved possession of the key (a
 		// verified signature). The key is checked again here and the identity
 		// is returned in fresh Permissions, never taken from earlier calls.
@@ -265,7 +265,7 @@ func (s *Server) serverConfig(ctx gliderssh.Context) *ssh.ServerConfig {
 				return nil, errors.New("public key not in authorized_keys")
 			}
 			perms := &ssh.Permissions{Extensions: map[string]string{
-				extKeyFP:     authdir.Fingerprint(key),
+				extKeyFP:     jobkey.Fingerprint(key),
 				extKeyType:   key.Type(),
 				extKeySource: source,
 			}}
@@ -296,7 +296,7 @@ func (s *Server) serverConfig(ctx gliderssh.Context) *ssh.ServerConfig {
 			s.log.Debug("ssh auth attempt", "conn", st.id, "user", truncate(conn.User(), 64), "method", truncate(method, 32), "ok", err == nil)
 		},
 	}
-	authdir.SetAlgorithms(&cfg.Config)
+	jobkey.SetAlgorithms(&cfg.Config)
 	keys := s.keys.current()
 	if st != nil {
 		st.mu.Lock()

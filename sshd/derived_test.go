@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/podmpi/podmpi/agent/authdir"
+	"github.com/podmpi/podmpi/jobkey"
 )
 
 // derivedClient is the x/crypto client configuration the launcher uses when
@@ -26,7 +26,7 @@ func derivedClient(t *testing.T, derived ssh.Signer) *ssh.ClientConfig {
 		HostKeyAlgorithms: []string{ssh.KeyAlgoED25519},
 		HostKeyCallback: func(_ string, _ net.Addr, got ssh.PublicKey) error {
 			if string(got.Marshal()) != string(want.Marshal()) {
-				t.Errorf("host key %s, want the derived %s", authdir.Fingerprint(got), authdir.Fingerprint(want))
+				t.Errorf("host key %s, want the derived %s", jobkey.Fingerprint(got), jobkey.Fingerprint(want))
 				return errNotPinned
 			}
 			return nil
@@ -34,12 +34,12 @@ func derivedClient(t *testing.T, derived ssh.Signer) *ssh.ClientConfig {
 	}
 }
 
-var errNotPinned = &authdir.Error{Op: "pin", Path: "test"}
+var errNotPinned = &jobkey.Error{Op: "pin", Path: "test"}
 
 func TestDerivedKeyIsHostKeyAndClientKey(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, nil)
-	_, derived, err := authdir.LoadJobKey(filepath.Join(ts.keys.dir, authdir.PrivateKey))
+	_, derived, err := jobkey.LoadJobKey(filepath.Join(ts.keys.dir, jobkey.PrivateKey))
 	if err != nil || derived == nil {
 		t.Fatalf("derived %v, %v", derived, err)
 	}
@@ -56,7 +56,7 @@ func TestDerivedKeyIsHostKeyAndClientKey(t *testing.T) {
 	}
 	// The job key itself still works, and stays the advertised host key.
 	ts.dial(t)
-	if ts.HostKeyFingerprint() != authdir.Fingerprint(ts.keys.pub) {
+	if ts.HostKeyFingerprint() != jobkey.Fingerprint(ts.keys.pub) {
 		t.Fatal("the advertised host key must stay the job's id_rsa")
 	}
 }
@@ -68,7 +68,7 @@ func TestDerivedKeyOnlyWhereJobKeyIsAuthorized(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, nil)
 	other := startServer(t, nil)
-	_, otherDerived, err := authdir.LoadJobKey(filepath.Join(other.keys.dir, authdir.PrivateKey))
+	_, otherDerived, err := jobkey.LoadJobKey(filepath.Join(other.keys.dir, jobkey.PrivateKey))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,14 +82,14 @@ func TestDerivedKeyOnlyWhereJobKeyIsAuthorized(t *testing.T) {
 	// authorized_keys holding some other key only.
 	foreign, _ := newP521(t)
 	dir := t.TempDir()
-	for _, f := range []string{authdir.PrivateKey, authdir.PublicKey} {
+	for _, f := range []string{jobkey.PrivateKey, jobkey.PublicKey} {
 		b, err := os.ReadFile(filepath.Join(ts.keys.dir, f))
 		must(t, err)
 		must(t, os.WriteFile(filepath.Join(dir, f), b, 0o640))
 	}
-	must(t, os.WriteFile(filepath.Join(dir, authdir.AuthorizedKeys), ssh.MarshalAuthorizedKey(foreign.PublicKey()), 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, jobkey.AuthorizedKeys), ssh.MarshalAuthorizedKey(foreign.PublicKey()), 0o644))
 	ts2 := startServer(t, func(c *Config) { c.AuthDir = dir })
-	_, derived, err := authdir.LoadJobKey(filepath.Join(dir, authdir.PrivateKey))
+	_, derived, err := jobkey.LoadJobKey(filepath.Join(dir, jobkey.PrivateKey))
 	must(t, err)
 	cfg = derivedClient(t, derived)
 	if c, err := ssh.Dial("tcp", ts2.addr, cfg); err == nil {

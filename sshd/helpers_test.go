@@ -24,7 +24,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podmpi/podmpi/agent/authdir"
+	"github.com/podmpi/podmpi/jobkey"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/sys/unix"
 )
@@ -148,10 +148,10 @@ func writeTrainerLayout(t testing.TB) keyPair {
 	dir := t.TempDir()
 	signer, pemBytes := newP521(t)
 	line := ssh.MarshalAuthorizedKey(signer.PublicKey())
-	must(t, os.WriteFile(filepath.Join(dir, authdir.PrivateKey), pemBytes, 0o640))
-	must(t, os.Chmod(filepath.Join(dir, authdir.PrivateKey), 0o640))
-	must(t, os.WriteFile(filepath.Join(dir, authdir.PublicKey), line, 0o644))
-	must(t, os.WriteFile(filepath.Join(dir, authdir.AuthorizedKeys), line, 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, jobkey.PrivateKey), pemBytes, 0o640))
+	must(t, os.Chmod(filepath.Join(dir, jobkey.PrivateKey), 0o640))
+	must(t, os.WriteFile(filepath.Join(dir, jobkey.PublicKey), line, 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, jobkey.AuthorizedKeys), line, 0o644))
 	return keyPair{dir: dir, signer: signer, pub: signer.PublicKey(), keyPEM: pemBytes}
 }
 

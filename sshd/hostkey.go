@@ -11,7 +11,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/podmpi/podmpi/agent/authdir"
+	"github.com/podmpi/podmpi/jobkey"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -20,12 +20,12 @@ import (
 const GeneratedHostKeyFile = "ssh_host_ed25519_key"
 
 // loadHostKey returns the host key, the ed25519 key derived from it when it
-// is the job's id_rsa (authdir.LoadJobKey; nil otherwise), and whether it is
+// is the job's id_rsa (jobkey.LoadJobKey; nil otherwise), and whether it is
 // the job's id_rsa (which clients can pin to id_rsa.pub). Without id_rsa it
 // loads or generates an ed25519 key in stateDir; with no stateDir it
 // generates one in memory.
 func loadHostKey(authDir, stateDir string, log *slog.Logger) (ssh.Signer, ssh.Signer, bool, error) {
-	jobKey := filepath.Join(authDir, authdir.PrivateKey)
+	jobKey := filepath.Join(authDir, jobkey.PrivateKey)
 	if _, err := os.Stat(jobKey); err == nil || !errors.Is(err, fs.ErrNotExist) {
 		signer, derived, err := loadJobHostKey(authDir)
 		if err != nil {
@@ -41,30 +41,30 @@ func loadHostKey(authDir, stateDir string, log *slog.Logger) (ssh.Signer, ssh.Si
 // key, after checking it against id_rsa.pub. An RSA key signs with SHA-2
 // only.
 func loadJobHostKey(authDir string) (ssh.Signer, ssh.Signer, error) {
-	jobKey := filepath.Join(authDir, authdir.PrivateKey)
+	jobKey := filepath.Join(authDir, jobkey.PrivateKey)
 	// One read serves the host key and its derived key. The job key may be
-	// parsed lazily (authdir.LoadJobKey); one signature now makes a broken
+	// parsed lazily (jobkey.LoadJobKey); one signature now makes a broken
 	// key fail at startup (or at a reload) rather than on a connection.
-	signer, derived, err := authdir.LoadJobKey(jobKey)
+	signer, derived, err := jobkey.LoadJobKey(jobKey)
 	if err != nil {
 		return nil, nil, err
 	}
 	if _, err := signer.Sign(rand.Reader, []byte("podmpi host key check")); err != nil {
-		return nil, nil, &authdir.Error{Path: jobKey, Op: "parse private key", Err: err,
+		return nil, nil, &jobkey.Error{Path: jobKey, Op: "parse private key", Err: err,
 			Hint: "expected the job Secret's ssh-privatekey (PEM: EC PRIVATE KEY, RSA PRIVATE KEY, PRIVATE KEY or OPENSSH PRIVATE KEY)"}
 	}
-	if authdir.Exists(authDir, authdir.PublicKey) {
-		pub, err := authdir.LoadPublicKey(filepath.Join(authDir, authdir.PublicKey))
+	if jobkey.Exists(authDir, jobkey.PublicKey) {
+		pub, err := jobkey.LoadPublicKey(filepath.Join(authDir, jobkey.PublicKey))
 		if err != nil {
 			return nil, nil, err
 		}
-		if err := authdir.CheckPair(authDir, signer, pub); err != nil {
+		if err := jobkey.CheckPair(authDir, signer, pub); err != nil {
 			return nil, nil, err
 		}
 	}
-	signer, err = authdir.HostSigner(signer)
+	signer, err = jobkey.HostSigner(signer)
 	if err != nil {
-		return nil, nil, &authdir.Error{Path: jobKey, Op: "use as host key", Err: err}
+		return nil, nil, &jobkey.Error{Path: jobKey, Op: "use as host key", Err: err}
 	}
 	return signer, derived, nil
 }
@@ -78,7 +78,7 @@ func loadGeneratedHostKey(jobKey, stateDir string, log *slog.Logger) (ssh.Signer
 			return nil, err
 		}
 		log.Warn("no job private key and no state dir: using an in-memory host key that changes on every start; "+cannotPin,
-			"missing", jobKey, "host_key_fp", authdir.Fingerprint(signer.PublicKey()))
+			"missing", jobKey, "host_key_fp", jobkey.Fingerprint(signer.PublicKey()))
 		return signer, nil
 	}
 	signer, created, err := loadOrCreateStateKey(stateDir)
@@ -87,7 +87,7 @@ func loadGeneratedHostKey(jobKey, stateDir string, log *slog.Logger) (ssh.Signer
 	}
 	log.Warn("no job private key: using a host key generated for this agent; "+cannotPin,
 		"missing", jobKey, "host_key", filepath.Join(stateDir, GeneratedHostKeyFile),
-		"generated_now", created, "host_key_fp", authdir.Fingerprint(signer.PublicKey()))
+		"generated_now", created, "host_key_fp", jobkey.Fingerprint(signer.PublicKey()))
 	return signer, nil
 }
 
@@ -109,11 +109,11 @@ func generateEd25519() (ssh.Signer, error) {
 func loadOrCreateStateKey(stateDir string) (ssh.Signer, bool, error) {
 	path := filepath.Join(stateDir, GeneratedHostKeyFile)
 	if _, err := os.Stat(path); err == nil {
-		s, err := authdir.LoadSigner(path)
+		s, err := jobkey.LoadSigner(path)
 		return s, false, err
 	}
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
-		return nil, false, &authdir.Error{Path: stateDir, Op: "create state dir", Err: err,
+		return nil, false, &jobkey.Error{Path: stateDir, Op: "create state dir", Err: err,
 			Hint: "point --ssh.state-dir at a writable directory (an emptyDir), or mount the job's id_rsa in the auth dir"}
 	}
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
@@ -126,7 +126,7 @@ func loadOrCreateStateKey(stateDir string) (ssh.Signer, bool, error) {
 	}
 	tmp, err := os.CreateTemp(stateDir, "."+GeneratedHostKeyFile+".tmp*")
 	if err != nil {
-		return nil, false, &authdir.Error{Path: stateDir, Op: "write host key", Err: err,
+		return nil, false, &jobkey.Error{Path: stateDir, Op: "write host key", Err: err,
 			Hint: "the state dir must be writable by this uid"}
 	}
 	defer os.Remove(tmp.Name())
@@ -141,15 +141,15 @@ func loadOrCreateStateKey(stateDir string) (ssh.Signer, bool, error) {
 		werr = cerr
 	}
 	if werr != nil {
-		return nil, false, &authdir.Error{Path: tmp.Name(), Op: "write host key", Err: werr}
+		return nil, false, &jobkey.Error{Path: tmp.Name(), Op: "write host key", Err: werr}
 	}
 	if err := os.Link(tmp.Name(), path); err != nil && !errors.Is(err, fs.ErrExist) {
-		return nil, false, &authdir.Error{Path: path, Op: "write host key", Err: err}
+		return nil, false, &jobkey.Error{Path: path, Op: "write host key", Err: err}
 	} else if err != nil {
 		// Another agent sharing the state dir won the race: use its key.
-		s, err := authdir.LoadSigner(path)
+		s, err := jobkey.LoadSigner(path)
 		return s, false, err
 	}
-	s, err := authdir.LoadSigner(path)
+	s, err := jobkey.LoadSigner(path)
 	return s, true, err
 }

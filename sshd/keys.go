@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/podmpi/podmpi/agent/authdir"
+	"github.com/podmpi/podmpi/jobkey"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -20,13 +20,13 @@ type keySnapshot struct {
 	derived ssh.Signer // ed25519 key derived from id_rsa; nil when none
 	pinned  bool       // signer is the job's id_rsa
 
-	authorized map[string]authdir.Key // by wire encoding; empty while authorized_keys is unusable
+	authorized map[string]jobkey.Key // by wire encoding; empty while authorized_keys is unusable
 	// derivedAuth is the derived key's wire encoding when it is also
 	// accepted as a client key (id_rsa's own public key is in
 	// authorized_keys), else "". derivedLine is that authorized_keys line:
 	// its options (no-pty) apply to the derived key too.
 	derivedAuth string
-	derivedLine authdir.Key
+	derivedLine jobkey.Key
 
 	problem error // why logins or the host key are not what the Secret says now; nil when fine
 }
@@ -57,14 +57,14 @@ type keyStore struct {
 	mu   sync.Mutex
 	snap *keySnapshot
 
-	akStamp  authdir.Stamp // of the authorized_keys content in snap (or of the failed read)
-	akKeys   map[string]authdir.Key
+	akStamp  jobkey.Stamp // of the authorized_keys content in snap (or of the failed read)
+	akKeys   map[string]jobkey.Key
 	akErr    error  // authorized_keys currently unusable
 	akLogged string // last authorized_keys error logged
 
-	hostStamps  [2]authdir.Stamp // id_rsa, id_rsa.pub of the host key in snap (pinned only)
-	failStamps  [2]authdir.Stamp // of the last job key that failed to load
-	hostErr     error            // that failure, while the files stay as they are
+	hostStamps  [2]jobkey.Stamp // id_rsa, id_rsa.pub of the host key in snap (pinned only)
+	failStamps  [2]jobkey.Stamp // of the last job key that failed to load
+	hostErr     error           // that failure, while the files stay as they are
 	signer      ssh.Signer
 	derived     ssh.Signer
 	pinned      bool
@@ -76,11 +76,11 @@ func newKeyStore(authDir, stateDir string, log *slog.Logger) (*keyStore, error) 
 	ks := &keyStore{
 		log:        log,
 		authDir:    authDir,
-		akPath:     filepath.Join(authDir, authdir.AuthorizedKeys),
-		jobKeyPath: filepath.Join(authDir, authdir.PrivateKey),
-		pubPath:    filepath.Join(authDir, authdir.PublicKey),
+		akPath:     filepath.Join(authDir, jobkey.AuthorizedKeys),
+		jobKeyPath: filepath.Join(authDir, jobkey.PrivateKey),
+		pubPath:    filepath.Join(authDir, jobkey.PublicKey),
 	}
-	keys, skipped, st, err := authdir.LoadAuthorizedKeysStamped(ks.akPath)
+	keys, skipped, st, err := jobkey.LoadAuthorizedKeysStamped(ks.akPath)
 	ks.logSkipped(skipped)
 	if err != nil {
 		return nil, err
@@ -98,8 +98,8 @@ func newKeyStore(authDir, stateDir string, log *slog.Logger) (*keyStore, error) 
 	return ks, nil
 }
 
-func keyMap(keys []authdir.Key) map[string]authdir.Key {
-	m := make(map[string]authdir.Key, len(keys))
+func keyMap(keys []jobkey.Key) map[string]jobkey.Key {
+	m := make(map[string]jobkey.Key, len(keys))
 	for _, k := range keys {
 		if _, dup := m[string(k.Key.Marshal())]; !dup {
 			m[string(k.Key.Marshal())] = k
@@ -111,7 +111,7 @@ func keyMap(keys []authdir.Key) map[string]authdir.Key {
 // logSkipped logs authorized_keys lines that were not loaded: a key refused
 // for options the server does not implement is an ERROR (its owner meant
 // to restrict it), a line that is no key a WARN.
-func (ks *keyStore) logSkipped(skipped []authdir.LineError) {
+func (ks *keyStore) logSkipped(skipped []jobkey.LineError) {
 	for _, le := range skipped {
 		if len(le.Options) > 0 {
 			ks.log.Error("authorized_keys key refused: it carries options worker-agent does not implement",
@@ -123,10 +123,10 @@ func (ks *keyStore) logSkipped(skipped []authdir.LineError) {
 }
 
 // statHost returns the stamps of id_rsa and id_rsa.pub (zero when absent).
-func (ks *keyStore) statHost() [2]authdir.Stamp {
-	var s [2]authdir.Stamp
-	s[0], _ = authdir.StatStamp(ks.jobKeyPath)
-	s[1], _ = authdir.StatStamp(ks.pubPath)
+func (ks *keyStore) statHost() [2]jobkey.Stamp {
+	var s [2]jobkey.Stamp
+	s[0], _ = jobkey.StatStamp(ks.jobKeyPath)
+	s[1], _ = jobkey.StatStamp(ks.pubPath)
 	return s
 }
 
@@ -148,14 +148,14 @@ func (ks *keyStore) current() *keySnapshot {
 // refreshAuthorized re-reads authorized_keys when its stamp changed and
 // reports whether the accepted keys (or their problem) changed.
 func (ks *keyStore) refreshAuthorized() bool {
-	st, err := authdir.StatStamp(ks.akPath)
+	st, err := jobkey.StatStamp(ks.akPath)
 	if err == nil && st == ks.akStamp {
 		return false
 	}
-	var keys []authdir.Key
-	var skipped []authdir.LineError
+	var keys []jobkey.Key
+	var skipped []jobkey.LineError
 	if err == nil {
-		keys, skipped, st, err = authdir.LoadAuthorizedKeysStamped(ks.akPath)
+		keys, skipped, st, err = jobkey.LoadAuthorizedKeysStamped(ks.akPath)
 	}
 	if err != nil {
 		ks.akStamp = st // zero when the file is gone: re-checked every time
@@ -187,7 +187,7 @@ func (ks *keyStore) refreshHost() bool {
 	stamps := ks.statHost()
 	if stamps == ks.hostStamps {
 		if ks.hostErr != nil { // the files went back to the loaded version
-			ks.hostErr, ks.failStamps = nil, [2]authdir.Stamp{}
+			ks.hostErr, ks.failStamps = nil, [2]jobkey.Stamp{}
 			return true
 		}
 		return false
@@ -199,14 +199,14 @@ func (ks *keyStore) refreshHost() bool {
 	if err != nil {
 		ks.failStamps, ks.hostErr = stamps, err
 		ks.log.Error("job key changed on disk but cannot be loaded: still serving the previous host key",
-			"file", ks.jobKeyPath, "err", err, "host_key_fp", authdir.Fingerprint(ks.signer.PublicKey()))
+			"file", ks.jobKeyPath, "err", err, "host_key_fp", jobkey.Fingerprint(ks.signer.PublicKey()))
 		return true
 	}
-	oldFP, oldDerived := authdir.Fingerprint(ks.signer.PublicKey()), derivedFP(ks.derived)
+	oldFP, oldDerived := jobkey.Fingerprint(ks.signer.PublicKey()), derivedFP(ks.derived)
 	ks.signer, ks.derived, ks.hostStamps = signer, derived, stamps
-	ks.failStamps, ks.hostErr = [2]authdir.Stamp{}, nil
+	ks.failStamps, ks.hostErr = [2]jobkey.Stamp{}, nil
 	ks.reloadCount++
-	newFP, newDerived := authdir.Fingerprint(signer.PublicKey()), derivedFP(derived)
+	newFP, newDerived := jobkey.Fingerprint(signer.PublicKey()), derivedFP(derived)
 	if oldFP != newFP || oldDerived != newDerived {
 		attrs := []any{"file", ks.jobKeyPath, "old_host_key_fp", oldFP, "new_host_key_fp", newFP}
 		if oldDerived != "" || newDerived != "" {
@@ -221,7 +221,7 @@ func (ks *keyStore) refreshHost() bool {
 func (ks *keyStore) build() *keySnapshot {
 	k := &keySnapshot{signer: ks.signer, derived: ks.derived, pinned: ks.pinned, authorized: ks.akKeys}
 	if k.authorized == nil {
-		k.authorized = map[string]authdir.Key{}
+		k.authorized = map[string]jobkey.Key{}
 	}
 	if k.derived != nil {
 		if line, ok := k.authorized[string(k.signer.PublicKey().Marshal())]; ok {
@@ -234,7 +234,7 @@ func (ks *keyStore) build() *keySnapshot {
 		problems = append(problems, fmt.Errorf("refusing every login: %w", ks.akErr))
 	}
 	if ks.hostErr != nil {
-		problems = append(problems, fmt.Errorf("still serving the previous host key %s: %w", authdir.Fingerprint(ks.signer.PublicKey()), ks.hostErr))
+		problems = append(problems, fmt.Errorf("still serving the previous host key %s: %w", jobkey.Fingerprint(ks.signer.PublicKey()), ks.hostErr))
 	}
 	k.problem = errors.Join(problems...)
 	return k
@@ -243,7 +243,7 @@ func (ks *keyStore) build() *keySnapshot {
 // lookup reports whether key may log in, where it is authorized (its
 // authorized_keys line, or the key derived from the job's id_rsa) and the
 // line it stands for.
-func (k *keySnapshot) lookup(key ssh.PublicKey, akPath, jobKeyPath string) (source string, line authdir.Key, ok bool) {
+func (k *keySnapshot) lookup(key ssh.PublicKey, akPath, jobKeyPath string) (source string, line jobkey.Key, ok bool) {
 	m := string(key.Marshal())
 	if l, ok := k.authorized[m]; ok {
 		return akPath + ":" + strconv.Itoa(l.Line), l, true
@@ -251,20 +251,20 @@ func (k *keySnapshot) lookup(key ssh.PublicKey, akPath, jobKeyPath string) (sour
 	if k.derivedAuth != "" && m == k.derivedAuth {
 		return "derived from " + jobKeyPath, k.derivedLine, true
 	}
-	return "", authdir.Key{}, false
+	return "", jobkey.Key{}, false
 }
 
-func fingerprints(m map[string]authdir.Key) []string {
+func fingerprints(m map[string]jobkey.Key) []string {
 	out := make([]string, 0, len(m))
 	for _, k := range m {
-		out = append(out, authdir.Fingerprint(k.Key))
+		out = append(out, jobkey.Fingerprint(k.Key))
 	}
 	slices.Sort(out)
 	return out
 }
 
 // sameOptions reports whether every key has the same options in a and b.
-func sameOptions(a, b map[string]authdir.Key) bool {
+func sameOptions(a, b map[string]jobkey.Key) bool {
 	for w, k := range a {
 		if o, ok := b[w]; ok && o.NoPTY != k.NoPTY {
 			return false
@@ -277,5 +277,5 @@ func derivedFP(s ssh.Signer) string {
 	if s == nil {
 		return ""
 	}
-	return authdir.Fingerprint(s.PublicKey())
+	return jobkey.Fingerprint(s.PublicKey())
 }

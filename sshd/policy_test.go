@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/podmpi/podmpi/agent/authdir"
+	"github.com/podmpi/podmpi/jobkey"
 )
 
 // --ssh.allow-pty grants a terminal only to keys whose authorized_keys line
@@ -33,13 +33,13 @@ func TestNoPTYOptionHonoured(t *testing.T) {
 		t.Run(fmt.Sprintf("%q", tc.opts), func(t *testing.T) {
 			t.Parallel()
 			ts := startServer(t, func(c *Config) { c.AllowPTY = true })
-			ak := filepath.Join(ts.keys.dir, authdir.AuthorizedKeys)
+			ak := filepath.Join(ts.keys.dir, jobkey.AuthorizedKeys)
 			line := string(ssh.MarshalAuthorizedKey(ts.keys.pub))
 			if tc.opts != "" {
 				line = tc.opts + " " + line
 			}
 			must(t, os.WriteFile(ak, []byte(line), 0o644))
-			_, derived, err := authdir.LoadJobKey(filepath.Join(ts.keys.dir, authdir.PrivateKey))
+			_, derived, err := jobkey.LoadJobKey(filepath.Join(ts.keys.dir, jobkey.PrivateKey))
 			must(t, err)
 			for _, k := range []ssh.Signer{ts.keys.signer, derived} {
 				cfg := clientConfig(k, ts.keys.pub)

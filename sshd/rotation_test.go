@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/podmpi/podmpi/agent/authdir"
+	"github.com/podmpi/podmpi/jobkey"
 )
 
 // kubeletSecret is a Secret volume laid out as the kubelet's atomic writer
@@ -30,7 +30,7 @@ func newKubeletSecret(t *testing.T, files map[string][]byte) *kubeletSecret {
 	t.Helper()
 	k := &kubeletSecret{t: t, dir: t.TempDir()}
 	k.update(files)
-	for _, name := range []string{authdir.PrivateKey, authdir.PublicKey, authdir.AuthorizedKeys} {
+	for _, name := range []string{jobkey.PrivateKey, jobkey.PublicKey, jobkey.AuthorizedKeys} {
 		must(t, os.Symlink(filepath.Join("..data", name), filepath.Join(k.dir, name)))
 	}
 	return k
@@ -45,7 +45,7 @@ func (k *kubeletSecret) update(files map[string][]byte) {
 	must(k.t, os.Mkdir(d, 0o755))
 	for name, data := range files {
 		mode := os.FileMode(0o644)
-		if name == authdir.PrivateKey {
+		if name == jobkey.PrivateKey {
 			mode = 0o640
 		}
 		must(k.t, os.WriteFile(filepath.Join(d, name), data, mode))
@@ -61,7 +61,7 @@ func jobFiles(t *testing.T) (map[string][]byte, ssh.Signer) {
 	t.Helper()
 	signer, pemBytes := newP521(t)
 	line := ssh.MarshalAuthorizedKey(signer.PublicKey())
-	return map[string][]byte{authdir.PrivateKey: pemBytes, authdir.PublicKey: line, authdir.AuthorizedKeys: line}, signer
+	return map[string][]byte{jobkey.PrivateKey: pemBytes, jobkey.PublicKey: line, jobkey.AuthorizedKeys: line}, signer
 }
 
 func dialWith(ts *testServer, signer ssh.Signer, hostKey ssh.PublicKey) error {
@@ -100,7 +100,7 @@ func TestSecretRotation(t *testing.T) {
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	}, logs)
 	must(t, dialWith(ts, key1, key1.PublicKey()))
-	_, derived1, err := authdir.LoadJobKey(filepath.Join(sec.dir, authdir.PrivateKey))
+	_, derived1, err := jobkey.LoadJobKey(filepath.Join(sec.dir, jobkey.PrivateKey))
 	must(t, err)
 	// (No derived key in FIPS 140 mode, where TestFIPSMode re-runs this.)
 	if ts.DerivedKeyFingerprint() != derivedFP(derived1) {
@@ -118,7 +118,7 @@ func TestSecretRotation(t *testing.T) {
 	if err := dialWith(ts, key2, key1.PublicKey()); err == nil {
 		t.Fatal("old host key still served after rotation")
 	}
-	_, derived2, err := authdir.LoadJobKey(filepath.Join(sec.dir, authdir.PrivateKey))
+	_, derived2, err := jobkey.LoadJobKey(filepath.Join(sec.dir, jobkey.PrivateKey))
 	must(t, err)
 	if derived1 != nil {
 		if err := dialWith(ts, derived1, nil); err == nil {
@@ -128,11 +128,11 @@ func TestSecretRotation(t *testing.T) {
 			t.Fatalf("the new derived key: %v", err)
 		}
 	}
-	if ts.HostKeyFingerprint() != authdir.Fingerprint(key2.PublicKey()) || ts.DerivedKeyFingerprint() != derivedFP(derived2) {
+	if ts.HostKeyFingerprint() != jobkey.Fingerprint(key2.PublicKey()) || ts.DerivedKeyFingerprint() != derivedFP(derived2) {
 		t.Fatalf("fingerprints %s %s after rotation", ts.HostKeyFingerprint(), ts.DerivedKeyFingerprint())
 	}
 	want := fmt.Sprintf(`msg="job key rotated" file=%s old_host_key_fp=%s new_host_key_fp=%s`,
-		filepath.Join(sec.dir, authdir.PrivateKey), authdir.Fingerprint(key1.PublicKey()), authdir.Fingerprint(key2.PublicKey()))
+		filepath.Join(sec.dir, jobkey.PrivateKey), jobkey.Fingerprint(key1.PublicKey()), jobkey.Fingerprint(key2.PublicKey()))
 	if derived1 != nil {
 		want += fmt.Sprintf(" old_derived_key_fp=%s new_derived_key_fp=%s", derivedFP(derived1), derivedFP(derived2))
 	}
@@ -148,8 +148,8 @@ func TestSecretRotation(t *testing.T) {
 
 	// authorized_keys without a key: every login is refused, once logged.
 	files3 := map[string][]byte{
-		authdir.PrivateKey: files2[authdir.PrivateKey], authdir.PublicKey: files2[authdir.PublicKey],
-		authdir.AuthorizedKeys: []byte("# emptied\n"),
+		jobkey.PrivateKey: files2[jobkey.PrivateKey], jobkey.PublicKey: files2[jobkey.PublicKey],
+		jobkey.AuthorizedKeys: []byte("# emptied\n"),
 	}
 	sec.update(files3)
 	for range 2 {
@@ -167,7 +167,7 @@ func TestSecretRotation(t *testing.T) {
 	// A job key that does not load keeps the previous host key, says so
 	// once, and the readable authorized_keys still decides logins.
 	files4, key4 := jobFiles(t)
-	files4[authdir.PrivateKey] = []byte("-----BEGIN EC PRIVATE KEY-----\ngarbage\n-----END EC PRIVATE KEY-----\n")
+	files4[jobkey.PrivateKey] = []byte("-----BEGIN EC PRIVATE KEY-----\ngarbage\n-----END EC PRIVATE KEY-----\n")
 	sec.update(files4)
 	for range 2 {
 		if err := dialWith(ts, key4, key2.PublicKey()); err != nil {
@@ -197,7 +197,7 @@ func TestSecretRotation(t *testing.T) {
 func TestAuthorizedKeysEditedInPlace(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, nil)
-	ak := filepath.Join(ts.keys.dir, authdir.AuthorizedKeys)
+	ak := filepath.Join(ts.keys.dir, jobkey.AuthorizedKeys)
 	other, _ := newP521(t)
 	// A comment makes the size differ: an in-place rewrite of equal size
 	// within one clock tick of the previous one keeps every stamp field.

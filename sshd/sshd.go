@@ -9,7 +9,7 @@
 //   - Any user name is accepted and logged; the user name carries no
 //     authority (every session runs as the agent's own uid).
 //   - Public-key auth only, against authorized_keys in the job's auth dir
-//     (agent/authdir). Password, keyboard-interactive and "none" are never
+//     (jobkey). Password, keyboard-interactive and "none" are never
 //     offered. The decision uses only the key of the current callback
 //     (compared by its wire encoding), and the identity travels in
 //     ssh.Permissions.Extensions. A key line's "restrict" or "no-pty" keeps
@@ -17,7 +17,7 @@
 //     (command=, from=, ...) is refused and logged as an error.
 //   - The host key is the job's id_rsa, so clients pin it to id_rsa.pub with
 //     no known_hosts to distribute, plus an ed25519 key derived from it
-//     (authdir.LoadJobKey; none in FIPS 140 mode). Without id_rsa an ed25519
+//     (jobkey.LoadJobKey; none in FIPS 140 mode). Without id_rsa an ed25519
 //     key is generated once into Config.StateDir and reused (clients cannot
 //     pin that one).
 //   - The keys follow the mounted Secret: authorized_keys, id_rsa and
@@ -49,7 +49,7 @@
 //     port, agent or X11 forwarding, no subsystems (sftp is refused).
 //   - TCP_NODELAY and, during the handshake, TCP_QUICKACK after every read,
 //     which removes a ~40 ms Nagle/delayed-ACK stall per OpenSSH connection.
-//   - Key exchange, cipher and MAC lists are set explicitly (authdir.KeyExchanges,
+//   - Key exchange, cipher and MAC lists are set explicitly (jobkey.KeyExchanges,
 //     Ciphers, MACs: no SHA-1 key exchange, no SHA-1 or truncated MAC), and an
 //     RSA host key signs with SHA-2 only. Under GODEBUG=fips140=on (FIPS 140-3
 //     mode) x/crypto drops the non-approved entries, leaving ML-KEM, the NIST
@@ -73,7 +73,7 @@ import (
 	"time"
 
 	gliderssh "github.com/gliderlabs/ssh"
-	"github.com/podmpi/podmpi/agent/authdir"
+	"github.com/podmpi/podmpi/jobkey"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -209,13 +209,13 @@ type Server struct {
 }
 
 // New loads the host key and authorized_keys from cfg.AuthDir and prepares a
-// server. Key problems are returned as *authdir.Error (use errors.As), naming
+// server. Key problems are returned as *jobkey.Error (use errors.As), naming
 // the file and a fix.
 func New(cfg Config) (*Server, error) {
 	cfg.applyDefaults()
 	if cfg.AuthDir == "" {
-		return nil, &authdir.Error{Path: "(empty)", Op: "find auth dir", Err: errors.New("no auth dir configured"),
-			Hint: "pass the resolved auth dir (authdir.Find) holding authorized_keys"}
+		return nil, &jobkey.Error{Path: "(empty)", Op: "find auth dir", Err: errors.New("no auth dir configured"),
+			Hint: "pass the resolved auth dir (jobkey.Find) holding authorized_keys"}
 	}
 	s := &Server{
 		cfg:          cfg,
@@ -257,7 +257,7 @@ func New(cfg Config) (*Server, error) {
 	k := s.keys.current()
 	s.log.Info("ssh server configured",
 		"auth_dir", cfg.AuthDir, "authorized_keys", len(k.authorized),
-		"host_key_fp", authdir.Fingerprint(k.signer.PublicKey()), "host_key_type", k.signer.PublicKey().Type(),
+		"host_key_fp", jobkey.Fingerprint(k.signer.PublicKey()), "host_key_type", k.signer.PublicKey().Type(),
 		"derived_key_fp", derivedFP(k.derived), "host_key_pinned", k.pinned,
 		"max_startups", s.limits.String(), "per_source_max_startups", cfg.PerSourceMaxStartups,
 		"session_env_max_bytes", s.envMax,
@@ -269,7 +269,7 @@ func New(cfg Config) (*Server, error) {
 // HostKeyFingerprint returns the host key's SHA256 fingerprint ("SHA256:...").
 // The job key is re-read when it changes on disk (a rotated Secret).
 func (s *Server) HostKeyFingerprint() string {
-	return authdir.Fingerprint(s.keys.current().signer.PublicKey())
+	return jobkey.Fingerprint(s.keys.current().signer.PublicKey())
 }
 
 // DerivedKeyFingerprint returns the SHA256 fingerprint of the ed25519 key
@@ -290,7 +290,7 @@ func (s *Server) KeyError() error { return s.keys.current().problem }
 // authorizedKey reports whether key may log in, where it is authorized
 // (its authorized_keys line, or the key derived from the job's id_rsa) and
 // that line's restrictions. authorized_keys is re-checked on every call.
-func (s *Server) authorizedKey(key ssh.PublicKey) (source string, line authdir.Key, ok bool) {
+func (s *Server) authorizedKey(key ssh.PublicKey) (source string, line jobkey.Key, ok bool) {
 	return s.keys.current().lookup(key, s.keys.akPath, s.keys.jobKeyPath)
 }
 

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podmpi/podmpi/agent/authdir"
+	"github.com/podmpi/podmpi/jobkey"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"golang.org/x/crypto/ssh"
@@ -244,7 +244,7 @@ func TestUnknownKeyRejectedPublicKeyOnly(t *testing.T) {
 		t.Errorf("accepted = %v", got)
 	}
 	logs := ts.logs.String()
-	if !strings.Contains(logs, authdir.Fingerprint(other.PublicKey())) || !strings.Contains(logs, "user=mpiuser") {
+	if !strings.Contains(logs, jobkey.Fingerprint(other.PublicKey())) || !strings.Contains(logs, "user=mpiuser") {
 		t.Errorf("audit log lacks the rejected key's fingerprint or user:\n%s", logs)
 	}
 	if strings.Contains(logs, "BEGIN") || strings.Contains(logs, string(ssh.MarshalAuthorizedKey(ts.keys.pub))[20:60]) {
@@ -639,7 +639,7 @@ func TestHostKeyIsJobKey(t *testing.T) {
 func TestGeneratedHostKeyReused(t *testing.T) {
 	t.Parallel()
 	keys := writeTrainerLayout(t)
-	must(t, os.Remove(filepath.Join(keys.dir, authdir.PrivateKey)))
+	must(t, os.Remove(filepath.Join(keys.dir, jobkey.PrivateKey)))
 	stateDir := filepath.Join(t.TempDir(), "state", "sshd")
 	logs := &syncBuffer{}
 	cfg := Config{ListenAddress: "127.0.0.1:0", AuthDir: keys.dir, StateDir: stateDir,
@@ -685,29 +685,29 @@ func TestGeneratedHostKeyReused(t *testing.T) {
 func TestNewErrors(t *testing.T) {
 	t.Parallel()
 	keys := writeTrainerLayout(t)
-	must(t, os.Remove(filepath.Join(keys.dir, authdir.AuthorizedKeys)))
+	must(t, os.Remove(filepath.Join(keys.dir, jobkey.AuthorizedKeys)))
 	_, err := New(Config{AuthDir: keys.dir})
-	var ae *authdir.Error
-	if !errors.As(err, &ae) || !strings.Contains(ae.Path, authdir.AuthorizedKeys) {
+	var ae *jobkey.Error
+	if !errors.As(err, &ae) || !strings.Contains(ae.Path, jobkey.AuthorizedKeys) {
 		t.Errorf("missing authorized_keys: %v", err)
 	}
 	keys = writeTrainerLayout(t)
-	must(t, os.WriteFile(filepath.Join(keys.dir, authdir.PrivateKey), []byte("garbage"), 0o640))
+	must(t, os.WriteFile(filepath.Join(keys.dir, jobkey.PrivateKey), []byte("garbage"), 0o640))
 	_, err = New(Config{AuthDir: keys.dir})
-	if !errors.As(err, &ae) || !strings.Contains(ae.Path, authdir.PrivateKey) {
+	if !errors.As(err, &ae) || !strings.Contains(ae.Path, jobkey.PrivateKey) {
 		t.Errorf("bad id_rsa: %v", err)
 	}
 	// id_rsa.pub not matching id_rsa is named up front.
 	keys = writeTrainerLayout(t)
 	other, _ := newP521(t)
-	must(t, os.WriteFile(filepath.Join(keys.dir, authdir.PublicKey), ssh.MarshalAuthorizedKey(other.PublicKey()), 0o644))
+	must(t, os.WriteFile(filepath.Join(keys.dir, jobkey.PublicKey), ssh.MarshalAuthorizedKey(other.PublicKey()), 0o644))
 	_, err = New(Config{AuthDir: keys.dir})
 	if !errors.As(err, &ae) {
 		t.Errorf("mismatched pair: %v", err)
 	}
 	// Skipped authorized_keys lines are logged, good ones used.
 	keys = writeTrainerLayout(t)
-	ak := filepath.Join(keys.dir, authdir.AuthorizedKeys)
+	ak := filepath.Join(keys.dir, jobkey.AuthorizedKeys)
 	good, _ := os.ReadFile(ak)
 	must(t, os.WriteFile(ak, append([]byte("not a key\ncommand=\"x\" "+string(good)), good...), 0o644))
 	logs := &syncBuffer{}

@@ -77,10 +77,10 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/podmpi/podmpi/agent/authdir"
 	"github.com/podmpi/podmpi/agent/cli"
 	"github.com/podmpi/podmpi/agent/exitcode"
 	"github.com/podmpi/podmpi/agent/sshclient"
+	"github.com/podmpi/podmpi/jobkey"
 )
 
 // Environment twins read by Main.
@@ -191,7 +191,7 @@ func (r *runner) run(ctx context.Context, args []string) int {
 func (r *runner) config(opts Options, port int) (sshclient.Config, *sshclient.Failure) {
 	cfgFail := func(err error) *sshclient.Failure {
 		hint := ""
-		var ae *authdir.Error
+		var ae *jobkey.Error
 		if !errors.As(err, &ae) {
 			hint = "fix the variable or unset it"
 		}
@@ -202,7 +202,7 @@ func (r *runner) config(opts Options, port int) (sshclient.Config, *sshclient.Fa
 		return cfg, cfgFail(err)
 	}
 	for _, path := range opts.Identities[min(1, len(opts.Identities)):] {
-		s, err := authdir.LoadSigner(path)
+		s, err := jobkey.LoadSigner(path)
 		if err != nil {
 			return cfg, cfgFail(err)
 		}

@@ -3,42 +3,42 @@ package sshclient
 import (
 	"path/filepath"
 
-	"github.com/podmpi/podmpi/agent/authdir"
+	"github.com/podmpi/podmpi/jobkey"
 )
 
 // LoadJobConfig loads the client side of the job's SSH material: the auth
-// dir is authdir.Find(authDir, home, authdir.PrivateKey); its id_rsa is the
+// dir is jobkey.Find(authDir, home, jobkey.PrivateKey); its id_rsa is the
 // signer and its id_rsa.pub the pinned host key. A non-empty explicitKey
 // (ssh -i) replaces id_rsa as the signer; the auth dir is then optional, and
 // without it HostKey stays nil (Dial refuses unless InsecureIgnoreHostKey).
 // A missing id_rsa.pub also leaves HostKey nil. When both id_rsa and
 // id_rsa.pub are used they must be a pair. home may be empty (no passwd
-// entry, no $HOME). Errors are *authdir.Error values naming the file.
+// entry, no $HOME). Errors are *jobkey.Error values naming the file.
 func LoadJobConfig(authDir, home, explicitKey string) (Config, error) {
 	var cfg Config
-	dir, findErr := authdir.Find(authDir, home, authdir.PrivateKey)
+	dir, findErr := jobkey.Find(authDir, home, jobkey.PrivateKey)
 	if findErr != nil && explicitKey == "" {
 		return Config{}, findErr
 	}
 	keyPath := explicitKey
 	if keyPath == "" {
-		keyPath = filepath.Join(dir, authdir.PrivateKey)
+		keyPath = filepath.Join(dir, jobkey.PrivateKey)
 	}
-	s, derived, err := authdir.LoadJobKey(keyPath)
+	s, derived, err := jobkey.LoadJobKey(keyPath)
 	if err != nil {
 		return Config{}, err
 	}
 	cfg.Signer = s
-	if findErr != nil || !authdir.Exists(dir, authdir.PublicKey) {
+	if findErr != nil || !jobkey.Exists(dir, jobkey.PublicKey) {
 		return cfg, nil
 	}
-	pubPath := filepath.Join(dir, authdir.PublicKey)
-	pub, err := authdir.LoadPublicKey(pubPath)
+	pubPath := filepath.Join(dir, jobkey.PublicKey)
+	pub, err := jobkey.LoadPublicKey(pubPath)
 	if err != nil {
 		return Config{}, err
 	}
 	if explicitKey == "" {
-		if err := authdir.CheckPair(dir, s, pub); err != nil {
+		if err := jobkey.CheckPair(dir, s, pub); err != nil {
 			return Config{}, err
 		}
 		// The derived key stands for the job key only when the signer is

@@ -23,7 +23,7 @@
 //
 // Dial never reads $HOME, ~/.ssh, /etc/passwd or ssh_config: it works under
 // any UID. Key exchanges, ciphers and MACs are podmpi's explicit lists
-// (authdir.KeyExchanges, Ciphers, MACs: no SHA-1 key exchange, no SHA-1 or
+// (jobkey.KeyExchanges, Ciphers, MACs: no SHA-1 key exchange, no SHA-1 or
 // truncated MAC), the ones worker-agent offers; in FIPS 140 mode x/crypto
 // keeps only their approved entries, which still meet a worker in FIPS
 // mode and OpenSSH.
@@ -45,7 +45,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/podmpi/podmpi/agent/authdir"
+	"github.com/podmpi/podmpi/jobkey"
 )
 
 // Phase names the step of a connection that failed.
@@ -178,7 +178,7 @@ type Config struct {
 	// ExtraSigners are offered after Signer (further -i options).
 	ExtraSigners []ssh.Signer
 	// Derived is the ed25519 key derived from the job's id_rsa
-	// (authdir.LoadJobKey), nil when there is none. It is offered first for
+	// (jobkey.LoadJobKey), nil when there is none. It is offered first for
 	// user auth and accepted as the worker's host key besides HostKey: a
 	// worker-agent with the same id_rsa derives the same key, and ed25519
 	// saves ~6 ms of P-521 signatures per connection. Servers that do not
@@ -274,7 +274,7 @@ func (c Config) ClientConfig() *ssh.ClientConfig {
 		Auth:          []ssh.AuthMethod{ssh.PublicKeys(signers...)},
 		ClientVersion: "SSH-2.0-podmpi",
 	}
-	authdir.SetAlgorithms(&cc.Config)
+	jobkey.SetAlgorithms(&cc.Config)
 	if c.InsecureIgnoreHostKey {
 		cc.HostKeyCallback = ssh.InsecureIgnoreHostKey() //nolint:gosec // explicit operator opt-in, warned about by callers
 	} else {

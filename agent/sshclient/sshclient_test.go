@@ -17,9 +17,9 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/podmpi/podmpi/agent/authdir"
 	"github.com/podmpi/podmpi/agent/sshclient"
 	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
+	"github.com/podmpi/podmpi/jobkey"
 )
 
 // job is one job's SSH material: worker-agent serves the job key as its host
@@ -290,10 +290,10 @@ func TestLoadJobConfig(t *testing.T) {
 		t.Fatalf("explicit key without auth dir: %v %v", cfg, err)
 	}
 
-	// No auth dir and no -i: an *authdir.Error naming the path.
-	var ae *authdir.Error
+	// No auth dir and no -i: an *jobkey.Error naming the path.
+	var ae *jobkey.Error
 	if _, err := sshclient.LoadJobConfig(filepath.Join(t.TempDir(), "absent"), "", ""); !errors.As(err, &ae) {
-		t.Fatalf("want *authdir.Error, got %v", err)
+		t.Fatalf("want *jobkey.Error, got %v", err)
 	}
 
 	// id_rsa.pub from another key: refused up front.

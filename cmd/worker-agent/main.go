@@ -21,7 +21,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/podmpi/podmpi/agent/authdir"
 	"github.com/podmpi/podmpi/agent/cli"
 	"github.com/podmpi/podmpi/agent/exitcode"
 	"github.com/podmpi/podmpi/agent/mpirun"
@@ -29,6 +28,7 @@ import (
 	"github.com/podmpi/podmpi/agent/version"
 	"github.com/podmpi/podmpi/agent/worker"
 	"github.com/podmpi/podmpi/gpu"
+	"github.com/podmpi/podmpi/jobkey"
 	"github.com/podmpi/podmpi/sshd"
 )
 
@@ -335,7 +335,7 @@ func (o *options) serve(ctx context.Context) error {
 	log.Info("starting worker-agent", "version", vi.Version, "commit", vi.Commit, "go", vi.GoVersion,
 		"uid", uid, "gid", gid, "user", username)
 
-	authDir, err := authdir.Find(o.authDir, o.getenv("HOME"), authdir.AuthorizedKeys)
+	authDir, err := jobkey.Find(o.authDir, o.getenv("HOME"), jobkey.AuthorizedKeys)
 	if err != nil {
 		return keyFailure(err)
 	}
@@ -497,7 +497,7 @@ func setEnv(env []string, name, value string) []string {
 // keyFailure turns an auth dir or host key problem into a Config failure
 // naming the file and the fix.
 func keyFailure(err error) *failure {
-	var ae *authdir.Error
+	var ae *jobkey.Error
 	if errors.As(err, &ae) {
 		return &failure{code: exitcode.Config, what: "ssh keys",
 			err: fmt.Errorf("%s %s: %w", ae.Op, ae.Path, ae.Err), hint: ae.Hint}

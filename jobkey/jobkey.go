@@ -1,4 +1,4 @@
-// Package authdir reads the job's SSH material as Kubeflow Trainer v2 and
+// Package jobkey reads the job's SSH material as Kubeflow Trainer v2 and
 // mpi-operator mount it into every pod: a directory (the "auth dir", usually
 // /home/mpiuser/.ssh or /root/.ssh) holding
 //
@@ -18,7 +18,15 @@
 // for client auth; the launcher signs with the private key and pins the
 // workers' host key to id_rsa.pub. One Secret therefore gives both mutual
 // authentication and host-key pinning, with no known_hosts to distribute.
-package authdir
+//
+// It is a leaf at the top of the module, beside hostfile, because both sides
+// of every connection depend on it and on nothing else of podmpi: the server
+// (sshd, in worker-agent) and the clients (agent/sshclient, behind the
+// launcher's probe and podmpi-rsh). With it the package also holds what the
+// two ends must agree on besides the keys: the algorithm lists
+// (algorithms.go) and the ed25519 key both derive from the job key
+// (derived.go).
+package jobkey
 
 import (
 	"bytes"

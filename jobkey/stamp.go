@@ -1,4 +1,4 @@
-package authdir
+package jobkey
 
 import (
 	"fmt"
