@@ -10,4 +10,5 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 require_root_and_go cluster-up "network links, mounts and cgroups of the cluster"
 install_missing cluster-up etcd-server containerd runc containernetworking-plugins podman \
-  docker-compose iptables iproute2 gcc libc6-dev git ca-certificates
+  docker-compose golang-github-containernetworking-plugin-dnsname dnsmasq-base openssh-client \
+  iptables iproute2 gcc libc6-dev git ca-certificates

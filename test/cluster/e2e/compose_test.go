@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +21,25 @@ func podmanService(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "podman.sock")
+	// podman asks for 1048576 open files per container by default, more
+	// than this machine's hard limit (root here lacks CAP_SYS_RESOURCE):
+	// give the containers the limits this process has, as images/lib.sh
+	// does for podman run.
+	var nofile, nproc syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &nofile); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Getrlimit(6 /* RLIMIT_NPROC */, &nproc); err != nil {
+		t.Fatal(err)
+	}
+	if nproc.Max > 32768 {
+		nproc.Max = 32768
+	}
+	conf := filepath.Join(dir, "containers.conf")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf("[containers]\ndefault_ulimits = [\"nofile=%d:%d\", \"nproc=%d:%d\"]\n",
+		nofile.Max, nofile.Max, nproc.Max, nproc.Max)), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command("podman", "--runtime", "runc", "--cgroup-manager=cgroupfs", "--events-backend=file",
 		"system", "service", "--time=0", "unix://"+sock)
 	logf, err := os.Create(filepath.Join(dir, "service.log"))
@@ -27,6 +47,7 @@ func podmanService(t *testing.T) string {
 		t.Fatal(err)
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), "CONTAINERS_CONF="+conf)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("podman system service: %v", err)
@@ -53,6 +74,9 @@ func podmanService(t *testing.T) string {
 	})
 	return "unix://" + sock
 }
+
+// ansi matches the colour codes docker-compose puts around the prefix.
+var ansi = regexp.MustCompile("\x1b\\[[0-9;]*m")
 
 // composePrefix is what docker-compose v1 puts before each service's line.
 var composePrefix = regexp.MustCompile(`(?m)^[a-zA-Z0-9_.-]+\s+\| ?`)
@@ -95,7 +119,13 @@ func TestCompose(t *testing.T) {
 			envv := append(os.Environ(), "DOCKER_HOST="+host, "COMPOSE_PROJECT_NAME="+project,
 				"PODMPI_IMAGE="+e.info.Images[mpi], "COMPOSE_HTTP_TIMEOUT=300")
 			compose := func(args ...string) (string, error) {
-				cmd := exec.CommandContext(ctx, "docker-compose", args...)
+				cctx := ctx
+				if args[0] == "down" {
+					var cancel context.CancelFunc
+					cctx, cancel = context.WithTimeout(context.Background(), 2*time.Minute)
+					defer cancel()
+				}
+				cmd := exec.CommandContext(cctx, "docker-compose", args...)
 				cmd.Dir, cmd.Env = dir, envv
 				var out bytes.Buffer
 				cmd.Stdout, cmd.Stderr = &out, &out
@@ -108,11 +138,31 @@ func TestCompose(t *testing.T) {
 				}
 			})
 			start := time.Now()
+			// Podman runs health checks from systemd timers; this machine
+			// has no systemd, so the test runs them, every second, for the
+			// project's containers that are not healthy yet: what the
+			// timers would do. Compose starts the launcher once the
+			// workers' own healthcheck (the file's /readyz probe) passes.
+			hcDone := make(chan struct{})
+			hcStopped := make(chan struct{})
+			go func() {
+				defer close(hcStopped)
+				for {
+					select {
+					case <-hcDone:
+						return
+					case <-time.After(time.Second):
+					}
+					runHealthchecks(ctx, project)
+				}
+			}()
 			out, err := compose("up", "--no-build", "--exit-code-from", "launcher")
+			close(hcDone)
+			<-hcStopped
 			if err != nil {
 				t.Fatalf("docker-compose up --exit-code-from launcher: %v\n%s", err, lastLines(out, 60))
 			}
-			log := composePrefix.ReplaceAllString(out, "")
+			log := composePrefix.ReplaceAllString(ansi.ReplaceAllString(out, ""), "")
 			hosts := checkRanks(t, log, 3)
 			for i := 1; i <= 3; i++ {
 				if hosts[fmt.Sprintf("worker-%d", i)] == 0 {
@@ -121,5 +171,23 @@ func TestCompose(t *testing.T) {
 			}
 			t.Logf("compose %s: launcher exit 0 after %s, ranks on %v", mpi, time.Since(start).Round(100*time.Millisecond), hosts)
 		})
+	}
+}
+
+// runHealthchecks runs the healthcheck of every running container of a
+// compose project that is not healthy yet.
+func runHealthchecks(ctx context.Context, project string) {
+	podman := []string{"--runtime", "runc", "--cgroup-manager=cgroupfs", "--events-backend=file"}
+	out, err := exec.CommandContext(ctx, "podman", append(podman, "ps", "--filter", "label=com.docker.compose.project="+project,
+		"--format", "{{.ID}} {{.Status}}")...).Output()
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		id, status, _ := strings.Cut(line, " ")
+		if id == "" || strings.Contains(status, "(healthy)") || !strings.Contains(status, "(") {
+			continue
+		}
+		_ = exec.CommandContext(ctx, "podman", append(podman, "healthcheck", "run", id)...).Run()
 	}
 }

@@ -145,6 +145,10 @@ func namespace(t *testing.T, prefix string, restricted bool) string {
 		if t.Failed() {
 			dumpNamespace(t, ns.Name)
 		}
+		if os.Getenv("PODMPI_CLUSTER_KEEP_NAMESPACES") == "1" {
+			t.Logf("keeping namespace %s (PODMPI_CLUSTER_KEEP_NAMESPACES=1)", ns.Name)
+			return
+		}
 		_ = e.cs.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
 	})
 	return ns.Name
