@@ -26,6 +26,7 @@ import (
 	"github.com/podmpi/podmpi/agent/slots"
 	"github.com/podmpi/podmpi/agent/sshclient"
 	"github.com/podmpi/podmpi/hostfile"
+	"github.com/podmpi/podmpi/mpi"
 )
 
 // Config is everything a launcher run needs. cmd/launcher fills it from
@@ -96,7 +97,7 @@ func (f *Failure) Unwrap() error { return f.Err }
 type Prepared struct {
 	Plan     discovery.Plan
 	Hosts    []hostfile.Host
-	Impl     mpirun.Implementation
+	Impl     mpi.Implementation
 	Version  string
 	Hostfile string
 	Results  []probe.Result
@@ -201,6 +202,20 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 		return nil, err
 	}
 
+	// mpi: which MPI the command runs decides the hostfile format, the
+	// daemons probed and the wiring. It runs before the DNS wait so that an
+	// image without the MPI fails at once rather than after the workers.
+	var impl mpi.Implementation
+	err = l.phase(PhaseMPI, func() error {
+		var err error
+		impl, p.Version, err = l.implementation(ctx)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.Impl = impl
+
 	// dns-wait: every name, and the launcher's own, resolves.
 	var resolved []discovery.Resolved
 	err = l.phase(PhaseDNSWait, func() error {
@@ -235,13 +250,6 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 	for i, r := range resolved {
 		hosts[i] = r.Host
 	}
-
-	// implementation: decides the hostfile format and the daemons probed.
-	impl, ver, err := l.implementation(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p.Impl, p.Version = impl, ver
 
 	// slots. From here on, workers have until readyBy to answer for their
 	// slots and pass the probe.
@@ -377,27 +385,22 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 	return p, nil
 }
 
-// implementation resolves --mpi.implementation, detecting it from the
-// command's mpirun when auto.
-func (l *Launcher) implementation(ctx context.Context) (mpirun.Implementation, string, error) {
-	impl, auto, err := mpirun.ParseImplementation(l.cfg.Implementation)
-	if err != nil {
-		return "", "", &Failure{Phase: PhaseDiscovery, Code: exitcode.Usage, Err: err}
-	}
-	if !auto {
-		return impl, "", nil
-	}
-	prog := "mpirun"
+// implementation resolves --mpi.implementation with mpirun.Resolve: an
+// explicit flavour is taken as is; "openmpi" and "auto" run `--version` only
+// on an MPI launcher program (the command's own when it is one, else mpirun
+// from PATH), never on the user's program.
+func (l *Launcher) implementation(ctx context.Context) (mpi.Implementation, string, error) {
+	argv0 := ""
 	if len(l.cfg.Command) > 0 {
-		prog = l.cfg.Command[0]
+		argv0 = l.cfg.Command[0]
 	}
-	impl, ver, err := mpirun.Detect(ctx, prog)
-	if err != nil && prog != "mpirun" {
-		impl, ver, err = mpirun.Detect(ctx, "mpirun")
-	}
-	if err != nil {
-		return "", "", &Failure{Phase: PhaseDiscovery, Code: exitcode.MPIRunNotFound, Err: err,
-			Hint: "install an MPI in the launcher image, or set --mpi.implementation to openmpi, intelmpi or mpich"}
+	impl, ver, err := mpirun.Resolve(ctx, l.cfg.Implementation, argv0)
+	switch {
+	case errors.Is(err, mpi.ErrUnknownImplementation):
+		return "", "", &Failure{Phase: PhaseMPI, Code: exitcode.Usage, Err: err}
+	case err != nil:
+		return "", "", &Failure{Phase: PhaseMPI, Code: exitcode.MPIRunNotFound, Err: err,
+			Hint: "install an MPI in the launcher image, or set --mpi.implementation to openmpi, openmpi5, intelmpi or mpich"}
 	}
 	l.log.Info("mpi implementation", "implementation", string(impl), "version", ver)
 	return impl, ver, nil

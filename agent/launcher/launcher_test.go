@@ -24,6 +24,7 @@ import (
 	"github.com/podmpi/podmpi/agent/exitcode"
 	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
 	"github.com/podmpi/podmpi/hostfile"
+	"github.com/podmpi/podmpi/mpi"
 )
 
 // fixture is one loopback SSH server with the job's key, and an auth dir.
@@ -365,5 +366,40 @@ func TestRunGivesMPIRunAHome(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "level=INFO msg=\"HOME is not set") {
 		t.Errorf("no INFO line about HOME:\n%s", logs.String())
+	}
+}
+
+// TestDetectionNeverRunsTheUsersProgram: with --mpi.implementation openmpi
+// and a command that is not an MPI launcher, the launcher asks only mpirun
+// from PATH for its version (here there is none, so Open MPI 4 stands) and
+// never runs the user's program with --version; with auto the same.
+func TestDetectionNeverRunsTheUsersProgram(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "ran")
+	train := filepath.Join(dir, "train.sh")
+	if err := os.WriteFile(train, []byte("#!/bin/sh\necho \"$@\" >> "+marker+"\necho 'mpirun (Open MPI) 5.0.7'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", t.TempDir()) // no mpirun anywhere
+	for _, spec := range []string{"openmpi", "auto"} {
+		l, err := New(Config{Implementation: spec, Command: []string{train, "--epochs", "3"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		impl, _, err := l.implementation(context.Background())
+		switch spec {
+		case "openmpi":
+			if err != nil || impl != mpi.OpenMPI4 {
+				t.Errorf("openmpi: got %q, %v; want %q (Open MPI 4 stands when detection fails)", impl, err, mpi.OpenMPI4)
+			}
+		case "auto":
+			var f *Failure
+			if !errors.As(err, &f) || f.Phase != PhaseMPI || f.Code != exitcode.MPIRunNotFound {
+				t.Errorf("auto without mpirun: got %q, %v; want a %s failure with exit %d", impl, err, PhaseMPI, exitcode.MPIRunNotFound)
+			}
+		}
+	}
+	if b, err := os.ReadFile(marker); err == nil {
+		t.Fatalf("the user's program was run: %q", b)
 	}
 }

@@ -11,6 +11,7 @@ import (
 // gauge labelled {phase}.
 const (
 	PhaseDiscovery = "discovery"
+	PhaseMPI       = "mpi"
 	PhaseDNSWait   = "dns-wait"
 	PhaseSlots     = "slots"
 	PhaseHostfile  = "hostfile"
@@ -19,7 +20,7 @@ const (
 )
 
 // Phases lists every phase in run order.
-var Phases = []string{PhaseDiscovery, PhaseDNSWait, PhaseSlots, PhaseHostfile, PhaseProbe, PhaseMPIRun}
+var Phases = []string{PhaseDiscovery, PhaseMPI, PhaseDNSWait, PhaseSlots, PhaseHostfile, PhaseProbe, PhaseMPIRun}
 
 // Metrics are the launcher's init and run metrics, on a registry of their own.
 type Metrics struct {
@@ -42,7 +43,7 @@ func NewMetrics() *Metrics {
 		Registry: reg,
 		PhaseDuration: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "mpi_launcher_phase_duration_seconds",
-			Help: "Wall time of each launcher phase (discovery, dns-wait, slots, hostfile, probe, mpirun).",
+			Help: "Wall time of each launcher phase (discovery, mpi, dns-wait, slots, hostfile, probe, mpirun).",
 		}, []string{"phase"}),
 		PhaseSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "mpi_launcher_phase_success",

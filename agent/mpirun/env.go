@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/podmpi/podmpi/mpi"
 )
 
 // RshName is the file name of the rsh program Setup creates. The launcher
@@ -30,7 +32,7 @@ const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // the environment of the user's unchanged mpirun command.
 type Wiring struct {
 	// Impl is the MPI to wire.
-	Impl Implementation
+	Impl mpi.Implementation
 	// RshPath is the absolute path of the rsh program (Setup's symlink
 	// <RshDir>/podmpi-rsh to the launcher binary).
 	RshPath string
@@ -111,14 +113,12 @@ func (s Setting) String() string {
 	return s.Name + "=" + s.Value
 }
 
-// param is one logical parameter: the names podmpi sets (all of them, e.g.
-// both the OMPI_MCA_ and PRTE_MCA_ spelling), and further names that mean the
-// same or conflict (aliases, the exclude twin of an include list). If the
-// user set any of set ∪ aliases, podmpi sets none of them.
+// param is one of the flavour's launch parameters (package mpi) with the
+// value podmpi wants for it and the note to add when the user's own value
+// is kept instead.
 type param struct {
-	set     []string
-	aliases []string
-	value   string
+	mpi.Param
+	value string
 	// keptNote is added when the user's value is kept.
 	keptNote func(userName, userValue string) string
 }
@@ -145,104 +145,61 @@ func keepFQDNNote(name, v string) string {
 	return ""
 }
 
+// params gives every launch parameter of w.Impl its value; a parameter
+// whose value is "" is not set (an interface include list with one NIC, tree
+// spawn left on, the allow-root switches when not root).
 func (w Wiring) params() []param {
-	var ps []param
+	f := w.Impl.Flavour()
 	ifaceInclude := w.Iface
 	if ifaceInclude == "" {
 		ifaceInclude = w.IfaceCIDR
 	}
-	slots := ""
-	if w.Slots > 0 {
-		slots = strconv.Itoa(w.Slots)
-	}
-	switch w.Impl {
-	case OpenMPI4:
-		ps = append(ps,
-			param{set: []string{"OMPI_MCA_plm_rsh_agent"}, aliases: []string{"OMPI_MCA_orte_rsh_agent", "OMPI_MCA_pls_rsh_agent"}, value: w.rshAgent(),
-				keptNote: func(string, string) string {
-					return "mpirun will not use podmpi-rsh; unset it to use the launcher's rsh client"
-				}},
-			param{set: []string{"OMPI_MCA_orte_keep_fqdn_hostnames"}, value: "1", keptNote: keepFQDNNote},
-			param{set: []string{"OMPI_MCA_orte_default_hostfile"}, value: w.Hostfile},
-			param{set: []string{"OMPI_MCA_orte_set_default_slots"}, value: slots},
-		)
-		if w.MultiNIC && ifaceInclude != "" {
-			ps = append(ps,
-				param{set: []string{"OMPI_MCA_oob_tcp_if_include"}, aliases: []string{"OMPI_MCA_oob_tcp_if_exclude"}, value: ifaceInclude},
-				param{set: []string{"OMPI_MCA_btl_tcp_if_include"}, aliases: []string{"OMPI_MCA_btl_tcp_if_exclude"}, value: ifaceInclude},
-			)
+	var ps []param
+	for _, p := range f.Params {
+		q := param{Param: p}
+		switch p.Role {
+		case mpi.RshAgent:
+			q.value = w.rshAgent()
+			q.keptNote = func(string, string) string {
+				return f.Program + " will not use podmpi-rsh; unset it to use the launcher's rsh client"
+			}
+		case mpi.Bootstrap:
+			q.value = "ssh"
+			q.keptNote = func(n, v string) string {
+				if v != "ssh" {
+					return n + "=" + v + ": " + f.Program + " will not start proxies through podmpi-rsh"
+				}
+				return ""
+			}
+		case mpi.BootstrapExec:
+			q.value = w.RshPath
+			q.keptNote = func(string, string) string {
+				return f.Program + " will not use podmpi-rsh; unset it to use the launcher's rsh client"
+			}
+		case mpi.KeepFQDN:
+			q.value, q.keptNote = "1", keepFQDNNote
+		case mpi.DefaultHostfile:
+			q.value = w.Hostfile
+		case mpi.DefaultSlots:
+			if w.Slots > 0 {
+				q.value = strconv.Itoa(w.Slots)
+			}
+		case mpi.Iface:
+			q.value = w.Iface
+		case mpi.IfaceInclude:
+			if w.MultiNIC {
+				q.value = ifaceInclude
+			}
+		case mpi.NoTreeSpawn:
+			if w.NoTreeSpawn {
+				q.value = "1"
+			}
+		case mpi.AllowRoot:
+			if w.Root {
+				q.value = "1"
+			}
 		}
-		if w.NoTreeSpawn {
-			ps = append(ps, param{set: []string{"OMPI_MCA_plm_rsh_no_tree_spawn"}, value: "1"})
-		}
-		if w.Root {
-			ps = append(ps,
-				param{set: []string{"OMPI_ALLOW_RUN_AS_ROOT"}, value: "1"},
-				param{set: []string{"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"}, value: "1"},
-			)
-		}
-	case OpenMPI5:
-		// PRRTE reads PRTE_MCA_*; Open MPI 5's schizo translates some
-		// OMPI_MCA_* names (check_prte_overlap), which differs between
-		// versions: set both (conventions §3 point 5).
-		ps = append(ps,
-			param{set: []string{"PRTE_MCA_plm_ssh_agent", "OMPI_MCA_plm_rsh_agent"}, aliases: []string{"OMPI_MCA_plm_ssh_agent", "PRTE_MCA_plm_rsh_agent", "OMPI_MCA_orte_rsh_agent"}, value: w.rshAgent(),
-				keptNote: func(string, string) string {
-					return "mpirun will not use podmpi-rsh; unset it to use the launcher's rsh client"
-				}},
-			param{set: []string{"PRTE_MCA_prte_keep_fqdn_hostnames", "OMPI_MCA_orte_keep_fqdn_hostnames"}, aliases: []string{"OMPI_MCA_prte_keep_fqdn_hostnames"}, value: "1", keptNote: keepFQDNNote},
-			param{set: []string{"PRTE_MCA_prte_default_hostfile", "OMPI_MCA_orte_default_hostfile"}, aliases: []string{"OMPI_MCA_prte_default_hostfile"}, value: w.Hostfile},
-			param{set: []string{"PRTE_MCA_prte_set_default_slots", "OMPI_MCA_orte_set_default_slots"}, aliases: []string{"OMPI_MCA_prte_set_default_slots"}, value: slots},
-		)
-		if w.MultiNIC && ifaceInclude != "" {
-			ps = append(ps,
-				param{set: []string{"PRTE_MCA_oob_tcp_if_include", "OMPI_MCA_oob_tcp_if_include"}, aliases: []string{"PRTE_MCA_oob_tcp_if_exclude", "OMPI_MCA_oob_tcp_if_exclude"}, value: ifaceInclude},
-				// btl is an OMPI (MPI library) framework: OMPI_MCA_ only.
-				param{set: []string{"OMPI_MCA_btl_tcp_if_include"}, aliases: []string{"OMPI_MCA_btl_tcp_if_exclude"}, value: ifaceInclude},
-			)
-		}
-		if w.NoTreeSpawn {
-			ps = append(ps, param{set: []string{"PRTE_MCA_plm_ssh_no_tree_spawn", "OMPI_MCA_plm_rsh_no_tree_spawn"}, value: "1"})
-		}
-		if w.Root {
-			ps = append(ps,
-				param{set: []string{"OMPI_ALLOW_RUN_AS_ROOT", "PRTE_ALLOW_RUN_AS_ROOT"}, value: "1"},
-				param{set: []string{"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "PRTE_ALLOW_RUN_AS_ROOT_CONFIRM"}, value: "1"},
-			)
-		}
-	case MPICH:
-		ps = append(ps,
-			param{set: []string{"HYDRA_LAUNCHER"}, aliases: []string{"HYDRA_BOOTSTRAP"}, value: "ssh",
-				keptNote: func(n, v string) string {
-					if v != "ssh" {
-						return n + "=" + v + ": mpiexec will not start proxies through podmpi-rsh"
-					}
-					return ""
-				}},
-			param{set: []string{"HYDRA_LAUNCHER_EXEC"}, aliases: []string{"HYDRA_BOOTSTRAP_EXEC"}, value: w.RshPath,
-				keptNote: func(string, string) string {
-					return "mpiexec will not use podmpi-rsh; unset it to use the launcher's rsh client"
-				}},
-			param{set: []string{"HYDRA_HOST_FILE"}, value: w.Hostfile},
-			param{set: []string{"HYDRA_IFACE"}, value: w.Iface},
-		)
-	case IntelMPI:
-		ps = append(ps,
-			param{set: []string{"I_MPI_HYDRA_BOOTSTRAP"}, value: "ssh",
-				keptNote: func(n, v string) string {
-					if v != "ssh" {
-						return n + "=" + v + ": mpirun will not start proxies through podmpi-rsh"
-					}
-					return ""
-				}},
-			param{set: []string{"I_MPI_HYDRA_BOOTSTRAP_EXEC"}, value: w.RshPath,
-				keptNote: func(string, string) string {
-					return "mpirun will not use podmpi-rsh; unset it to use the launcher's rsh client"
-				}},
-			param{set: []string{"I_MPI_HYDRA_HOST_FILE"}, aliases: []string{"I_MPI_HYDRA_HOSTFILE"}, value: w.Hostfile},
-			param{set: []string{"I_MPI_PERHOST"}, value: slots},
-			param{set: []string{"I_MPI_HYDRA_IFACE"}, value: w.Iface},
-		)
+		ps = append(ps, q)
 	}
 	return ps
 }
@@ -285,13 +242,13 @@ func (w Wiring) Env(base []string) (env []string, report []Setting) {
 			continue
 		}
 		userName, userValue := "", ""
-		for _, n := range append(append([]string(nil), p.set...), p.aliases...) {
+		for _, n := range append(append([]string(nil), p.Names...), p.Aliases...) {
 			if v, ok := user[n]; ok {
 				userName, userValue = n, v
 				break
 			}
 		}
-		for _, n := range p.set {
+		for _, n := range p.Names {
 			s := Setting{Name: n, Value: p.value}
 			if userName != "" {
 				s.Kept = true
@@ -310,21 +267,20 @@ func (w Wiring) Env(base []string) (env []string, report []Setting) {
 		}
 	}
 
-	switch w.Impl {
-	case MPICH:
-		if v, ok := user["HYDRA_LAUNCH_EXTRA_ARGS"]; ok {
-			note := "MPICH ignores HYDRA_LAUNCH_EXTRA_ARGS (renamed HYDRA_LAUNCHER_EXTRA_ARGS in 2011; mpi-operator still sets the old name), so these arguments have no effect"
-			if _, set := user["HYDRA_LAUNCHER_EXTRA_ARGS"]; !set {
-				note += "; use HYDRA_LAUNCHER_EXTRA_ARGS"
+	for _, ig := range w.Impl.Flavour().Ignored {
+		if v, ok := user[ig.Name]; ok {
+			note := ig.Why
+			if _, set := user[ig.Use]; !set {
+				note += "; use " + ig.Use
 			}
-			report = append(report, Setting{Name: "HYDRA_LAUNCH_EXTRA_ARGS", Kept: true, UserValue: v, Note: note})
+			report = append(report, Setting{Name: ig.Name, Kept: true, UserValue: v, Note: note})
 		}
-		if w.Iface == "" && user["HYDRA_IFACE"] == "" {
-			report = append(report, Setting{Name: "HYDRA_IFACE", Note: hydraNoIfaceNote("HYDRA_IFACE", w.LocalAddr)})
-		}
-	case IntelMPI:
-		if w.Iface == "" && user["I_MPI_HYDRA_IFACE"] == "" {
-			report = append(report, Setting{Name: "I_MPI_HYDRA_IFACE", Note: hydraNoIfaceNote("I_MPI_HYDRA_IFACE", w.LocalAddr)})
+	}
+	if w.Iface == "" {
+		for _, p := range w.Impl.Flavour().Params {
+			if p.Role == mpi.Iface && user[p.Names[0]] == "" {
+				report = append(report, Setting{Name: p.Names[0], Note: hydraNoIfaceNote(p.Names[0], w.LocalAddr)})
+			}
 		}
 	}
 

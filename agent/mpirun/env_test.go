@@ -10,12 +10,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podmpi/podmpi/mpi"
+
 	"github.com/podmpi/podmpi/hostfile"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/env/*.env golden files")
 
-func baseWiring(impl Implementation) Wiring {
+func baseWiring(impl mpi.Implementation) Wiring {
 	return Wiring{
 		Impl:      impl,
 		RshPath:   "/tmp/podmpi-123/podmpi-rsh",
@@ -59,7 +61,7 @@ func renderGolden(w Wiring, base []string) []byte {
 }
 
 func TestEnvGolden(t *testing.T) {
-	for _, impl := range Implementations {
+	for _, impl := range mpi.Implementations {
 		for _, variant := range []string{"root-multinic", "user-onenic"} {
 			name := string(impl) + "-" + variant
 			t.Run(name, func(t *testing.T) {
@@ -90,7 +92,7 @@ func TestEnvGolden(t *testing.T) {
 }
 
 func TestEnvOpenMPI4(t *testing.T) {
-	w := baseWiring(OpenMPI4)
+	w := baseWiring(mpi.OpenMPI4)
 	env, _ := w.Env(goldenBase)
 	m := envMap(env)
 	want := map[string]string{
@@ -123,7 +125,7 @@ func TestEnvOpenMPI4(t *testing.T) {
 }
 
 func TestEnvRootOnlyWhenRoot(t *testing.T) {
-	for _, impl := range []Implementation{OpenMPI4, OpenMPI5} {
+	for _, impl := range []mpi.Implementation{mpi.OpenMPI4, mpi.OpenMPI5} {
 		w := baseWiring(impl)
 		w.Root = false
 		env, _ := w.Env(nil)
@@ -139,7 +141,7 @@ func TestEnvRootOnlyWhenRoot(t *testing.T) {
 		}
 	}
 	// Hydra needs no root switch.
-	for _, impl := range []Implementation{MPICH, IntelMPI} {
+	for _, impl := range []mpi.Implementation{mpi.MPICH, mpi.IntelMPI} {
 		for _, kv := range first(baseWiring(impl).Env(nil)) {
 			if strings.Contains(kv, "ROOT") {
 				t.Errorf("%s env has %s", impl, kv)
@@ -151,7 +153,7 @@ func TestEnvRootOnlyWhenRoot(t *testing.T) {
 func first(env []string, _ []Setting) []string { return env }
 
 func TestEnvOpenMPI5SetsBothNamings(t *testing.T) {
-	m := envMap(first(baseWiring(OpenMPI5).Env(nil)))
+	m := envMap(first(baseWiring(mpi.OpenMPI5).Env(nil)))
 	pairs := [][2]string{
 		{"PRTE_MCA_plm_ssh_agent", "OMPI_MCA_plm_rsh_agent"},
 		{"PRTE_MCA_prte_keep_fqdn_hostnames", "OMPI_MCA_orte_keep_fqdn_hostnames"},
@@ -175,14 +177,14 @@ func TestEnvOpenMPI5SetsBothNamings(t *testing.T) {
 
 func TestEnvIfaceRules(t *testing.T) {
 	// One NIC: Open MPI is left alone, Hydra still gets the interface.
-	w := baseWiring(OpenMPI4)
+	w := baseWiring(mpi.OpenMPI4)
 	w.MultiNIC = false
 	for _, kv := range first(w.Env(nil)) {
 		if strings.Contains(kv, "if_include") {
 			t.Errorf("single NIC: %s", kv)
 		}
 	}
-	for impl, name := range map[Implementation]string{MPICH: "HYDRA_IFACE", IntelMPI: "I_MPI_HYDRA_IFACE"} {
+	for impl, name := range map[mpi.Implementation]string{mpi.MPICH: "HYDRA_IFACE", mpi.IntelMPI: "I_MPI_HYDRA_IFACE"} {
 		w := baseWiring(impl)
 		w.MultiNIC = false
 		if got := envMap(first(w.Env(nil)))[name]; got != "eth0" {
@@ -199,7 +201,7 @@ func TestEnvIfaceRules(t *testing.T) {
 		}
 	}
 	// Interface unknown but CIDR known: Open MPI gets the CIDR.
-	w = baseWiring(OpenMPI4)
+	w = baseWiring(mpi.OpenMPI4)
 	w.Iface = ""
 	if got := envMap(first(w.Env(nil)))["OMPI_MCA_oob_tcp_if_include"]; got != "10.250.0.0/24" {
 		t.Errorf("CIDR fallback: %q", got)
@@ -215,7 +217,7 @@ func TestEnvUserValueKeptAndReported(t *testing.T) {
 		"OMPI_MCA_btl_tcp_if_exclude=docker0,lo", // conflicts with include
 		"OMPI_MCA_plm_rsh_agent=",                // empty counts as unset
 	}
-	for _, impl := range []Implementation{OpenMPI4, OpenMPI5} {
+	for _, impl := range []mpi.Implementation{mpi.OpenMPI4, mpi.OpenMPI5} {
 		env, rep := baseWiring(impl).Env(base)
 		m := envMap(env)
 		if m["OMPI_MCA_orte_default_hostfile"] != "/etc/mpi/hostfile" || m["OMPI_MCA_orte_set_default_slots"] != "4" || m["OMPI_MCA_orte_keep_fqdn_hostnames"] != "true" {
@@ -227,7 +229,7 @@ func TestEnvUserValueKeptAndReported(t *testing.T) {
 		if !strings.HasPrefix(m["OMPI_MCA_plm_rsh_agent"], "/tmp/podmpi-123/podmpi-rsh") {
 			t.Errorf("%s: empty user agent not replaced: %q", impl, m["OMPI_MCA_plm_rsh_agent"])
 		}
-		if impl == OpenMPI5 {
+		if impl == mpi.OpenMPI5 {
 			// The other naming is not set either: PRRTE would prefer it.
 			for _, k := range []string{"PRTE_MCA_prte_default_hostfile", "PRTE_MCA_prte_set_default_slots", "PRTE_MCA_prte_keep_fqdn_hostnames"} {
 				if v, ok := m[k]; ok {
@@ -245,7 +247,7 @@ func TestEnvUserValueKeptAndReported(t *testing.T) {
 		if !ok || s.UserValue != "/etc/mpi/hostfile" || s.Value != "/tmp/podmpi-123/hostfile" {
 			t.Errorf("%s: hostfile not reported kept: %+v", impl, s)
 		}
-		if impl == OpenMPI5 {
+		if impl == mpi.OpenMPI5 {
 			s := kept["PRTE_MCA_prte_default_hostfile"]
 			if s.UserName != "OMPI_MCA_orte_default_hostfile" || s.UserValue != "/etc/mpi/hostfile" {
 				t.Errorf("OpenMPI5: PRTE hostfile report %+v", s)
@@ -259,13 +261,13 @@ func TestEnvUserValueKeptAndReported(t *testing.T) {
 		}
 	}
 	// keep_fqdn disabled by the user: kept, with a warning.
-	_, rep := baseWiring(OpenMPI4).Env([]string{"OMPI_MCA_orte_keep_fqdn_hostnames=0"})
+	_, rep := baseWiring(mpi.OpenMPI4).Env([]string{"OMPI_MCA_orte_keep_fqdn_hostnames=0"})
 	i := slices.IndexFunc(rep, func(s Setting) bool { return s.Name == "OMPI_MCA_orte_keep_fqdn_hostnames" })
 	if i < 0 || !rep[i].Kept || !strings.Contains(rep[i].Note, "strip the domain") {
 		t.Errorf("keep_fqdn=0 report: %+v", rep)
 	}
 	// A user's ssh agent is kept and the report says podmpi-rsh is unused.
-	env, rep := baseWiring(OpenMPI4).Env([]string{"OMPI_MCA_orte_rsh_agent=/usr/bin/ssh"})
+	env, rep := baseWiring(mpi.OpenMPI4).Env([]string{"OMPI_MCA_orte_rsh_agent=/usr/bin/ssh"})
 	if _, ok := envMap(env)["OMPI_MCA_plm_rsh_agent"]; ok {
 		t.Error("plm_rsh_agent set although the user set its synonym orte_rsh_agent")
 	}
@@ -276,7 +278,7 @@ func TestEnvUserValueKeptAndReported(t *testing.T) {
 }
 
 func TestEnvMPICH(t *testing.T) {
-	w := baseWiring(MPICH)
+	w := baseWiring(mpi.MPICH)
 	env, rep := w.Env([]string{"HYDRA_LAUNCH_EXTRA_ARGS=-o ConnectionAttempts=10", "HYDRA_HOST_FILE=/etc/mpi/hostfile"})
 	m := envMap(env)
 	want := map[string]string{
@@ -309,7 +311,7 @@ func TestEnvMPICH(t *testing.T) {
 // Intel MPI Developer Reference ("Hydra Environment Variables"), as listed in
 // conventions §3 (Intel column) and §2.4: Intel MPI cannot be installed here.
 func TestEnvIntelReference(t *testing.T) {
-	w := baseWiring(IntelMPI)
+	w := baseWiring(mpi.IntelMPI)
 	env, rep := w.Env([]string{"I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS=-o ConnectionAttempts=10", "K_MPI_JOB_ROLE=launcher"})
 	m := envMap(env)
 	want := map[string]string{
@@ -338,7 +340,7 @@ func TestEnvIntelReference(t *testing.T) {
 	}
 	// Intel reads "host:N" hostfiles, as mpi-operator writes them.
 	var b bytes.Buffer
-	if err := hostfile.Render(&b, IntelMPI.HostfileFormat(), []hostfile.Host{{Name: "pi-worker-0.pi.default.svc", Slots: 2}}); err != nil {
+	if err := hostfile.Render(&b, mpi.IntelMPI.HostfileFormat(), []hostfile.Host{{Name: "pi-worker-0.pi.default.svc", Slots: 2}}); err != nil {
 		t.Fatal(err)
 	}
 	if b.String() != "pi-worker-0.pi.default.svc:2\n" {
@@ -355,13 +357,13 @@ func TestEnvIntelReference(t *testing.T) {
 }
 
 func TestEnvNoTreeSpawnAndZeroes(t *testing.T) {
-	w := baseWiring(OpenMPI5)
+	w := baseWiring(mpi.OpenMPI5)
 	w.NoTreeSpawn = true
 	m := envMap(first(w.Env(nil)))
 	if m["PRTE_MCA_plm_ssh_no_tree_spawn"] != "1" || m["OMPI_MCA_plm_rsh_no_tree_spawn"] != "1" {
 		t.Errorf("no tree spawn: %v", m)
 	}
-	w = Wiring{Impl: OpenMPI4, RshPath: "/r/podmpi-rsh"}
+	w = Wiring{Impl: mpi.OpenMPI4, RshPath: "/r/podmpi-rsh"}
 	m = envMap(first(w.Env([]string{"PATH=/bin"})))
 	for _, k := range []string{"OMPI_MCA_orte_default_hostfile", "OMPI_MCA_orte_set_default_slots", "PODMPI_SSH_PORT", "PODMPI_SSH_AUTH_DIR"} {
 		if _, ok := m[k]; ok {

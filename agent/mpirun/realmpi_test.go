@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/podmpi/podmpi/mpi"
 )
 
 // fakeRsh records its argv and runs the remote command on this host, as the
@@ -28,14 +30,14 @@ exec sh -c "$*"
 `
 
 type realMPI struct {
-	impl  Implementation
+	impl  mpi.Implementation
 	prog  string
 	hosts func(host string) string
 }
 
 var realMPIs = []realMPI{
-	{OpenMPI4, "mpirun.openmpi", func(h string) string { return h + " slots=2\n" }},
-	{MPICH, "mpiexec.hydra", func(h string) string { return h + ":2\n" }},
+	{mpi.OpenMPI4, "mpirun.openmpi", func(h string) string { return h + " slots=2\n" }},
+	{mpi.MPICH, "mpiexec.hydra", func(h string) string { return h + ":2\n" }},
 }
 
 // wireReal prepares Setup (podmpi-rsh pointing to the fakeRsh recorder), a
@@ -78,7 +80,7 @@ func runReal(t *testing.T, env []string, argv ...string) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		res, err = Run(ctx, RunOptions{Argv: argv, Env: env, Stdout: out, Stderr: out, Timeout: 45 * time.Second, KillGrace: 3 * time.Second, Signals: make(chan os.Signal)})
 		cancel()
-		// MPICH 4.0.2's mpiexec.hydra occasionally dies of SIGPIPE under
+		// mpi.MPICH 4.0.2's mpiexec.hydra occasionally dies of SIGPIPE under
 		// heavy parallel load even when run from a shell (about 1 in 120
 		// runs with 6 concurrent jobs, stdin /dev/null): retry that once.
 		if err != nil || res.Signal != "SIGPIPE" {
@@ -140,7 +142,7 @@ func TestRealMPIThroughRsh(t *testing.T) {
 				t.Fatalf("rsh program never called: %v\nmpirun output:\n%s", err, out)
 			}
 			log := string(b)
-			want := map[Implementation]string{OpenMPI4: "orted", MPICH: "hydra_pmi_proxy"}[m.impl]
+			want := map[mpi.Implementation]string{mpi.OpenMPI4: "orted", mpi.MPICH: "hydra_pmi_proxy"}[m.impl]
 			if !strings.Contains(log, "127.0.0.2 ") || !strings.Contains(log, want) {
 				t.Errorf("rsh argv %q: want host 127.0.0.2 and %s", log, want)
 			}

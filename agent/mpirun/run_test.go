@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/podmpi/podmpi/mpi"
 )
 
 // syncBuffer is a goroutine-safe buffer for child output.
@@ -365,7 +367,7 @@ while IFS=: read -r host n; do
 done < "$I_MPI_HYDRA_HOST_FILE"
 echo "args: $*"
 `)
-	w := Wiring{Impl: IntelMPI, RshPath: rsh, RshDir: rshDir, Hostfile: hf, Slots: 2, Iface: "eth0", SSHPort: 2222}
+	w := Wiring{Impl: mpi.IntelMPI, RshPath: rsh, RshDir: rshDir, Hostfile: hf, Slots: 2, Iface: "eth0", SSHPort: 2222}
 	env, _ := w.Env([]string{"PATH=" + filepath.Dir(fake) + ":/usr/bin:/bin"})
 	out := &syncBuffer{}
 	res, err := Run(context.Background(), RunOptions{Argv: []string{"mpirun", "-n", "4", "./pi"}, Env: env, Stdout: out, Stderr: out, Signals: make(chan os.Signal)})

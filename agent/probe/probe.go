@@ -42,13 +42,6 @@ type Target struct {
 // String returns host:port.
 func (t Target) String() string { return net.JoinHostPort(t.Host, strconv.Itoa(t.Port)) }
 
-// Daemon sets for the remote check, one per MPI flavour.
-var (
-	DaemonsOpenMPI  = []string{"orted", "prted"}     // Open MPI 4 (ORTE) or 5 (PRRTE)
-	DaemonsMPICH    = []string{"hydra_pmi_proxy"}    // MPICH Hydra
-	DaemonsIntelMPI = []string{"hydra_bstrap_proxy"} // Intel MPI Hydra
-)
-
 // Defaults for Options.
 const (
 	DefaultParallel       = 64

@@ -22,6 +22,7 @@ import (
 
 	"github.com/podmpi/podmpi/agent/sshclient"
 	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
+	"github.com/podmpi/podmpi/mpi"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
@@ -30,6 +31,10 @@ type job struct {
 	key sshtest.Key
 	cfg sshclient.Config
 }
+
+// openMPIDaemons accepts either Open MPI major, as a launcher that knows
+// only "openmpi" would.
+var openMPIDaemons = []string{"orted", "prted"}
 
 func newJob(t testing.TB) job {
 	k := sshtest.NewKey(t)
@@ -61,7 +66,7 @@ func TestRunAllOK(t *testing.T) {
 	bin := binDir(t, "prted")
 	srv := j.worker(t, bin, 0) // only the stand-in: this machine may have a real orted in /usr/bin
 	targets := []Target{local(srv.Port), {Host: "localhost", Port: srv.Port}, local(srv.Port)}
-	res := Run(context.Background(), targets, Options{Client: j.cfg, Daemons: DaemonsOpenMPI})
+	res := Run(context.Background(), targets, Options{Client: j.cfg, Daemons: openMPIDaemons})
 	if !AllOK(res) {
 		var b bytes.Buffer
 		WriteReport(&b, res)
@@ -107,7 +112,7 @@ func TestRunClassifiesEveryPhase(t *testing.T) {
 	}
 	want := []sshclient.Phase{"", sshclient.PhaseTCPRefused, sshclient.PhaseTCPTimeout, sshclient.PhaseHandshake,
 		sshclient.PhaseHandshake, sshclient.PhaseHostKey, sshclient.PhaseAuth, sshclient.PhaseRemoteCommand, sshclient.PhaseDNS}
-	res := Run(context.Background(), targets, Options{Client: cfg, Daemons: DaemonsOpenMPI, Parallel: 4})
+	res := Run(context.Background(), targets, Options{Client: cfg, Daemons: openMPIDaemons, Parallel: 4})
 	for i, r := range res {
 		if r.Target != targets[i] {
 			t.Fatalf("result %d is for %v, want %v", i, r.Target, targets[i])
@@ -288,8 +293,8 @@ func TestCheckCommand(t *testing.T) {
 		in   []string
 		want string
 	}{
-		{DaemonsOpenMPI, `command -v 'orted' || command -v 'prted'`},
-		{DaemonsMPICH, `command -v 'hydra_pmi_proxy'`},
+		{openMPIDaemons, `command -v 'orted' || command -v 'prted'`},
+		{mpi.MPICH.Daemons(), `command -v 'hydra_pmi_proxy'`},
 		{[]string{"/opt/x y/it's"}, `command -v '/opt/x y/it'\''s'`},
 	} {
 		if got := CheckCommand(tc.in); got != tc.want {
@@ -429,7 +434,7 @@ func TestRunSSHSample(t *testing.T) {
 	j := newJob(t)
 	ok := j.worker(t, binDir(t, "orted"), 0)
 	targets := []Target{local(ok.Port), local(ok.Port), local(sshtest.FreePort(t)), local(ok.Port)}
-	res := Run(context.Background(), targets, Options{Client: j.cfg, Daemons: DaemonsOpenMPI, SSHSample: 2})
+	res := Run(context.Background(), targets, Options{Client: j.cfg, Daemons: openMPIDaemons, SSHSample: 2})
 	want := []string{CheckSSH, CheckBanner, CheckBanner, CheckSSH}
 	for i, r := range res {
 		if r.Check != want[i] {

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podmpi/podmpi/agent/worker/api"
+
 	"github.com/podmpi/podmpi/hostfile"
 )
 
@@ -37,7 +39,7 @@ type agent struct {
 	// first are raw bodies for the first requests (after failFirst), then
 	// info.
 	first []string
-	info  WorkerInfo
+	info  api.Info
 }
 
 func newAgent(t *testing.T, a *agent) *agent {
@@ -74,10 +76,10 @@ func newAgent(t *testing.T, a *agent) *agent {
 			fmt.Fprint(w, a.body)
 		default:
 			w.Header().Set("Content-Type", "application/json")
-			// A superset of WorkerInfo, as the agent serves it.
+			// A superset of api.Info, as the agent serves it.
 			json.NewEncoder(w).Encode(map[string]any{
 				"hostname": a.info.Hostname, "slots": a.info.Slots, "gpus": a.info.GPUs,
-				"version": "test", "ssh": map[string]any{"port": 2222},
+				"version": map[string]any{"version": "test"}, "ssh": map[string]any{"port": 2222},
 			})
 		}
 	}))
@@ -87,8 +89,8 @@ func newAgent(t *testing.T, a *agent) *agent {
 
 func (a *agent) addr() string { return strings.TrimPrefix(a.srv.URL, "http://") }
 
-func gpuInfo(host string, n int) WorkerInfo {
-	return WorkerInfo{Hostname: host, Slots: SlotInfo{N: n, Source: "gpu"}, GPUs: GPUInfo{Count: n, Source: "nvml"}}
+func gpuInfo(host string, n int) api.Info {
+	return api.Info{Hostname: host, Slots: api.Slots{N: n, Source: "gpu"}, GPUs: api.GPUs{Count: n, Source: "nvml"}}
 }
 
 // fastOpts points hosts at agents and keeps retries quick; hosts without an
@@ -113,9 +115,9 @@ func fastOpts(agents map[string]*agent, logBuf *bytes.Buffer) Options {
 
 func TestDecideAuto(t *testing.T) {
 	t.Parallel()
-	flaky := newAgent(t, &agent{failFirst: 2, info: WorkerInfo{Hostname: "tj-node-0-0", Slots: SlotInfo{N: 4, Source: "gpu"}, GPUs: GPUInfo{Count: 4, Source: "nvml"}}})
+	flaky := newAgent(t, &agent{failFirst: 2, info: api.Info{Hostname: "tj-node-0-0", Slots: api.Slots{N: 4, Source: "gpu"}, GPUs: api.GPUs{Count: 4, Source: "nvml"}}})
 	gpus8 := newAgent(t, &agent{info: gpuInfo("tj-node-0-2", 8)})
-	cpu := newAgent(t, &agent{info: WorkerInfo{Hostname: "tj-node-0-3", Slots: SlotInfo{N: 1, Source: "default"}, GPUs: GPUInfo{Source: "none", Reason: "libnvidia-ml.so.1 not found"}}})
+	cpu := newAgent(t, &agent{info: api.Info{Hostname: "tj-node-0-3", Slots: api.Slots{N: 1, Source: "default"}, GPUs: api.GPUs{Source: "none", Reason: "libnvidia-ml.so.1 not found"}}})
 	agents := map[string]*agent{"tj-node-0-0.tj": flaky, "tj-node-0-2.tj": gpus8, "tj-node-0-3.tj": cpu, "tj-node-0-4.tj": cpu}
 	hosts := []hostfile.Host{
 		{Name: "tj-node-0-0.tj", Slots: 4},
@@ -496,7 +498,7 @@ func TestDecideSelf(t *testing.T) {
 		t.Errorf("self without count: %+v, %v", ds[0], err)
 	}
 
-	opts.LocalInfo = func(context.Context) (WorkerInfo, error) { return gpuInfo("launcher", 4), nil }
+	opts.LocalInfo = func(context.Context) (api.Info, error) { return gpuInfo("launcher", 4), nil }
 	_, ds, err = Decide(context.Background(), hosts, nil, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -561,30 +563,6 @@ func TestDecidePanicReachesCaller(t *testing.T) {
 	}()
 	if s, _ := got.(string); !strings.Contains(s, "boom in the transport") || !strings.Contains(s, "slots goroutine") {
 		t.Fatalf("recovered %v", got)
-	}
-}
-
-func TestDecodeInfoSuperset(t *testing.T) {
-	t.Parallel()
-	body := `{"hostname":"tj-node-0-1","slots":{"n":2,"source":"gpu","reason":""},"gpus":{"count":8,"source":"nvml","reason":"","devices":[{"uuid":"GPU-1"}]},"version":"v1"}`
-	info, err := DecodeInfo(strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := WorkerInfo{Hostname: "tj-node-0-1", Slots: SlotInfo{N: 2, Source: "gpu"}, GPUs: GPUInfo{Count: 8, Source: "nvml"}}
-	if info != want {
-		t.Errorf("%+v", info)
-	}
-	for body, notDecided := range map[string]bool{
-		`{"slots":{"n":0}}`: true,
-		`{"slots":{"n":0,"source":"","reason":"gpu detection in progress"}}`: true,
-		`{"slots":{"n":0,"source":"","reason":"nvml: init failed"}}`:         false,
-		`{"slots":{"n":0,"source":"gpu"}}`:                                   false,
-	} {
-		_, err := DecodeInfo(strings.NewReader(body))
-		if err == nil || errors.Is(err, ErrNotDecided) != notDecided {
-			t.Errorf("DecodeInfo(%s) = %v, want not-decided %v", body, err, notDecided)
-		}
 	}
 }
 

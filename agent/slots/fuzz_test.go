@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podmpi/podmpi/agent/worker/api"
+
 	"github.com/podmpi/podmpi/hostfile"
 )
 
@@ -54,7 +56,7 @@ func FuzzDecodeInfo(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
-		info, err := DecodeInfo(strings.NewReader(body))
+		info, err := api.DecodeInfo(strings.NewReader(body))
 		if err != nil {
 			return
 		}

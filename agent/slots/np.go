@@ -1,33 +1,17 @@
 package slots
 
 import (
-	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/podmpi/podmpi/mpi"
 )
 
-// mpiLaunchers are the command names (after any directory, and before an
-// optional ".suffix" such as mpirun.openmpi or mpiexec.hydra) of the MPI
-// launchers whose options CommandHasNP understands: Open MPI 4 (mpirun,
-// mpiexec, orterun), Open MPI 5 / PRRTE (prterun), and Hydra (MPICH and Intel
-// MPI mpiexec / mpirun).
-var mpiLaunchers = []string{"mpirun", "mpiexec", "orterun", "prterun"}
-
-// IsMPIRun reports whether argv runs an MPI launcher directly: argv[0] is
-// mpirun, mpiexec, orterun or prterun, possibly with a directory and a
-// ".suffix" (/usr/bin/mpirun.openmpi, mpiexec.hydra). A command run through a
-// shell ("bash -c 'mpirun ...'") or a wrapper (env, time) is not.
+// IsMPIRun reports whether argv runs an MPI launcher directly (see
+// mpi.IsLauncher): a command run through a shell ("bash -c 'mpirun ...'")
+// or a wrapper (env, time) is not.
 func IsMPIRun(argv []string) bool {
-	if len(argv) == 0 {
-		return false
-	}
-	base := filepath.Base(argv[0])
-	for _, n := range mpiLaunchers {
-		if base == n || (strings.HasPrefix(base, n+".") && len(base) > len(n)+1) {
-			return true
-		}
-	}
-	return false
+	return len(argv) > 0 && mpi.IsLauncher(argv[0])
 }
 
 // option kinds for the launcher option table.

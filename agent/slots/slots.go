@@ -42,7 +42,6 @@ package slots
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -61,41 +60,9 @@ import (
 	"github.com/hashicorp/go-retryablehttp"
 
 	"github.com/podmpi/podmpi/agent/probe"
+	"github.com/podmpi/podmpi/agent/worker/api"
 	"github.com/podmpi/podmpi/hostfile"
 )
-
-// WorkerInfo is the part of worker-agent's /info that the launcher reads. The
-// agent serves a superset with these JSON keys.
-type WorkerInfo struct {
-	Hostname string   `json:"hostname"`
-	Slots    SlotInfo `json:"slots"`
-	GPUs     GPUInfo  `json:"gpus"`
-}
-
-// SlotInfo is the agent's slot decision.
-type SlotInfo struct {
-	// N is the number of slots the agent offers (>= 1); 0 while the agent
-	// has not decided yet (GPU detection in progress) or could not decide.
-	N int `json:"n"`
-	// Source is how N was found: "gpu", "cpu", "fixed" or "default"; ""
-	// while N is 0.
-	Source string `json:"source"`
-	// Reason explains a fallback, e.g. why no GPU was counted, or why N is 0.
-	Reason string `json:"reason,omitempty"`
-}
-
-// GPUInfo is the agent's GPU inventory.
-type GPUInfo struct {
-	// Count is the number of GPUs the agent sees.
-	Count int `json:"count"`
-	// Source is "nvml" or "none".
-	Source string `json:"source"`
-	// Reason says why no GPU was found, when Source is "none".
-	Reason string `json:"reason,omitempty"`
-}
-
-// maxInfoBytes bounds the /info body read.
-const maxInfoBytes = 1 << 20
 
 // Defaults of Options.
 const (
@@ -152,7 +119,7 @@ type Options struct {
 	// DefaultSlots without a warning.
 	Self string
 	// LocalInfo returns the launcher pod's own info for Self.
-	LocalInfo func(ctx context.Context) (WorkerInfo, error)
+	LocalInfo func(ctx context.Context) (api.Info, error)
 	// ProgressEvery is how often, while agents are still awaited, one Info
 	// line names them; default 5s.
 	ProgressEvery time.Duration
@@ -181,7 +148,7 @@ type Decision struct {
 	// the agent disagree, or the agent gave no count.
 	Warning string
 	// Info is the agent's answer, when it gave one.
-	Info *WorkerInfo
+	Info *api.Info
 	// Err is why the agent's answer is missing, if it was asked.
 	Err error
 	// Asked is whether the agent was asked (false for --slots N, for the
@@ -221,10 +188,6 @@ func (e *UnknownError) Names() []string {
 	}
 	return out
 }
-
-// ErrNotDecided is wrapped by DecodeInfo's error for an answer with
-// slots.n=0 from an agent still detecting its GPUs: ask again later.
-var ErrNotDecided = errors.New("worker-agent has not decided its slots yet")
 
 // ParseMode parses --slots: "auto" (or "") gives 0, a positive integer gives
 // itself.
@@ -386,7 +349,7 @@ func (o Options) decideSelf(ctx context.Context, h hostfile.Host) Decision {
 	if o.LocalInfo != nil {
 		info, err := o.LocalInfo(ctx)
 		if err == nil {
-			err = info.validate()
+			err = info.SlotsError()
 		}
 		if err == nil {
 			return o.apply(d, h, info)
@@ -406,7 +369,7 @@ func (o Options) decideSelf(ctx context.Context, h hostfile.Host) Decision {
 }
 
 // apply turns an agent's valid answer into the decision.
-func (o Options) apply(d Decision, h hostfile.Host, info WorkerInfo) Decision {
+func (o Options) apply(d Decision, h hostfile.Host, info api.Info) Decision {
 	d.Info = &info
 	d.Err = nil
 	// An agent that found no GPU and was given no count answers a default
@@ -554,7 +517,7 @@ func listNames(names []string, maxNames int) string {
 // final one (404, garbage, a failed GPU detection), or ctx ends. Each
 // attempt holds a place in slots. It returns the answer, the number of
 // attempts and, without an answer, the last cause.
-func (o Options) ask(ctx context.Context, host, addr string, slots chan struct{}, log *slog.Logger) (WorkerInfo, int, error) {
+func (o Options) ask(ctx context.Context, host, addr string, slots chan struct{}, log *slog.Logger) (api.Info, int, error) {
 	url := "http://" + addr + "/info"
 	wait := o.RetryWait
 	var last error
@@ -562,11 +525,11 @@ func (o Options) ask(ctx context.Context, host, addr string, slots chan struct{}
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
-			return WorkerInfo{}, n - 1, o.gaveUp(url, n-1, last)
+			return api.Info{}, n - 1, o.gaveUp(url, n-1, last)
 		}
 		if ctx.Err() != nil { // a place freed just as the deadline passed
 			<-slots
-			return WorkerInfo{}, n - 1, o.gaveUp(url, n-1, last)
+			return api.Info{}, n - 1, o.gaveUp(url, n-1, last)
 		}
 		info, retry, err := o.attempt(ctx, url)
 		<-slots
@@ -576,20 +539,20 @@ func (o Options) ask(ctx context.Context, host, addr string, slots chan struct{}
 		last = err
 		if !retry || ctx.Err() != nil {
 			if ctx.Err() != nil {
-				return WorkerInfo{}, n, o.gaveUp(url, n, last)
+				return api.Info{}, n, o.gaveUp(url, n, last)
 			}
-			return WorkerInfo{}, n, fmt.Errorf("GET %s: %w", url, err)
+			return api.Info{}, n, fmt.Errorf("GET %s: %w", url, err)
 		}
 		d := jitter(wait)
 		if dl, ok := ctx.Deadline(); ok && time.Now().Add(d).After(dl) {
-			return WorkerInfo{}, n, o.gaveUp(url, n, last)
+			return api.Info{}, n, o.gaveUp(url, n, last)
 		}
 		log.Debug("retrying worker-agent /info", "host", host, "url", url, "cause", err.Error(), "attempt", n, "in", d.Round(time.Millisecond))
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return WorkerInfo{}, n, o.gaveUp(url, n, last)
+			return api.Info{}, n, o.gaveUp(url, n, last)
 		case <-t.C:
 		}
 		wait = min(2*wait, o.MaxRetryWait)
@@ -605,18 +568,18 @@ func (o Options) gaveUp(url string, attempts int, last error) error {
 }
 
 // attempt makes one request. retry says whether asking again may help.
-func (o Options) attempt(ctx context.Context, url string) (info WorkerInfo, retry bool, err error) {
+func (o Options) attempt(ctx context.Context, url string) (info api.Info, retry bool, err error) {
 	actx, cancel := context.WithTimeout(ctx, o.AttemptTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(actx, http.MethodGet, url, nil)
 	if err != nil {
-		return WorkerInfo{}, false, fmt.Errorf("building the request: %w", err)
+		return api.Info{}, false, fmt.Errorf("building the request: %w", err)
 	}
 	req.Header.Set("Accept", "application/json")
 	resp, err := o.HTTPClient.Do(req)
 	if err != nil {
 		retry, _ := shouldRetry(ctx, nil, err)
-		return WorkerInfo{}, retry, errors.New(describe(nil, err))
+		return api.Info{}, retry, errors.New(describe(nil, err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -625,48 +588,13 @@ func (o Options) attempt(ctx context.Context, url string) (info WorkerInfo, retr
 		if resp.StatusCode == http.StatusNotFound {
 			hint = " (is this a worker-agent? an older one may lack /info)"
 		}
-		return WorkerInfo{}, retry, fmt.Errorf("HTTP %s%s", resp.Status, hint)
+		return api.Info{}, retry, fmt.Errorf("HTTP %s%s", resp.Status, hint)
 	}
-	info, err = DecodeInfo(io.LimitReader(resp.Body, maxInfoBytes))
+	info, err = api.DecodeInfo(io.LimitReader(resp.Body, api.MaxInfoBytes))
 	if err != nil {
-		return WorkerInfo{}, errors.Is(err, ErrNotDecided), err
+		return api.Info{}, errors.Is(err, api.ErrNotDecided), err
 	}
 	return info, false, nil
-}
-
-// DecodeInfo parses and checks a /info body: slots.n must be in
-// 1..hostfile.MaxSlots and gpus.count must not be negative. Unknown keys are
-// ignored (the agent serves a superset). An agent still detecting its GPUs
-// answers slots.n=0 with no source: the error then wraps ErrNotDecided. An
-// agent whose detection failed answers slots.n=0 with the failure as the
-// reason: that error is final.
-func DecodeInfo(r io.Reader) (WorkerInfo, error) {
-	var info WorkerInfo
-	dec := json.NewDecoder(r)
-	if err := dec.Decode(&info); err != nil {
-		return WorkerInfo{}, fmt.Errorf("decoding worker-agent /info: %w", err)
-	}
-	return info, info.validate()
-}
-
-func (info WorkerInfo) validate() error {
-	if info.Slots.N == 0 && info.Slots.Source == "" {
-		reason := strings.TrimSpace(info.Slots.Reason)
-		if reason == "" || strings.Contains(reason, "in progress") {
-			if reason == "" {
-				reason = "no reason given"
-			}
-			return fmt.Errorf("%w (slots.n=0: %s)", ErrNotDecided, reason)
-		}
-		return fmt.Errorf("worker-agent could not decide its slots (slots.n=0): %s", reason)
-	}
-	if info.Slots.N < 1 || info.Slots.N > hostfile.MaxSlots {
-		return fmt.Errorf("worker-agent /info reports slots.n=%d, want 1..%d", info.Slots.N, hostfile.MaxSlots)
-	}
-	if info.GPUs.Count < 0 {
-		return fmt.Errorf("worker-agent /info reports gpus.count=%d", info.GPUs.Count)
-	}
-	return nil
 }
 
 // shouldRetry is go-retryablehttp's default policy (connection errors, 429,

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podmpi/podmpi/agent/worker/api"
+
 	"github.com/podmpi/podmpi/agent/slots"
 	"github.com/podmpi/podmpi/agent/worker"
 	"github.com/podmpi/podmpi/gpu"
@@ -119,13 +121,13 @@ func TestDecideRealAgentDetectionFailed(t *testing.T) {
 	}
 }
 
-func get(addr string) (slots.WorkerInfo, error) {
+func get(addr string) (api.Info, error) {
 	resp, err := http.Get("http://" + addr + "/info")
 	if err != nil {
-		return slots.WorkerInfo{}, err
+		return api.Info{}, err
 	}
 	defer resp.Body.Close()
-	var info slots.WorkerInfo
-	info, err = slots.DecodeInfo(resp.Body)
+	var info api.Info
+	info, err = api.DecodeInfo(resp.Body)
 	return info, err
 }

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podmpi/podmpi/agent/worker/api"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -301,21 +303,23 @@ func TestInfoShape(t *testing.T) {
 	}
 	assertKeys(t, "device", dev[0], "index", "uuid", "model", "memoryBytes", "mig")
 
-	var info Info
+	var info api.Info
 	if err := json.Unmarshal([]byte(body), &info); err != nil {
 		t.Fatal(err)
 	}
 	_, port, _ := net.SplitHostPort(ssh.Addr().String())
-	want := Info{
+	want := api.Info{
 		Hostname: "tj-node-0-1",
-		Slots:    SlotsInfo{N: 2, Source: "gpu", Reason: "one slot per usable GPU: 2"},
-		GPUs:     GPUsInfo{Count: 2, Source: "nvml", Devices: twoGPUs().Devices},
-		Daemons: DaemonPaths{
-			Orted:         filepath.Join(bin, "orted"),
-			HydraPMIProxy: filepath.Join(bin2, "hydra_pmi_proxy"),
+		Slots:    api.Slots{N: 2, Source: "gpu", Reason: "one slot per usable GPU: 2"},
+		GPUs:     api.GPUs{Count: 2, Source: "nvml", Devices: devices(twoGPUs().Devices)},
+		Daemons: map[string]string{
+			"orted":              filepath.Join(bin, "orted"),
+			"prted":              "",
+			"hydra_pmi_proxy":    filepath.Join(bin2, "hydra_pmi_proxy"),
+			"hydra_bstrap_proxy": "",
 		},
 		UID: 1000680000, GID: 0, AuthDir: "/home/mpiuser/.ssh",
-		HostKey:    HostKeyInfo{Fingerprint: "SHA256:abc", DerivedFingerprint: "SHA256:ed", Pinned: true},
+		HostKey:    api.HostKey{Fingerprint: "SHA256:abc", DerivedFingerprint: "SHA256:ed", Pinned: true},
 		SSHAddress: ":" + port,
 		Version:    version.Info{Version: "v0.0.0-test", Commit: "abc123", GoVersion: "go1.26", Platform: "linux/amd64"},
 	}

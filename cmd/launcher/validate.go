@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/podmpi/podmpi/agent/cli"
-	"github.com/podmpi/podmpi/agent/mpirun"
+	"github.com/podmpi/podmpi/mpi"
 	"github.com/podmpi/podmpi/agent/slots"
 	"github.com/podmpi/podmpi/hostfile"
 )
@@ -50,7 +50,7 @@ func (o *options) validate() error {
 		o.slots = "auto" // "", "AUTO", " auto " mean auto; the rest of the code compares with "auto"
 	}
 	intIn("worker.web-port", o.webPort, 1, 65535)
-	if _, _, err := mpirun.ParseImplementation(o.impl); err != nil {
+	if _, _, err := mpi.ParseImplementation(o.impl); err != nil {
 		bad("mpi.implementation", strconv.Quote(o.impl), "auto, openmpi, openmpi4, openmpi5, mpich or intelmpi")
 	}
 	intIn("ssh.port", o.sshPort, 1, 65535)
