@@ -14,6 +14,7 @@ import (
 	"github.com/podmpi/podmpi/agent/discovery"
 	"github.com/podmpi/podmpi/agent/exitcode"
 	"github.com/podmpi/podmpi/agent/mpirun"
+	"github.com/podmpi/podmpi/agent/rsh"
 	"github.com/podmpi/podmpi/agent/slots"
 )
 
@@ -43,7 +44,7 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 		}
 		self = exe
 	}
-	rshPath, rshDir, cleanup, err := mpirun.Setup(self, cfg.TempDir)
+	rshPath, rshDir, cleanup, err := rsh.Setup(self, cfg.TempDir)
 	if err != nil {
 		return exitcode.Config, &Failure{Phase: PhaseMPIRun, Code: exitcode.Config, Err: err,
 			Hint: "the launcher needs a writable temp dir (TMPDIR, an emptyDir under readOnlyRootFilesystem)"}
@@ -51,14 +52,15 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 	defer cleanup()
 
 	w := mpirun.Wiring{
-		Impl:        p.Impl,
-		RshPath:     rshPath,
-		RshDir:      rshDir,
-		Hostfile:    p.Hostfile,
-		Slots:       firstSlots(p),
-		Root:        os.Getuid() == 0,
-		SSHPort:     cfg.SSHPort,
-		AuthDir:     cfg.AuthDir,
+		Impl:     p.Impl,
+		RshPath:  rshPath,
+		RshDir:   rshDir,
+		Hostfile: p.Hostfile,
+		Slots:    firstSlots(p),
+		Root:     os.Getuid() == 0,
+		Rsh: rsh.Settings{
+			AuthDir: cfg.AuthDir, Port: cfg.SSHPort, User: cfg.SSHUser, Insecure: cfg.InsecureIgnoreHostKey,
+		},
 		NoTreeSpawn: cfg.NoTreeSpawn,
 	}
 	if name, cidr, addr, multi, err := mpirun.PodInterface(); err == nil {
@@ -98,12 +100,6 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 	}
 	if home != "" {
 		l.log.Info("HOME is not set (a UID without a passwd entry?); giving mpirun a private one, as Open MPI crashes without it", "HOME", home)
-	}
-	if cfg.SSHUser != "" {
-		env = append(env, "PODMPI_SSH_USER="+cfg.SSHUser)
-	}
-	if cfg.InsecureIgnoreHostKey {
-		env = append(env, "PODMPI_SSH_INSECURE_IGNORE_HOST_KEY=true")
 	}
 
 	argv := cfg.Command

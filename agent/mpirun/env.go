@@ -10,23 +10,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/podmpi/podmpi/agent/rsh"
 	"github.com/podmpi/podmpi/mpi"
 )
-
-// RshName is the file name of the rsh program Setup creates. The launcher
-// binary acts as the rsh client when started under this name.
-const RshName = "podmpi-rsh"
-
-// Environment variables read by podmpi-rsh (the launcher started as
-// RshName). Env always sets them from Wiring: they carry the launcher's own
-// flag values, so they replace whatever the environment held.
-const (
-	EnvSSHPort    = "PODMPI_SSH_PORT"
-	EnvSSHAuthDir = "PODMPI_SSH_AUTH_DIR"
-)
-
-// DefaultPath is the PATH assumed when the environment has none.
-const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // Wiring describes what the launcher prepared for mpirun; Env turns it into
 // the environment of the user's unchanged mpirun command.
@@ -67,12 +53,9 @@ type Wiring struct {
 	// Root is true when the launcher runs as uid 0: Open MPI then needs the
 	// allow-run-as-root variables.
 	Root bool
-	// SSHPort is the worker-agent SSH port, passed to podmpi-rsh as
-	// PODMPI_SSH_PORT; 0 sets nothing.
-	SSHPort int
-	// AuthDir is the SSH auth directory, passed to podmpi-rsh as
-	// PODMPI_SSH_AUTH_DIR; "" sets nothing.
-	AuthDir string
+	// Rsh are the launcher's own SSH settings (auth dir, port, user,
+	// host-key checking), passed to podmpi-rsh in its environment variables.
+	Rsh rsh.Settings
 	// NoTreeSpawn sets Open MPI's plm no_tree_spawn. Off by default, keeping
 	// Open MPI's own default (tree spawn beyond routed_radix=64 daemons, where
 	// orteds on workers start other workers' daemons through the rsh agent;
@@ -134,7 +117,7 @@ type param struct {
 // "ssh : rsh" (Open MPI's own default) keep the daemons alive and make tree
 // spawn work wherever the workers can reach each other.
 func (w Wiring) rshAgent() string {
-	return w.RshPath + " : " + RshName + " : ssh : rsh"
+	return w.RshPath + " : " + rsh.Name + " : ssh : rsh"
 }
 
 func keepFQDNNote(name, v string) string {
@@ -214,9 +197,9 @@ func (w Wiring) params() []param {
 // PRRTE would otherwise prefer podmpi's value to the user's. Variables with an
 // empty value count as unset.
 //
-// The exceptions are PATH, which always gets RshDir prepended, and
-// PODMPI_SSH_PORT / PODMPI_SSH_AUTH_DIR, which carry the launcher's own
-// settings to podmpi-rsh and so replace older values.
+// The exceptions are PATH, which always gets RshDir prepended, and the
+// variables of Rsh (PODMPI_SSH_PORT, PODMPI_SSH_AUTH_DIR, ...), which carry
+// the launcher's own settings to podmpi-rsh and so replace older values.
 //
 // Report-only entries (Value "") flag environment that has no effect:
 // mpi-operator's misspelled HYDRA_LAUNCH_EXTRA_ARGS under MPICH, and a Hydra
@@ -284,21 +267,12 @@ func (w Wiring) Env(base []string) (env []string, report []Setting) {
 		}
 	}
 
-	if w.SSHPort > 0 {
-		v := strconv.Itoa(w.SSHPort)
-		setVar(EnvSSHPort, v)
-		report = append(report, Setting{Name: EnvSSHPort, Value: v})
-	}
-	if w.AuthDir != "" {
-		setVar(EnvSSHAuthDir, w.AuthDir)
-		report = append(report, Setting{Name: EnvSSHAuthDir, Value: w.AuthDir})
+	for _, kv := range w.Rsh.Env() {
+		setVar(kv[0], kv[1])
+		report = append(report, Setting{Name: kv[0], Value: kv[1]})
 	}
 	if w.RshDir != "" {
-		p := user["PATH"]
-		if p == "" {
-			p = DefaultPath
-		}
-		v := w.RshDir + string(os.PathListSeparator) + p
+		v := rsh.PrependPath(w.RshDir, user["PATH"])
 		setVar("PATH", v)
 		report = append(report, Setting{Name: "PATH", Value: v})
 	}
@@ -331,51 +305,6 @@ func hydraNoIfaceNote(name, addr string) string {
 		n += " or add -localhost " + addr + " to the mpiexec command"
 	}
 	return n
-}
-
-// unsafePathChars are characters that break the rsh path inside MPI
-// parameters: Open MPI splits the agent on ':' and spaces; shells and the
-// quoted command strings break on quotes and '$'.
-const unsafePathChars = " \t\r\n:;\"'`$\\"
-
-// Setup creates a private directory <tmpDir>/podmpi-XXXX (mode 0700) holding
-// a symlink podmpi-rsh pointing to self (the launcher binary, usually
-// os.Executable()). tmpDir "" means os.TempDir(). It returns the symlink's
-// absolute path, its directory, and a cleanup that removes both.
-func Setup(self, tmpDir string) (rshPath, rshDir string, cleanup func(), err error) {
-	if !filepath.IsAbs(self) {
-		return "", "", nil, fmt.Errorf("setting up %s: launcher path %q is not absolute", RshName, self)
-	}
-	if fi, err := os.Stat(self); err != nil {
-		return "", "", nil, fmt.Errorf("setting up %s: launcher binary: %w", RshName, err)
-	} else if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
-		return "", "", nil, fmt.Errorf("setting up %s: launcher binary %s is not an executable file (mode %s)", RshName, self, fi.Mode())
-	}
-	if tmpDir == "" {
-		tmpDir = os.TempDir()
-	}
-	tmpDir, err = filepath.Abs(tmpDir)
-	if err != nil {
-		return "", "", nil, fmt.Errorf("setting up %s: temp dir: %w", RshName, err)
-	}
-	if strings.ContainsAny(tmpDir, unsafePathChars) {
-		return "", "", nil, fmt.Errorf("setting up %s: temp dir %q contains a space, ':' or quote, which MPI parameters cannot carry; set TMPDIR to a plain path such as /tmp", RshName, tmpDir)
-	}
-	dir, err := os.MkdirTemp(tmpDir, "podmpi-")
-	if err != nil {
-		return "", "", nil, fmt.Errorf("setting up %s: creating a private dir in %s (is it writable? with readOnlyRootFilesystem mount an emptyDir there): %w", RshName, tmpDir, err)
-	}
-	cleanup = func() { _ = os.RemoveAll(dir) }
-	if err := os.Chmod(dir, 0o700); err != nil {
-		cleanup()
-		return "", "", nil, fmt.Errorf("setting up %s: chmod %s: %w", RshName, dir, err)
-	}
-	p := filepath.Join(dir, RshName)
-	if err := os.Symlink(self, p); err != nil {
-		cleanup()
-		return "", "", nil, fmt.Errorf("setting up %s: symlink %s -> %s: %w", RshName, p, self, err)
-	}
-	return p, dir, cleanup, nil
 }
 
 // HostfileVars are every variable through which an MPI reads its default

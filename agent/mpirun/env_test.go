@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podmpi/podmpi/agent/rsh"
+
 	"github.com/podmpi/podmpi/mpi"
 
 	"github.com/podmpi/podmpi/hostfile"
@@ -29,8 +31,7 @@ func baseWiring(impl mpi.Implementation) Wiring {
 		IfaceCIDR: "10.250.0.0/24",
 		LocalAddr: "10.250.0.10",
 		Root:      true,
-		SSHPort:   2222,
-		AuthDir:   "/etc/mpi-ssh",
+		Rsh:       rsh.Settings{Port: 2222, AuthDir: "/etc/mpi-ssh"},
 	}
 }
 
@@ -321,7 +322,7 @@ func TestEnvIntelReference(t *testing.T) {
 		"I_MPI_PERHOST":                         "2",
 		"I_MPI_HYDRA_IFACE":                     "eth0",
 		"I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS": "-o ConnectionAttempts=10", // mpi-operator's, untouched
-		"PATH":                                  "/tmp/podmpi-123:" + DefaultPath,
+		"PATH":                                  "/tmp/podmpi-123:" + rsh.DefaultPath,
 	}
 	for k, v := range want {
 		if m[k] != v {
@@ -372,46 +373,6 @@ func TestEnvNoTreeSpawnAndZeroes(t *testing.T) {
 	}
 	if m["PATH"] != "/bin" {
 		t.Errorf("PATH changed without RshDir: %q", m["PATH"])
-	}
-}
-
-func TestSetup(t *testing.T) {
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmp := t.TempDir()
-	rsh, dir, cleanup, err := Setup(self, tmp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if filepath.Dir(rsh) != dir || filepath.Base(rsh) != RshName || !strings.HasPrefix(dir, tmp+"/podmpi-") {
-		t.Errorf("Setup = %q, %q", rsh, dir)
-	}
-	fi, err := os.Stat(dir)
-	if err != nil || fi.Mode().Perm() != 0o700 {
-		t.Errorf("dir mode %v, %v", fi.Mode(), err)
-	}
-	if target, err := os.Readlink(rsh); err != nil || target != self {
-		t.Errorf("symlink -> %q, %v", target, err)
-	}
-	cleanup()
-	if _, err := os.Stat(dir); !os.IsNotExist(err) {
-		t.Errorf("cleanup left %s: %v", dir, err)
-	}
-
-	for _, c := range []struct{ self, tmp, want string }{
-		{"relative/launcher", tmp, "not absolute"},
-		{"/nonexistent/launcher", tmp, "no such file"},
-		{self, filepath.Join(tmp, "with space"), "space"},
-		{self, filepath.Join(tmp, "missing"), "creating a private dir"},
-	} {
-		if c.want == "space" {
-			_ = os.Mkdir(c.tmp, 0o755)
-		}
-		if _, _, _, err := Setup(c.self, c.tmp); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("Setup(%q, %q) err = %v, want %q", c.self, c.tmp, err, c.want)
-		}
 	}
 }
 

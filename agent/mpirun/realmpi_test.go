@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podmpi/podmpi/agent/rsh"
+
 	"github.com/podmpi/podmpi/mpi"
 )
 
@@ -49,7 +51,7 @@ func wireReal(t *testing.T, m realMPI, host string) (env []string, rshLog string
 	}
 	dir := t.TempDir()
 	rec := writeScript(t, dir, "fake-rsh", fakeRsh)
-	rsh, rshDir, cleanup, err := Setup(rec, dir)
+	rshPath, rshDir, cleanup, err := rsh.Setup(rec, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,9 +64,9 @@ func wireReal(t *testing.T, m realMPI, host string) (env []string, rshLog string
 	if err != nil {
 		t.Skipf("no pod interface: %v", err)
 	}
-	w := Wiring{Impl: m.impl, RshPath: rsh, RshDir: rshDir, Hostfile: hf, Slots: 2,
+	w := Wiring{Impl: m.impl, RshPath: rshPath, RshDir: rshDir, Hostfile: hf, Slots: 2,
 		Iface: name, IfaceCIDR: cidr, LocalAddr: addr, MultiNIC: true, // exercise if_include too
-		Root: os.Geteuid() == 0, SSHPort: 2222, AuthDir: dir}
+		Root: os.Geteuid() == 0, Rsh: rsh.Settings{Port: 2222, AuthDir: dir}}
 	rshLog = filepath.Join(dir, "rsh.log")
 	env, _ = w.Env(append(os.Environ(), "PODMPI_TEST_RSH_LOG="+rshLog))
 	return env, rshLog

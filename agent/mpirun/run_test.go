@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podmpi/podmpi/agent/rsh"
+
 	"github.com/podmpi/podmpi/mpi"
 )
 
@@ -348,7 +350,7 @@ func TestIntelWiringFakeHydra(t *testing.T) {
 	dir := t.TempDir()
 	record := filepath.Join(dir, "rsh.log")
 	recorder := writeScript(t, dir, "recorder", `printf '%s\n' "$*" >> `+record+"\n")
-	rsh, rshDir, cleanup, err := Setup(recorder, dir)
+	rshPath, rshDir, cleanup, err := rsh.Setup(recorder, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,7 +369,7 @@ while IFS=: read -r host n; do
 done < "$I_MPI_HYDRA_HOST_FILE"
 echo "args: $*"
 `)
-	w := Wiring{Impl: mpi.IntelMPI, RshPath: rsh, RshDir: rshDir, Hostfile: hf, Slots: 2, Iface: "eth0", SSHPort: 2222}
+	w := Wiring{Impl: mpi.IntelMPI, RshPath: rshPath, RshDir: rshDir, Hostfile: hf, Slots: 2, Iface: "eth0", Rsh: rsh.Settings{Port: 2222}}
 	env, _ := w.Env([]string{"PATH=" + filepath.Dir(fake) + ":/usr/bin:/bin"})
 	out := &syncBuffer{}
 	res, err := Run(context.Background(), RunOptions{Argv: []string{"mpirun", "-n", "4", "./pi"}, Env: env, Stdout: out, Stderr: out, Signals: make(chan os.Signal)})

@@ -1,12 +1,7 @@
 package worker
 
 import (
-	"errors"
-	"os"
-	"path/filepath"
-
-	"golang.org/x/sys/unix"
-
+	"github.com/podmpi/podmpi/agent/execpath"
 	"github.com/podmpi/podmpi/agent/worker/api"
 	"github.com/podmpi/podmpi/gpu"
 	"github.com/podmpi/podmpi/mpi"
@@ -53,7 +48,7 @@ func (w *Worker) Info() api.Info {
 func LookupDaemons(path string) map[string]string {
 	out := make(map[string]string)
 	for _, d := range mpi.AllDaemons() {
-		out[d] = LookPath(d, path)
+		out[d] = execpath.Look(d, path)
 	}
 	return out
 }
@@ -65,51 +60,4 @@ func devices(ds []gpu.Device) []api.Device {
 		out[i] = api.Device(d)
 	}
 	return out
-}
-
-// LookPath searches the colon-separated path for an executable named file,
-// with os/exec.LookPath's rules on Unix, and returns its path, or "" when it
-// is not found. Like LookPath since Go 1.19, a match found through an empty
-// or relative PATH entry is not returned (it would depend on the session's
-// working directory). The lookup uses this process's effective uid and gid,
-// which the SSH sessions share.
-func LookPath(file, path string) string {
-	if file == "" || filepath.Base(file) != file {
-		return ""
-	}
-	for _, dir := range filepath.SplitList(path) {
-		if dir == "" {
-			dir = "."
-		}
-		p := filepath.Join(dir, file)
-		if !filepath.IsAbs(p) {
-			continue
-		}
-		if isExecutable(p) {
-			return p
-		}
-	}
-	return ""
-}
-
-// isExecutable mirrors os/exec's findExecutable on Linux.
-func isExecutable(p string) bool {
-	st, err := os.Stat(p)
-	if err != nil {
-		return false
-	}
-	m := st.Mode()
-	if m.IsDir() {
-		return false
-	}
-	err = unix.Faccessat(unix.AT_FDCWD, p, unix.X_OK, unix.AT_EACCESS)
-	if err == nil {
-		return true
-	}
-	// Where faccessat2 is unavailable or blocked by seccomp, fall back to
-	// the mode bits, as os/exec does.
-	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
-		return m&0o111 != 0
-	}
-	return false
 }

@@ -30,26 +30,12 @@ import (
 )
 
 func main() {
-	if isRsh(os.Args) {
+	if rsh.Invoked(os.Args) {
 		// Before anything opens a file: what mpirun's other children left
 		// open is not ours to keep (see rsh.CloseInheritedFDs).
 		_, _ = rsh.CloseInheritedFDs()
 	}
 	os.Exit(int(run(context.Background(), os.Args, os.Stdin, os.Stdout, os.Stderr)))
-}
-
-// isRsh reports whether args start the ssh-compatible client: mpirun calls
-// us by the name of the symlink the launcher made (podmpi-rsh), or as ssh
-// when an image links us there, or as `launcher rsh`.
-func isRsh(args []string) bool {
-	if len(args) == 0 {
-		return false
-	}
-	switch filepath.Base(args[0]) {
-	case "podmpi-rsh", "ssh":
-		return true
-	}
-	return len(args) > 1 && args[1] == "rsh"
 }
 
 // run is main without os.Exit, for tests. A panic anywhere in the
@@ -63,7 +49,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			code = o.internalPanic(r, debug.Stack())
 		}
 	}()
-	if len(args) > 0 && isRsh(args[:1]) {
+	if len(args) > 0 && rsh.IsName(args[0]) {
 		return exitcode.Code(rsh.Main(ctx, args[1:], os.LookupEnv, stdin, stdout, stderr))
 	}
 	root := newRootCmd(o)

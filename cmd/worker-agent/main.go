@@ -23,7 +23,6 @@ import (
 
 	"github.com/podmpi/podmpi/agent/cli"
 	"github.com/podmpi/podmpi/agent/exitcode"
-	"github.com/podmpi/podmpi/agent/mpirun"
 	"github.com/podmpi/podmpi/agent/rsh"
 	"github.com/podmpi/podmpi/agent/version"
 	"github.com/podmpi/podmpi/agent/worker"
@@ -38,14 +37,19 @@ import (
 const EnvStateDir = "PODMPI_STATE_DIR"
 
 func main() {
+	if rsh.Invoked(os.Args) {
+		// Before anything opens a file: what mpirun's other children left
+		// open is not ours to keep (see rsh.CloseInheritedFDs).
+		_, _ = rsh.CloseInheritedFDs()
+	}
 	os.Exit(int(run(context.Background(), os.Args, os.LookupEnv, os.Stdin, os.Stdout, os.Stderr)))
 }
 
 // run is main without os.Exit: it returns the exit code. env looks up
 // environment variables (flag twins, HOME, PATH, GPU visibility).
 func run(ctx context.Context, args []string, env func(string) (string, bool), stdin io.Reader, stdout, stderr io.Writer) exitcode.Code {
-	if len(args) > 0 && isRshName(args[0]) {
-		return runRsh(ctx, args[1:], env, stdin, stdout, stderr)
+	if len(args) > 0 && rsh.IsName(args[0]) {
+		return exitcode.Code(rsh.Main(ctx, args[1:], env, stdin, stdout, stderr))
 	}
 	o := &options{env: env, stdin: stdin, stdout: stdout, stderr: stderr}
 	root := newRootCmd(o)
@@ -208,7 +212,7 @@ configuration, 70 cannot listen, 71 internal error.`,
 				fmt.Fprintln(o.stdout, "worker-agent", version.Get())
 			},
 		},
-		newRshCmd(o),
+		rsh.NewCommand(o.env, o.stdin, o.stdout, o.stderr, func(code int) { o.code = exitcode.Code(code) }),
 	)
 	return root
 }
@@ -404,7 +408,7 @@ func (o *options) serve(ctx context.Context) error {
 		UID:               uid,
 		GID:               gid,
 		User:              username,
-		Path:              envValue(sessionEnv, "PATH"),
+		Path:              rsh.Getenv(sessionEnv, "PATH"),
 		Version:           vi,
 		Registry:          reg,
 		Logger:            log,
@@ -439,59 +443,30 @@ func (o *options) serve(ctx context.Context) error {
 // needs to act as an rsh client itself. Open MPI hands its plm_rsh_agent
 // ("... : podmpi-rsh : ssh : rsh") to every orted, which fails at start when
 // none of those is on PATH, and tree spawn (past 64 nodes) makes orted ssh
-// to other workers. So unless the image already ships podmpi-rsh, the agent
-// links it to itself in a private dir at the front of the sessions' PATH,
-// and points PODMPI_SSH_AUTH_DIR and PODMPI_SSH_PORT at its own settings.
+// to other workers. So podmpi-rsh is put on the sessions' PATH unless the
+// image already has it there (rsh.OnPath), and PODMPI_SSH_AUTH_DIR and
+// PODMPI_SSH_PORT point at the agent's own settings unless already set.
 func (o *options) sessionEnv(authDir string, log *slog.Logger) ([]string, func(), error) {
-	env := os.Environ()
-	cleanup := func() {}
-	path := envValue(env, "PATH")
-	if worker.LookPath(mpirun.RshName, path) == "" {
-		self, err := os.Executable()
-		if err != nil {
-			return nil, nil, fmt.Errorf("locating this binary: %w", err)
-		}
-		_, dir, c, err := mpirun.Setup(self, "")
-		if err != nil {
-			return nil, nil, err
-		}
-		cleanup = c
-		if path == "" {
-			path = mpirun.DefaultPath
-		}
-		env = setEnv(env, "PATH", dir+":"+path)
+	self, err := os.Executable()
+	if err != nil {
+		return nil, nil, fmt.Errorf("locating this binary: %w", err)
+	}
+	env, dir, cleanup, err := rsh.OnPath(os.Environ(), self)
+	if err != nil {
+		return nil, nil, err
+	}
+	if dir != "" {
 		log.Debug("podmpi-rsh linked for sessions", "dir", dir)
 	}
-	if envValue(env, rsh.EnvAuthDir) == "" {
-		env = setEnv(env, rsh.EnvAuthDir, authDir)
+	if rsh.Getenv(env, rsh.EnvAuthDir) == "" {
+		env = rsh.Setenv(env, rsh.EnvAuthDir, authDir)
 	}
-	if envValue(env, rsh.EnvPort) == "" {
+	if rsh.Getenv(env, rsh.EnvPort) == "" {
 		if _, port, err := net.SplitHostPort(o.sshListen); err == nil && port != "" {
-			env = setEnv(env, rsh.EnvPort, port)
+			env = rsh.Setenv(env, rsh.EnvPort, port)
 		}
 	}
 	return env, cleanup, nil
-}
-
-// envValue returns the value of name in env ("" when unset).
-func envValue(env []string, name string) string {
-	for i := len(env) - 1; i >= 0; i-- {
-		if k, v, ok := strings.Cut(env[i], "="); ok && k == name {
-			return v
-		}
-	}
-	return ""
-}
-
-// setEnv returns env with name set to value, replacing earlier entries.
-func setEnv(env []string, name, value string) []string {
-	out := env[:0:0]
-	for _, kv := range env {
-		if k, _, _ := strings.Cut(kv, "="); k != name {
-			out = append(out, kv)
-		}
-	}
-	return append(out, name+"="+value)
 }
 
 // keyFailure turns an auth dir or host key problem into a Config failure

@@ -1,0 +1,190 @@
+package rsh
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/podmpi/podmpi/agent/execpath"
+)
+
+// Name is the file name under which a podmpi binary acts as this client:
+// the launcher gives mpirun the path of a symlink of that name (Setup) and
+// Open MPI's agent list names it, so that daemons started on workers find it
+// on their PATH too (OnPath).
+const Name = "podmpi-rsh"
+
+// Names are the program names (argv[0] without its directory) under which
+// the launcher and worker-agent binaries run Main instead of their own
+// command line: Name, and ssh for images that link podmpi there.
+var Names = []string{Name, "ssh"}
+
+// IsName reports whether argv0 is one of Names.
+func IsName(argv0 string) bool {
+	base := filepath.Base(argv0)
+	for _, n := range Names {
+		if base == n {
+			return true
+		}
+	}
+	return false
+}
+
+// Invoked reports whether a process started with args (os.Args) runs the
+// client: by one of Names, or as the `rsh` subcommand of either binary. Such
+// a process calls CloseInheritedFDs first thing in main.
+func Invoked(args []string) bool {
+	if len(args) == 0 {
+		return false
+	}
+	return IsName(args[0]) || (len(args) > 1 && args[1] == "rsh")
+}
+
+// DefaultPath is the PATH assumed when the environment has none.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// PrependPath returns dir followed by path (DefaultPath when path is "").
+func PrependPath(dir, path string) string {
+	if path == "" {
+		path = DefaultPath
+	}
+	return dir + string(os.PathListSeparator) + path
+}
+
+// unsafePathChars are characters that break the rsh path inside MPI
+// parameters: Open MPI splits the agent on ':' and spaces; shells and the
+// quoted command strings break on quotes and '$'.
+const unsafePathChars = " \t\r\n:;\"'`$\\"
+
+// Setup creates a private directory <tmpDir>/podmpi-XXXX (mode 0700) holding
+// a symlink Name pointing to self (the running binary, usually
+// os.Executable()). tmpDir "" means os.TempDir(). It returns the symlink's
+// absolute path, its directory, and a cleanup that removes both.
+func Setup(self, tmpDir string) (rshPath, rshDir string, cleanup func(), err error) {
+	if !filepath.IsAbs(self) {
+		return "", "", nil, fmt.Errorf("setting up %s: binary path %q is not absolute", Name, self)
+	}
+	if fi, err := os.Stat(self); err != nil {
+		return "", "", nil, fmt.Errorf("setting up %s: binary: %w", Name, err)
+	} else if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return "", "", nil, fmt.Errorf("setting up %s: binary %s is not an executable file (mode %s)", Name, self, fi.Mode())
+	}
+	if tmpDir == "" {
+		tmpDir = os.TempDir()
+	}
+	tmpDir, err = filepath.Abs(tmpDir)
+	if err != nil {
+		return "", "", nil, fmt.Errorf("setting up %s: temp dir: %w", Name, err)
+	}
+	if strings.ContainsAny(tmpDir, unsafePathChars) {
+		return "", "", nil, fmt.Errorf("setting up %s: temp dir %q contains a space, ':' or quote, which MPI parameters cannot carry; set TMPDIR to a plain path such as /tmp", Name, tmpDir)
+	}
+	dir, err := os.MkdirTemp(tmpDir, "podmpi-")
+	if err != nil {
+		return "", "", nil, fmt.Errorf("setting up %s: creating a private dir in %s (is it writable? with readOnlyRootFilesystem mount an emptyDir there): %w", Name, tmpDir, err)
+	}
+	cleanup = func() { _ = os.RemoveAll(dir) }
+	if err := os.Chmod(dir, 0o700); err != nil {
+		cleanup()
+		return "", "", nil, fmt.Errorf("setting up %s: chmod %s: %w", Name, dir, err)
+	}
+	p := filepath.Join(dir, Name)
+	if err := os.Symlink(self, p); err != nil {
+		cleanup()
+		return "", "", nil, fmt.Errorf("setting up %s: symlink %s -> %s: %w", Name, p, self, err)
+	}
+	return p, dir, cleanup, nil
+}
+
+// OnPath makes sure the PATH in env finds Name: when it does not (an image
+// that does not ship podmpi's bin directory), it links Name to self in a
+// private directory (Setup) and puts that first on PATH. It returns the new
+// environment, the directory added ("" when none was needed) and a cleanup.
+func OnPath(env []string, self string) ([]string, string, func(), error) {
+	path := Getenv(env, "PATH")
+	if execpath.Look(Name, path) != "" {
+		return env, "", func() {}, nil
+	}
+	_, dir, cleanup, err := Setup(self, "")
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return Setenv(env, "PATH", PrependPath(dir, path)), dir, cleanup, nil
+}
+
+// Getenv returns the value of name in env ("" when unset); the last entry
+// wins, as in execve.
+func Getenv(env []string, name string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(env[i], "="); ok && k == name {
+			return v
+		}
+	}
+	return ""
+}
+
+// Setenv returns env with name set to value: every earlier entry of name is
+// dropped and one is appended.
+func Setenv(env []string, name, value string) []string {
+	out := make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); k != name {
+			out = append(out, kv)
+		}
+	}
+	return append(out, name+"="+value)
+}
+
+// Settings are what the client reads from the environment (see the package
+// documentation): the launcher and worker-agent pass their own flag values
+// to the rsh programs their MPI starts through these variables.
+type Settings struct {
+	AuthDir  string
+	Port     int
+	User     string
+	Insecure bool
+}
+
+// Env returns the variables that carry s, in a fixed order, leaving out
+// what is unset.
+func (s Settings) Env() [][2]string {
+	var out [][2]string
+	if s.Port > 0 {
+		out = append(out, [2]string{EnvPort, strconv.Itoa(s.Port)})
+	}
+	if s.AuthDir != "" {
+		out = append(out, [2]string{EnvAuthDir, s.AuthDir})
+	}
+	if s.User != "" {
+		out = append(out, [2]string{EnvUser, s.User})
+	}
+	if s.Insecure {
+		out = append(out, [2]string{EnvInsecure, "true"})
+	}
+	return out
+}
+
+// NewCommand is the `rsh` subcommand both binaries carry: every argument
+// goes to Main unparsed, as mpirun passes ssh(1) arguments; done receives
+// Main's exit status.
+func NewCommand(env func(string) (string, bool), stdin io.Reader, stdout, stderr io.Writer, done func(code int)) *cobra.Command {
+	return &cobra.Command{
+		Use:                "rsh [ssh options] [user@]host command...",
+		Short:              "ssh-compatible client for mpirun's remote daemons (job key, host key pinned to id_rsa.pub)",
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			done(Main(ctx, args, env, stdin, stdout, stderr))
+			return nil
+		},
+	}
+}

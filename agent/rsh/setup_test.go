@@ -1,0 +1,108 @@
+package rsh
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestSetup(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	link, dir, cleanup, err := Setup(self, tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Dir(link) != dir || filepath.Base(link) != Name || !strings.HasPrefix(dir, tmp+"/podmpi-") {
+		t.Errorf("Setup = %q, %q", link, dir)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("dir mode %v, %v", fi.Mode(), err)
+	}
+	if target, err := os.Readlink(link); err != nil || target != self {
+		t.Errorf("symlink -> %q, %v", target, err)
+	}
+	cleanup()
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("cleanup left %s: %v", dir, err)
+	}
+
+	for _, c := range []struct{ self, tmp, want string }{
+		{"relative/launcher", tmp, "not absolute"},
+		{"/nonexistent/launcher", tmp, "no such file"},
+		{self, filepath.Join(tmp, "with space"), "space"},
+		{self, filepath.Join(tmp, "missing"), "creating a private dir"},
+	} {
+		if c.want == "space" {
+			_ = os.Mkdir(c.tmp, 0o755)
+		}
+		if _, _, _, err := Setup(c.self, c.tmp); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Setup(%q, %q) err = %v, want %q", c.self, c.tmp, err, c.want)
+		}
+	}
+}
+
+func TestOnPath(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not on PATH: a private dir is linked and put first.
+	env, dir, cleanup, err := OnPath([]string{"HOME=/h", "PATH=/usr/bin:/bin"}, self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	if dir == "" || Getenv(env, "PATH") != dir+":/usr/bin:/bin" || Getenv(env, "HOME") != "/h" {
+		t.Fatalf("OnPath = %q, dir %q", env, dir)
+	}
+	if target, err := os.Readlink(filepath.Join(dir, Name)); err != nil || target != self {
+		t.Errorf("link -> %q, %v", target, err)
+	}
+	// Already on PATH (the image ships podmpi's bin dir): nothing changes.
+	again, dir2, cleanup2, err := OnPath(env, self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup2()
+	if dir2 != "" || Getenv(again, "PATH") != Getenv(env, "PATH") {
+		t.Errorf("second OnPath added %q: %q", dir2, again)
+	}
+	// No PATH at all: the default one follows the private dir.
+	env, dir, cleanup3, err := OnPath(nil, self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup3()
+	if Getenv(env, "PATH") != dir+":"+DefaultPath {
+		t.Errorf("PATH = %q", Getenv(env, "PATH"))
+	}
+}
+
+func TestNamesAndSettings(t *testing.T) {
+	for argv0, want := range map[string]bool{
+		"podmpi-rsh": true, "/opt/podmpi/bin/ssh": true, "/tmp/podmpi-1/podmpi-rsh": true,
+		"launcher": false, "sshd": false, "ssh.real": false, "": false,
+	} {
+		if IsName(argv0) != want {
+			t.Errorf("IsName(%q) = %v", argv0, !want)
+		}
+	}
+	got := Settings{AuthDir: "/etc/mpi-ssh", Port: 2222, User: "mpiuser", Insecure: true}.Env()
+	want := [][2]string{{EnvPort, "2222"}, {EnvAuthDir, "/etc/mpi-ssh"}, {EnvUser, "mpiuser"}, {EnvInsecure, "true"}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("Env() = %v, want %v", got, want)
+	}
+	if env := (Settings{}).Env(); len(env) != 0 {
+		t.Errorf("zero Settings set %v", env)
+	}
+	if env := Setenv([]string{"A=1", "B=2", "A=3"}, "A", "4"); fmt.Sprint(env) != "[B=2 A=4]" {
+		t.Errorf("Setenv = %v", env)
+	}
+}
