@@ -11,8 +11,9 @@ import (
 	"time"
 
 	gliderssh "github.com/gliderlabs/ssh"
-	"github.com/podmpi/podmpi/jobkey"
 	"golang.org/x/crypto/ssh"
+
+	"github.com/podmpi/podmpi/jobkey"
 )
 
 // connState is the server's view of one TCP connection.

@@ -24,9 +24,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podmpi/podmpi/jobkey"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/sys/unix"
+
+	"github.com/podmpi/podmpi/jobkey"
 )
 
 func TestMain(m *testing.M) {

@@ -11,8 +11,9 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/podmpi/podmpi/jobkey"
 	"golang.org/x/crypto/ssh"
+
+	"github.com/podmpi/podmpi/jobkey"
 )
 
 // GeneratedHostKeyFile is the file name of the host key generated into

@@ -9,8 +9,9 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/podmpi/podmpi/jobkey"
 	"golang.org/x/crypto/ssh"
+
+	"github.com/podmpi/podmpi/jobkey"
 )
 
 // keySnapshot is one consistent view of the server's keys: the host keys it

@@ -73,8 +73,9 @@ import (
 	"time"
 
 	gliderssh "github.com/gliderlabs/ssh"
-	"github.com/podmpi/podmpi/jobkey"
 	"golang.org/x/crypto/ssh"
+
+	"github.com/podmpi/podmpi/jobkey"
 )
 
 // Defaults applied by New for zero Config fields.

@@ -19,11 +19,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podmpi/podmpi/jobkey"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/agent"
+
+	"github.com/podmpi/podmpi/jobkey"
 )
 
 func TestExitCodesAndStreams(t *testing.T) {

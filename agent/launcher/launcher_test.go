@@ -20,8 +20,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"golang.org/x/crypto/ssh"
 
-	"github.com/podmpi/podmpi/agent/discovery"
 	"github.com/podmpi/podmpi/agent/exitcode"
+	"github.com/podmpi/podmpi/agent/launcher/discovery"
 	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
 	"github.com/podmpi/podmpi/hostfile"
 	"github.com/podmpi/podmpi/mpi"

@@ -11,11 +11,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/push"
 
-	"github.com/podmpi/podmpi/agent/discovery"
 	"github.com/podmpi/podmpi/agent/exitcode"
-	"github.com/podmpi/podmpi/agent/mpirun"
+	"github.com/podmpi/podmpi/agent/launcher/discovery"
+	"github.com/podmpi/podmpi/agent/launcher/mpirun"
+	"github.com/podmpi/podmpi/agent/launcher/slots"
 	"github.com/podmpi/podmpi/agent/rsh"
-	"github.com/podmpi/podmpi/agent/slots"
 )
 
 // Run runs every phase and then the user's command. It returns the exit

@@ -1,6 +1,6 @@
 // Package sshclient dials a worker-agent with x/crypto/ssh in named phases,
 // so that every failure says which step broke and what to do about it. It is
-// shared by the launcher's probe (agent/probe) and by the ssh-compatible
+// shared by the launcher's probe (agent/launcher/probe) and by the ssh-compatible
 // client that mpirun uses as its remote shell (agent/rsh).
 //
 // A connection goes through these phases, each of which can fail:

@@ -21,9 +21,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/podmpi/podmpi/agent/cli"
-	"github.com/podmpi/podmpi/agent/discovery"
 	"github.com/podmpi/podmpi/agent/exitcode"
 	"github.com/podmpi/podmpi/agent/launcher"
+	"github.com/podmpi/podmpi/agent/launcher/discovery"
 	"github.com/podmpi/podmpi/agent/rsh"
 	"github.com/podmpi/podmpi/agent/version"
 	"github.com/podmpi/podmpi/hostfile"

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/podmpi/podmpi/agent/cli"
-	"github.com/podmpi/podmpi/mpi"
-	"github.com/podmpi/podmpi/agent/slots"
+	"github.com/podmpi/podmpi/agent/launcher/slots"
 	"github.com/podmpi/podmpi/hostfile"
+	"github.com/podmpi/podmpi/mpi"
 )
 
 // Upper bounds of the count flags: far above any real job, low enough that

@@ -34,4 +34,3 @@ func TestDecodeInfo(t *testing.T) {
 		}
 	}
 }
-

@@ -59,7 +59,7 @@ import (
 
 	"github.com/hashicorp/go-retryablehttp"
 
-	"github.com/podmpi/podmpi/agent/probe"
+	"github.com/podmpi/podmpi/agent/launcher/probe"
 	"github.com/podmpi/podmpi/agent/worker/api"
 	"github.com/podmpi/podmpi/hostfile"
 )

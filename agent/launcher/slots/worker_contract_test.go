@@ -13,7 +13,7 @@ import (
 
 	"github.com/podmpi/podmpi/agent/worker/api"
 
-	"github.com/podmpi/podmpi/agent/slots"
+	"github.com/podmpi/podmpi/agent/launcher/slots"
 	"github.com/podmpi/podmpi/agent/worker"
 	"github.com/podmpi/podmpi/gpu"
 	"github.com/podmpi/podmpi/hostfile"
