@@ -278,7 +278,7 @@ func phaseLiterals(files []*ast.File) []string {
 }
 
 // flagMethodRe matches pflag.FlagSet's flag-defining methods.
-var flagMethodRe = regexp.MustCompile(`^(Bool|Int|Int8|Int16|Int32|Int64|Uint|Uint8|Uint16|Uint32|Uint64|Float32|Float64|String|StringSlice|StringArray|StringToString|IntSlice|Duration|DurationSlice|Count|IP|IPNet)(Var)?(P)?$`)
+var flagMethodRe = regexp.MustCompile(`^(|Bool|Int|Int8|Int16|Int32|Int64|Uint|Uint8|Uint16|Uint32|Uint64|Float32|Float64|String|StringSlice|StringArray|StringToString|IntSlice|Duration|DurationSlice|Count|IP|IPNet)(Var)?(P)?$`)
 
 // flagRegistrations returns the names of the flags registered in files:
 // fs.XxxVar(&v, "name", ...) or fs.Xxx("name", ...) with a literal name.
@@ -340,11 +340,22 @@ func usesLogFlags(files []*ast.File) bool {
 	return typ && call
 }
 
+// flagSources are, for each binary, the packages whose source registers its
+// flags: the command and the role's Config.Bind.
+var flagSources = map[string][]string{
+	"launcher":     {"cmd/launcher", "agent/launcher"},
+	"worker-agent": {"cmd/worker-agent"},
+}
+
 // sourceFlags returns the flags a binary registers according to its source:
 // its own registrations plus agent/cli's LogFlags when it uses them.
 func sourceFlags(t *testing.T, bin string) []string {
 	t.Helper()
-	_, files := parseDir(t, filepath.Join("cmd", bin))
+	var files []*ast.File
+	for _, dir := range flagSources[bin] {
+		_, fs := parseDir(t, filepath.FromSlash(dir))
+		files = append(files, fs...)
+	}
 	flags := flagRegistrations(files, nil)
 	if usesLogFlags(files) {
 		_, cliFiles := parseDir(t, filepath.Join("agent", "cli"))
@@ -866,5 +877,30 @@ func TestMarkdownHelpers(t *testing.T) {
 	h := parseHelp("Flags:\n      --a.b-c string   x [$PODMPI_A_B_C] (default \"q\")\n  -h, --help   help\n      --on   y [$PODMPI_ON]\n")
 	if len(h) != 3 || h[0] != (helpFlag{"a.b-c", "PODMPI_A_B_C", `"q"`}) || h[2] != (helpFlag{"on", "PODMPI_ON", ""}) {
 		t.Errorf("parseHelp = %+v", h)
+	}
+}
+
+// TestNothingCitesOutsideTheRepo: the project stands alone; a comment, doc
+// or script that points at notes outside the repository would send a
+// reader nowhere.
+func TestNothingCitesOutsideTheRepo(t *testing.T) {
+	out, err := exec.Command("git", "-C", root, "ls-files", "*.go", "*.md", "*.sh", "*.py", "Makefile", "*.yaml", "*.yml").Output()
+	if err != nil {
+		t.Skipf("git ls-files: %v", err)
+	}
+	cite := regexp.MustCompile(`\.\./shared/|/work/shared|harness-notes|perf-security\.md|cluster-notes|[^-]conventions\.md|conventions §`)
+	for _, f := range strings.Fields(string(out)) {
+		if f == "docs/docs_test.go" { // this test's own pattern
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			continue
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if cite.MatchString(line) {
+				t.Errorf("%s:%d cites notes outside the repository: %s", f, i+1, strings.TrimSpace(line))
+			}
+		}
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -28,50 +27,6 @@ import (
 	"github.com/podmpi/podmpi/hostfile"
 	"github.com/podmpi/podmpi/mpi"
 )
-
-// Config is everything a launcher run needs. cmd/launcher fills it from
-// flags and their PODMPI_* twins.
-type Config struct {
-	Discovery        discovery.Spec
-	DiscoveryTimeout time.Duration
-	Resolver         discovery.Resolver // nil: the system resolver
-
-	SlotsMode         string // "auto" or a positive integer
-	DefaultSlots      int    // slots for hosts neither the agent nor the source counts, with SlotsAllowDefault
-	SlotsAllowDefault bool   // run such hosts with DefaultSlots instead of failing (exit 72)
-	WorkerWebPort     int
-
-	Implementation string // auto|openmpi|openmpi4|openmpi5|intelmpi|mpich
-
-	AuthDir               string
-	SSHPort               int
-	SSHUser               string
-	InsecureIgnoreHostKey bool
-	// ProbeTimeout is the deadline by which every worker must have answered
-	// for its slots and passed the SSH probe, counted from the end of the
-	// DNS wait: the slots phase and the probe share it, so a late worker
-	// is waited for once, not twice.
-	ProbeTimeout   time.Duration
-	ProbeParallel  int
-	ProbeSSHSample int // see probe.Options.SSHSample; 0 probes every worker fully
-	SkipProbe      bool
-
-	HostfilePath  string // where the hostfile is written
-	NoTreeSpawn   bool
-	MPIRunTimeout time.Duration
-	KillGrace     time.Duration
-	Command       []string // the user's command, usually mpirun ...
-
-	Executable string // this binary, for the podmpi-rsh symlink; "" = os.Executable()
-	TempDir    string
-
-	Logger  *slog.Logger
-	Metrics *Metrics
-	Report  io.Writer // the human report (hostfile, probe table, phases); nil = none
-	Stdout  io.Writer
-	Stderr  io.Writer
-	Stdin   io.Reader
-}
 
 // Failure is a launcher failure: which phase, the exit code, and the
 // root-cause paragraph for the termination log.
@@ -95,6 +50,7 @@ func (f *Failure) Unwrap() error { return f.Err }
 // Prepared is the outcome of the phases before mpirun: the hosts with their
 // slots, the implementation, and where the hostfile went.
 type Prepared struct {
+	Spec     discovery.Spec // the discovery settings, defaults applied
 	Plan     discovery.Plan
 	Hosts    []hostfile.Host
 	Impl     mpi.Implementation
@@ -111,28 +67,25 @@ type Launcher struct {
 	start time.Time
 }
 
-// New checks cfg and fills defaults.
+// New fills the zero settings of cfg from Defaults() and the missing
+// dependencies (a discarding logger, fresh metrics, the process's streams).
+// Settings are checked by Config.Validate, which the command line runs.
 func New(cfg Config) (*Launcher, error) {
+	d := Defaults()
+	setDefault(&cfg.DiscoveryTimeout, d.DiscoveryTimeout)
+	setDefault(&cfg.DefaultSlots, d.DefaultSlots)
+	setDefault(&cfg.WorkerWebPort, d.WorkerWebPort)
+	setDefault(&cfg.Implementation, d.Implementation)
+	setDefault(&cfg.SSHPort, d.SSHPort)
+	setDefault(&cfg.ProbeTimeout, d.ProbeTimeout)
+	setDefault(&cfg.ProbeParallel, d.ProbeParallel)
+	setDefault(&cfg.HostfilePath, d.HostfilePath)
+	setDefault(&cfg.KillGrace, d.KillGrace)
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
-	}
-	if cfg.DiscoveryTimeout <= 0 {
-		cfg.DiscoveryTimeout = 5 * time.Minute
-	}
-	if cfg.ProbeTimeout <= 0 {
-		cfg.ProbeTimeout = 2 * time.Minute
-	}
-	if cfg.SSHPort <= 0 {
-		cfg.SSHPort = 2222
-	}
-	if cfg.WorkerWebPort <= 0 {
-		cfg.WorkerWebPort = 9022
-	}
-	if cfg.SlotsMode == "" {
-		cfg.SlotsMode = "auto"
 	}
 	if cfg.Stdout == nil {
 		cfg.Stdout = os.Stdout
@@ -140,10 +93,15 @@ func New(cfg Config) (*Launcher, error) {
 	if cfg.Stderr == nil {
 		cfg.Stderr = os.Stderr
 	}
-	if cfg.HostfilePath == "" {
-		cfg.HostfilePath = filepath.Join(os.TempDir(), "podmpi", "hostfile")
-	}
 	return &Launcher{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, start: time.Now()}, nil
+}
+
+// setDefault sets *v to d when *v is the zero value.
+func setDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
 }
 
 // Metrics returns the launcher's metrics.
@@ -181,7 +139,12 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 
 	// discovery: the static part (flags, hostfile, template).
 	err := l.phase(PhaseDiscovery, func() error {
-		plan, err := discovery.Resolve(cfg.Discovery)
+		spec, err := cfg.spec()
+		if err != nil {
+			return err
+		}
+		p.Spec = spec
+		plan, err := discovery.Resolve(spec)
 		if err != nil {
 			return &Failure{Phase: PhaseDiscovery, Code: exitcode.Config, Err: err,
 				Hint: "give the workers with --workers, --hostfile, --discovery.service or --discovery.template"}
@@ -189,7 +152,7 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 		p.Plan = plan
 		expected := len(plan.Hosts)
 		if expected == 0 {
-			expected = cfg.Discovery.Expected
+			expected = p.Spec.Expected
 		}
 		l.m.WorkersExpected.Set(float64(expected))
 		l.log.Info("discovery plan", "source", string(plan.Source), "hosts", len(plan.Hosts), "expected", expected, "selfIndex", plan.SelfIndex)
@@ -219,7 +182,7 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 	// dns-wait: every name, and the launcher's own, resolves.
 	var resolved []discovery.Resolved
 	err = l.phase(PhaseDNSWait, func() error {
-		r, err := discovery.Wait(ctx, cfg.Discovery, p.Plan, discovery.WaitOptions{
+		r, err := discovery.Wait(ctx, p.Spec, p.Plan, discovery.WaitOptions{
 			Resolver: cfg.Resolver,
 			Timeout:  cfg.DiscoveryTimeout,
 			Logger:   l.log,
@@ -264,7 +227,7 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 			addrs[r.Host.Name] = r.Addrs
 		}
 		out, _, err := slots.Decide(ctx, hosts, addrs, slots.Options{
-			Mode:         cfg.SlotsMode,
+			Fixed:        cfg.Slots,
 			WebPort:      cfg.WorkerWebPort,
 			DefaultSlots: max(cfg.DefaultSlots, 1),
 			AllowDefault: cfg.SlotsAllowDefault,

@@ -66,7 +66,6 @@ func baseConfig(f fixture, workers ...string) Config {
 	return Config{
 		Discovery:        discovery.Spec{Workers: workers, Self: "launcher-not-listed"},
 		DiscoveryTimeout: 5 * time.Second,
-		SlotsMode:        "auto",
 		DefaultSlots:     1,
 		WorkerWebPort:    f.webPort, // a CPU-only agent's default: the hostfile's slots stand
 		Implementation:   "mpich",
@@ -142,7 +141,7 @@ func TestPrepareProbeFailureNamesHostAndPhase(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t, tc.authorized, tc.path)
 			cfg := baseConfig(f, "127.0.0.1")
-			cfg.SlotsMode = "1"
+			cfg.Slots = 1
 			cfg.HostfilePath = filepath.Join(t.TempDir(), "hostfile")
 			l, _ := New(cfg)
 			_, err := l.Prepare(context.Background(), true)
@@ -191,7 +190,7 @@ func TestRunExitCodes(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			cfg := baseConfig(f, "127.0.0.1=2")
 			cfg.SkipProbe = true
-			cfg.SlotsMode = "2"
+			cfg.Slots = 2
 			cfg.HostfilePath = filepath.Join(t.TempDir(), "hostfile")
 			cfg.TempDir = t.TempDir()
 			cfg.Executable = "/bin/true"
@@ -347,7 +346,7 @@ func TestRunGivesMPIRunAHome(t *testing.T) {
 	os.Unsetenv("HOME")
 	cfg := baseConfig(f, "127.0.0.1=1")
 	cfg.SkipProbe = true
-	cfg.SlotsMode = "1"
+	cfg.Slots = 1
 	cfg.HostfilePath = filepath.Join(t.TempDir(), "hostfile")
 	cfg.TempDir = t.TempDir()
 	cfg.Executable = "/bin/true"

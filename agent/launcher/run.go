@@ -74,10 +74,10 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 	base := os.Environ()
 	if p.Plan.Source == discovery.SourceHostfile {
 		var dropped []string
-		base, dropped = mpirun.DropHostfileVarsNaming(base, cfg.Discovery.Hostfile)
+		base, dropped = mpirun.DropHostfileVarsNaming(base, p.Spec.Hostfile)
 		for _, name := range dropped {
 			l.log.Info("replacing the operator's default hostfile with the launcher's (same hosts, slots checked against the worker-agents)",
-				"name", name, "read", cfg.Discovery.Hostfile, "written", p.Hostfile)
+				"name", name, "read", p.Spec.Hostfile, "written", p.Hostfile)
 		}
 	}
 	env, settings := w.Env(base)

@@ -12,16 +12,16 @@ import (
 // internalPanic reports a recovered panic: the value and stack on stderr,
 // and the termination message naming it, then returns exitcode.Internal.
 // Writing either may itself panic (a broken writer); that is ignored.
-func (o *options) internalPanic(r any, stack []byte) exitcode.Code {
+func (a *app) internalPanic(r any, stack []byte) exitcode.Code {
 	err := fmt.Errorf("internal error: panic: %v (a bug in podmpi: please report it with this message and the launcher's log)", r)
 	func() {
 		defer func() { _ = recover() }()
-		fmt.Fprintf(o.stderr, "launcher: %v\n%s", err, stack)
+		fmt.Fprintf(a.stderr, "launcher: %v\n%s", err, stack)
 	}()
-	if o.terminationLog != "" && !o.rsh {
+	if a.cfg.TerminationLog != "" && !a.rsh {
 		func() {
 			defer func() { _ = recover() }()
-			_ = os.WriteFile(o.terminationLog, []byte(launcher.TerminationMessage(exitcode.Internal, err)), 0o644)
+			_ = os.WriteFile(a.cfg.TerminationLog, []byte(launcher.TerminationMessage(exitcode.Internal, err)), 0o644)
 		}()
 	}
 	return exitcode.Internal
@@ -34,11 +34,11 @@ func (o *options) internalPanic(r any, stack []byte) exitcode.Code {
 // and its parallel phases recover their panics into exit 71 (see run); this
 // covers what is left. An unwritable path (no /dev/termination-log outside
 // Kubernetes) is skipped.
-func (o *options) crashOutput() {
-	if o.terminationLog == "" {
+func (a *app) crashOutput() {
+	if a.cfg.TerminationLog == "" {
 		return
 	}
-	f, err := os.OpenFile(o.terminationLog, os.O_WRONLY|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(a.cfg.TerminationLog, os.O_WRONLY|os.O_CREATE, 0o644)
 	if err != nil {
 		return
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/podmpi/podmpi/agent/cli"
 	"github.com/podmpi/podmpi/agent/exitcode"
+	"github.com/podmpi/podmpi/agent/launcher"
 	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
 )
 
@@ -204,8 +205,7 @@ func TestDocListsEveryFlag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := &options{}
-	root := newRootCmd(o)
+	root := newRootCmd(&app{cfg: launcher.Defaults()}, commands{})
 	n := 0
 	root.PersistentFlags().VisitAll(func(f *pflag.Flag) {
 		n++

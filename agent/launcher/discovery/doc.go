@@ -22,9 +22,9 @@
 //     "pi-worker-{i}.pi.default.svc" for mpi-operator.
 //
 // Host.Slots is 0 where the source gives no count (a bare --workers name, a
-// bare hostfile line, template, SRV and A records) unless Spec.DefaultSlots is
-// set, which then fills those entries in. Leaving them 0 lets slots.Decide
-// tell operator-given counts from defaults.
+// bare hostfile line, template, SRV and A records): discovery never invents
+// a count, so that agent/launcher/slots can tell operator-given counts from
+// missing ones.
 //
 // # Waiting
 //

@@ -122,8 +122,8 @@ func forEach(ctx context.Context, n, parallel int, f func(i int)) {
 
 // Resolved is a host that resolves.
 type Resolved struct {
-	// Host is the entry, with the Plan's slots (or Spec.DefaultSlots for
-	// hosts found through a Service).
+	// Host is the entry, with the Plan's slots (0 for hosts found through a
+	// Service).
 	Host hostfile.Host
 	// Addrs are the addresses the name resolved to.
 	Addrs []string
@@ -364,7 +364,7 @@ func (f *finder) aPass(ctx context.Context, strict bool) state {
 		if prev, ok := f.resolved[k]; ok {
 			r.addrs = mergeAddrs(prev.Addrs, r.addrs)
 		}
-		f.resolved[k] = Resolved{Host: hostfile.Host{Name: r.name, Slots: f.spec.DefaultSlots}, Addrs: r.addrs}
+		f.resolved[k] = Resolved{Host: hostfile.Host{Name: r.name}, Addrs: r.addrs}
 	}
 	var names []string
 	seen := make(map[string]bool)
@@ -447,7 +447,7 @@ func (f *finder) completeness(src Source, answer []string, strict bool) (bool, i
 func (f *finder) hostsFor(names []string) []hostfile.Host {
 	hosts := make([]hostfile.Host, len(names))
 	for i, n := range names {
-		hosts[i] = hostfile.Host{Name: n, Slots: f.spec.DefaultSlots}
+		hosts[i] = hostfile.Host{Name: n}
 	}
 	return hosts
 }

@@ -43,9 +43,6 @@ type Spec struct {
 	// It is ignored for the workers flag and the hostfile, whose lists are
 	// complete by themselves.
 	Expected int
-	// DefaultSlots are the slots of hosts whose source gives no count. 0
-	// leaves them 0 ("not given") for slots.Decide; negative is an error.
-	DefaultSlots int
 	// Self is the launcher's own name, e.g. os.Hostname() ("tj-launcher-0-0")
 	// or that plus the subdomain. It matches a host name exactly
 	// (case-insensitively, ignoring a trailing dot) or as a leading run of
@@ -145,10 +142,6 @@ func PresentHostfile(path string) (string, error) {
 // empty. Errors are *SpecError.
 func Resolve(spec Spec) (Plan, error) {
 	plan := Plan{SelfIndex: -1}
-	if spec.DefaultSlots < 0 || spec.DefaultSlots > hostfile.MaxSlots {
-		return plan, &SpecError{Flag: "default slots", Value: strconv.Itoa(spec.DefaultSlots),
-			Err: hostfile.ErrInvalidSlots, Hint: fmt.Sprintf("use 0 (not given) or 1..%d", hostfile.MaxSlots)}
-	}
 	if spec.Expected < 0 || spec.Expected > MaxExpected {
 		return plan, &SpecError{Flag: "--workers-expected", Value: strconv.Itoa(spec.Expected),
 			Err: errors.New("out of range"), Hint: fmt.Sprintf("use 0..%d", MaxExpected)}
@@ -190,9 +183,6 @@ func Resolve(spec Spec) (Plan, error) {
 	}
 	if err != nil {
 		return plan, err
-	}
-	if spec.DefaultSlots > 0 {
-		plan.Hosts = hostfile.WithDefaultSlots(plan.Hosts, spec.DefaultSlots)
 	}
 	plan.SelfIndex = FindSelf(spec.Self, plan.Hosts)
 	return plan, nil

@@ -42,13 +42,15 @@ func TestResolveWorkersFlag(t *testing.T) {
 		t.Errorf("Ignored = %v, want [hostfile]", plan.Ignored)
 	}
 
-	plan, err = Resolve(Spec{Workers: []string{"a=3", "b"}, DefaultSlots: 4})
+	// A name without a count keeps 0 ("not given"): agent/launcher/slots
+	// decides it.
+	plan, err = Resolve(Spec{Workers: []string{"a=3", "b"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = []hostfile.Host{{Name: "a", Slots: 3}, {Name: "b", Slots: 4}}
+	want = []hostfile.Host{{Name: "a", Slots: 3}, {Name: "b", Slots: 0}}
 	if !reflect.DeepEqual(plan.Hosts, want) || plan.SelfIndex != -1 {
-		t.Fatalf("with DefaultSlots: %+v, want %v and SelfIndex -1", plan, want)
+		t.Fatalf("without a count: %+v, want %v and SelfIndex -1", plan, want)
 	}
 }
 
@@ -76,7 +78,6 @@ func TestResolveErrors(t *testing.T) {
 		{"bad service", Spec{Service: "tj svc"}, hostfile.ErrInvalidName, "--discovery.service", ""},
 		{"bad srv service", Spec{Service: "_ssh._tcp.-x"}, hostfile.ErrInvalidName, "--discovery.service", ""},
 		{"nothing", Spec{}, ErrNoSource, "discovery", "/etc/mpi/hostfile"},
-		{"negative default slots", Spec{Workers: []string{"a"}, DefaultSlots: -1}, hostfile.ErrInvalidSlots, "default slots", ""},
 		{"expected too large", Spec{Template: "w-{i}", Expected: MaxExpected + 1}, nil, "--workers-expected", ""},
 		{"missing hostfile", Spec{Hostfile: "/nonexistent/podmpi/hostfile"}, fs.ErrNotExist, "--hostfile", "drop --hostfile"},
 	}
@@ -150,7 +151,7 @@ func TestResolveHostfile(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			path := writeFile(t, tc.content)
-			plan, err := Resolve(Spec{Hostfile: path, Service: "ignored", Self: tc.self, DefaultSlots: 1})
+			plan, err := Resolve(Spec{Hostfile: path, Service: "ignored", Self: tc.self})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -203,8 +204,8 @@ func TestExpandTemplate(t *testing.T) {
 	if want := []hostfile.Host{{Name: "pi-worker-1.pi.default.svc"}, {Name: "pi-worker-2.pi.default.svc"}}; !reflect.DeepEqual(hosts, want) {
 		t.Errorf("{i+1}: %v, want %v", hosts, want)
 	}
-	plan, err := Resolve(Spec{Template: "tj-node-0-{i}.tj", Expected: 2, Service: "", DefaultSlots: 2, Self: "tj-launcher-0-0"})
-	if err != nil || plan.Source != SourceTemplate || plan.Hosts[1].Slots != 2 || plan.SelfIndex != -1 {
+	plan, err := Resolve(Spec{Template: "tj-node-0-{i}.tj", Expected: 2, Service: "", Self: "tj-launcher-0-0"})
+	if err != nil || plan.Source != SourceTemplate || plan.Hosts[1].Slots != 0 || plan.SelfIndex != -1 {
 		t.Errorf("Resolve(template) = %+v, %v", plan, err)
 	}
 }

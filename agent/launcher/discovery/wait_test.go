@@ -57,7 +57,7 @@ func (l *progressLog) strings() []string {
 
 func TestWaitTemplateResolvesLater(t *testing.T) {
 	t.Parallel()
-	spec := Spec{Template: "tj-node-0-{i}.tj", Expected: 4, DefaultSlots: 2}
+	spec := Spec{Template: "tj-node-0-{i}.tj", Expected: 4}
 	plan := mustResolve(t, spec)
 	r := newFake()
 	for i := 0; i < 4; i++ {
@@ -78,7 +78,7 @@ func TestWaitTemplateResolvesLater(t *testing.T) {
 	if want := []string{"tj-node-0-0.tj", "tj-node-0-1.tj", "tj-node-0-2.tj", "tj-node-0-3.tj"}; !reflect.DeepEqual(names(res), want) {
 		t.Fatalf("resolved %v, want %v", names(res), want)
 	}
-	if res[3].Addrs[0] != "10.0.0.4" || res[3].Host.Slots != 2 {
+	if res[3].Addrs[0] != "10.0.0.4" || res[3].Host.Slots != 0 {
 		t.Errorf("res[3] = %+v", res[3])
 	}
 	// Resolved names are not looked up again.
@@ -260,7 +260,7 @@ func TestWaitSelfRequired(t *testing.T) {
 
 func TestWaitSRVGrowing(t *testing.T) {
 	t.Parallel()
-	spec := Spec{Service: "tj", Expected: 4, DefaultSlots: 1}
+	spec := Spec{Service: "tj", Expected: 4}
 	plan := mustResolve(t, spec)
 	r := newFake()
 	r.srv["_ssh._tcp.tj"] = [][]*net.SRV{
@@ -284,7 +284,7 @@ func TestWaitSRVGrowing(t *testing.T) {
 		t.Fatalf("resolved %v, want %v", names(res), want)
 	}
 	for _, x := range res {
-		if x.Port != 2222 || x.Host.Slots != 1 || len(x.Addrs) != 1 {
+		if x.Port != 2222 || x.Host.Slots != 0 || len(x.Addrs) != 1 {
 			t.Errorf("%+v", x)
 		}
 	}
@@ -542,13 +542,13 @@ func TestDiscoverNow(t *testing.T) {
 	}
 
 	// A Service: its answer as it is, no count and no stability required.
-	sspec := Spec{Service: "tj", Expected: 8, DefaultSlots: 2}
+	sspec := Spec{Service: "tj", Expected: 8}
 	splan := mustResolve(t, sspec)
 	r = newFake()
 	r.srv["_ssh._tcp.tj"] = [][]*net.SRV{srvs(2222, "b.tj.", "a.tj.")}
 	r.setHost("a.tj", "10.0.0.1")
 	res, missing, err = DiscoverNow(context.Background(), sspec, splan, r)
-	if err != nil || !reflect.DeepEqual(names(res), []string{"a.tj"}) || !reflect.DeepEqual(missing, []string{"b.tj"}) || res[0].Host.Slots != 2 {
+	if err != nil || !reflect.DeepEqual(names(res), []string{"a.tj"}) || !reflect.DeepEqual(missing, []string{"b.tj"}) || res[0].Host.Slots != 0 {
 		t.Errorf("service: res %+v missing %v err %v", res, missing, err)
 	}
 }
@@ -599,7 +599,7 @@ func TestBackoffDelay(t *testing.T) {
 // dropped target and targets the hostfile rules reject are warned about.
 func TestWaitSRVPartialAnswer(t *testing.T) {
 	t.Parallel()
-	spec := Spec{Service: "tj", Expected: 2, DefaultSlots: 1}
+	spec := Spec{Service: "tj", Expected: 2}
 	plan := mustResolve(t, spec)
 	r := newFake()
 	r.srv["_ssh._tcp.tj"] = [][]*net.SRV{srvs(2222, "tj-node-0-0.tj.", "tj_node_0_9.tj.", "tj-node-0-1.tj.")}

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
+
 	"github.com/podmpi/podmpi/agent/worker/api"
 
 	"github.com/podmpi/podmpi/hostfile"
@@ -97,7 +99,6 @@ func gpuInfo(host string, n int) api.Info {
 // agent get 127.0.0.1:1, where nothing listens (connection refused).
 func fastOpts(agents map[string]*agent, logBuf *bytes.Buffer) Options {
 	o := Options{
-		Mode:      "auto",
 		RetryWait: 5 * time.Millisecond,
 		Deadline:  time.Second,
 		AddrFor: func(host string) string {
@@ -287,7 +288,7 @@ func TestDecideFixed(t *testing.T) {
 	t.Parallel()
 	a := newAgent(t, &agent{info: gpuInfo("w", 8)})
 	opts := fastOpts(map[string]*agent{"a": a, "b": a}, nil)
-	opts.Mode = " 3 "
+	opts.Fixed = 3
 	got, ds, err := Decide(context.Background(), []hostfile.Host{{Name: "a", Slots: 1}, {Name: "b"}}, nil, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -311,8 +312,10 @@ func TestParseMode(t *testing.T) {
 		if _, err := ParseMode(in); err == nil || !strings.Contains(err.Error(), "auto") {
 			t.Errorf("ParseMode(%q) = %v", in, err)
 		}
-		if _, _, err := Decide(context.Background(), []hostfile.Host{{Name: "a"}}, nil, Options{Mode: in}); err == nil {
-			t.Errorf("Decide accepted mode %q", in)
+	}
+	for _, n := range []int{-1, hostfile.MaxSlots + 1} {
+		if _, _, err := Decide(context.Background(), []hostfile.Host{{Name: "a"}}, nil, Options{Fixed: n}); err == nil {
+			t.Errorf("Decide accepted Fixed %d", n)
 		}
 	}
 }
@@ -389,7 +392,7 @@ func TestDecideFilteredPortsBoundedByDeadline(t *testing.T) {
 	for i := range 1024 {
 		hosts = append(hosts, hostfile.Host{Name: fmt.Sprintf("sw-%d.sj", i)})
 	}
-	opts := Options{Mode: "auto", Deadline: 500 * time.Millisecond, HTTPClient: &http.Client{Transport: tr}}
+	opts := Options{Deadline: 500 * time.Millisecond, HTTPClient: &http.Client{Transport: tr}}
 	start := time.Now()
 	_, ds, err := Decide(context.Background(), hosts, nil, opts)
 	took := time.Since(start)
@@ -553,7 +556,7 @@ func TestDecideCanceled(t *testing.T) {
 // A panic in an asking goroutine reaches Decide's caller.
 func TestDecidePanicReachesCaller(t *testing.T) {
 	t.Parallel()
-	opts := Options{Mode: "auto", Deadline: time.Second, HTTPClient: &http.Client{Transport: roundTripFunc(func(*http.Request) (*http.Response, error) {
+	opts := Options{Deadline: time.Second, HTTPClient: &http.Client{Transport: roundTripFunc(func(*http.Request) (*http.Response, error) {
 		panic("boom in the transport")
 	})}}
 	var got any
@@ -575,7 +578,7 @@ func TestDecideAgentDefaultDoesNotOverrideHostfile(t *testing.T) {
 	defer srv.Close()
 	addr := strings.TrimPrefix(srv.URL, "http://")
 	hosts := []hostfile.Host{{Name: "w-0.job", Slots: 2}, {Name: "w-1.job"}}
-	out, ds, err := Decide(context.Background(), hosts, nil, Options{Mode: "auto", AddrFor: func(string) string { return addr }})
+	out, ds, err := Decide(context.Background(), hosts, nil, Options{AddrFor: func(string) string { return addr }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -591,20 +594,5 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer collects concurrent writes.
+type syncBuffer = sshtest.Buffer

@@ -77,8 +77,9 @@ const (
 
 // Options configures Decide. Zero values take the documented defaults.
 type Options struct {
-	// Mode is --slots: "auto" ("" means auto) or a positive integer.
-	Mode string
+	// Fixed is --slots as ParseMode returns it: 0 for auto, else the count
+	// every host gets without asking.
+	Fixed int
 	// AllowDefault lets a host whose source gives no count and whose agent
 	// gives none by the deadline run with DefaultSlots (a warning) instead
 	// of failing Decide (--slots.allow-default).
@@ -244,12 +245,12 @@ func (o Options) withDefaults() Options {
 // returns the hosts with Slots filled in, in the same order, and one Decision
 // per host. addrs, if not nil, maps a host name to its resolved addresses
 // (discovery.Resolved.Addrs); the first one is queried instead of the name.
-// The error is non-nil for a bad Options.Mode, when ctx ends (wrapping its
+// The error is non-nil for a bad Options.Fixed, when ctx ends (wrapping its
 // error), and as an *UnknownError (the decisions are returned with it).
 func Decide(ctx context.Context, hosts []hostfile.Host, addrs map[string][]string, opts Options) ([]hostfile.Host, []Decision, error) {
-	fixed, err := ParseMode(opts.Mode)
-	if err != nil {
-		return nil, nil, err
+	fixed := opts.Fixed
+	if fixed < 0 || fixed > hostfile.MaxSlots {
+		return nil, nil, fmt.Errorf("slots.Options.Fixed %d: want 0 (auto) or 1..%d", fixed, hostfile.MaxSlots)
 	}
 	o := opts.withDefaults()
 	decisions := make([]Decision, len(hosts))

@@ -85,7 +85,7 @@ func TestDecideWaitsForRealAgentDetection(t *testing.T) {
 		finish()
 	}()
 	out, ds, err := slots.Decide(context.Background(), []hostfile.Host{{Name: "gpu-node-0.job"}}, nil, slots.Options{
-		Mode: "auto", RetryWait: 5 * time.Millisecond, Deadline: time.Minute, AddrFor: func(string) string { return addr }})
+		RetryWait: 5 * time.Millisecond, Deadline: time.Minute, AddrFor: func(string) string { return addr }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestDecideRealAgentDetectionFailed(t *testing.T) {
 	}
 	before := requests.Load()
 	_, _, err := slots.Decide(context.Background(), []hostfile.Host{{Name: "gpu-node-0.job"}}, nil, slots.Options{
-		Mode: "auto", RetryWait: 5 * time.Millisecond, Deadline: time.Minute, AddrFor: func(string) string { return addr }})
+		RetryWait: 5 * time.Millisecond, Deadline: time.Minute, AddrFor: func(string) string { return addr }})
 	var ue *slots.UnknownError
 	if !errors.As(err, &ue) || requests.Load()-before != 1 || !strings.Contains(err.Error(), "could not decide its slots") {
 		t.Fatalf("%v after %d requests", err, requests.Load()-before)
