@@ -1,9 +1,7 @@
 package jobkey
 
 import (
-	"crypto/ecdsa"
 	"crypto/ed25519"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
@@ -14,32 +12,19 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
+
 	"golang.org/x/crypto/ssh"
 )
 
-// writeTrainerLayout writes a key pair as Trainer v2 mounts it and returns the dir.
+// writeTrainerLayout writes a job key as Trainer v2 mounts its Secret
+// (sshtest.WriteSecret), with id_rsa at keyMode, and returns the dir.
 func writeTrainerLayout(t *testing.T, keyMode os.FileMode) (string, ssh.PublicKey) {
 	t.Helper()
-	dir := t.TempDir()
-	k, err := ecdsa.GenerateKey(elliptic.P521(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalECPrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	priv := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
-	pub, err := ssh.NewPublicKey(&k.PublicKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	line := ssh.MarshalAuthorizedKey(pub)
-	must(t, os.WriteFile(filepath.Join(dir, PrivateKey), priv, keyMode))
+	k := sshtest.NewTrainerKey(t)
+	dir := sshtest.WriteAuthDir(t, k)
 	must(t, os.Chmod(filepath.Join(dir, PrivateKey), keyMode))
-	must(t, os.WriteFile(filepath.Join(dir, PublicKey), line, 0o644))
-	must(t, os.WriteFile(filepath.Join(dir, AuthorizedKeys), line, 0o644))
-	return dir, pub
+	return dir, k.Public()
 }
 
 func must(t *testing.T, err error) {

@@ -5,11 +5,6 @@ package sshd
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -20,14 +15,13 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
+
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/sys/unix"
-
-	"github.com/podmpi/podmpi/jobkey"
 )
 
 func TestMain(m *testing.M) {
@@ -124,36 +118,19 @@ type keyPair struct {
 	keyPEM []byte
 }
 
+// newP521 is a job key (P-521, SEC1 PEM) that is not written anywhere.
 func newP521(t testing.TB) (ssh.Signer, []byte) {
 	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P521(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalECPrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
-	s, err := ssh.ParsePrivateKey(pemBytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, pemBytes
+	k := sshtest.NewTrainerKey(t)
+	return k.Signer, k.PEM
 }
 
-// writeTrainerLayout writes id_rsa (ECDSA P-521, SEC1 PEM, 0640), id_rsa.pub
-// and authorized_keys as Trainer v2 mounts them.
+// writeTrainerLayout writes a job key as Trainer v2 mounts its Secret
+// (sshtest.WriteSecret).
 func writeTrainerLayout(t testing.TB) keyPair {
 	t.Helper()
-	dir := t.TempDir()
-	signer, pemBytes := newP521(t)
-	line := ssh.MarshalAuthorizedKey(signer.PublicKey())
-	must(t, os.WriteFile(filepath.Join(dir, jobkey.PrivateKey), pemBytes, 0o640))
-	must(t, os.Chmod(filepath.Join(dir, jobkey.PrivateKey), 0o640))
-	must(t, os.WriteFile(filepath.Join(dir, jobkey.PublicKey), line, 0o644))
-	must(t, os.WriteFile(filepath.Join(dir, jobkey.AuthorizedKeys), line, 0o644))
-	return keyPair{dir: dir, signer: signer, pub: signer.PublicKey(), keyPEM: pemBytes}
+	k := sshtest.NewTrainerKey(t)
+	return keyPair{dir: sshtest.WriteAuthDir(t, k), signer: k.Signer, pub: k.Public(), keyPEM: k.PEM}
 }
 
 func must(t testing.TB, err error) {
@@ -164,22 +141,7 @@ func must(t testing.TB, err error) {
 }
 
 // syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+type syncBuffer = sshtest.Buffer
 
 type testServer struct {
 	*Server

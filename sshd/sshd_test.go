@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"golang.org/x/crypto/ssh"
@@ -872,13 +874,7 @@ func TestTruncate(t *testing.T) {
 
 func waitFor(t testing.TB, cond func() bool, what string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	sshtest.Eventually(t, 5*time.Second, what, cond)
 }
 
 // metricValue reads a counter or gauge.

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
+
 	"github.com/podmpi/podmpi/agent/worker/api"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -628,13 +630,7 @@ func httpGet(t *testing.T, addr net.Addr, path string) (int, string) {
 
 func waitFor(t *testing.T, f func() net.Addr) net.Addr {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if a := f(); a != nil {
-			return a
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("condition not met within 10s")
-	return nil
+	var a net.Addr
+	sshtest.Eventually(t, 10*time.Second, "address", func() bool { a = f(); return a != nil })
+	return a
 }

@@ -4,12 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
@@ -26,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
 
 	"github.com/spf13/pflag"
 	"golang.org/x/crypto/ssh"
@@ -67,38 +64,15 @@ type keys struct {
 	privPEM []byte
 }
 
-// writeKeys writes a Trainer v2 auth dir into dir: ECDSA P-521 SEC1 PEM
-// id_rsa (0640), id_rsa.pub and authorized_keys (0644).
+// writeKeys writes a job key into dir as Trainer v2 mounts its Secret
+// (sshtest.WriteSecret: id_rsa 0640, id_rsa.pub and authorized_keys 0644).
 func writeKeys(t *testing.T, dir string) keys {
 	t.Helper()
-	priv, err := ecdsa.GenerateKey(elliptic.P521(), rand.Reader)
-	if err != nil {
+	k := sshtest.NewTrainerKey(t)
+	if err := sshtest.WriteSecret(dir, k, k.Public()); err != nil {
 		t.Fatal(err)
 	}
-	der, err := x509.MarshalECPrivateKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	privPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
-	signer, err := ssh.NewSignerFromKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub := ssh.MarshalAuthorizedKey(signer.PublicKey())
-	for _, f := range []struct {
-		name string
-		data []byte
-		mode os.FileMode
-	}{{"id_rsa", privPEM, 0o640}, {"id_rsa.pub", pub, 0o644}, {"authorized_keys", pub, 0o644}} {
-		p := filepath.Join(dir, f.name)
-		if err := os.WriteFile(p, f.data, f.mode); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(p, f.mode); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return keys{dir: dir, signer: signer, pubLine: pub, privPEM: privPEM}
+	return keys{dir: dir, signer: k.Signer, pubLine: ssh.MarshalAuthorizedKey(k.Public()), privPEM: k.PEM}
 }
 
 // --- running the binary ---
@@ -684,34 +658,12 @@ func dialErr(addr string, signer ssh.Signer, hostKey ssh.PublicKey) (*ssh.Client
 	})
 }
 
-// lockedBuffer is a bytes.Buffer safe for one writer goroutine and readers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// lockedBuffer collects a process's output while tests read it.
+type lockedBuffer = sshtest.Buffer
 
 func waitUntil(t *testing.T, what string, f func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		if f() {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
+	sshtest.Eventually(t, 15*time.Second, what, f)
 }
 
 func mustWrite(t *testing.T, path, data string, mode os.FileMode) {

@@ -11,11 +11,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -30,7 +25,8 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/crypto/ssh"
+	"github.com/prometheus/procfs"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/podmpi/podmpi/test/harness"
@@ -120,68 +116,6 @@ func Build(ctx context.Context, root, dir string, static bool) (Binaries, error)
 		}
 	}
 	return b, nil
-}
-
-// Key is an SSH key pair in the shape Trainer v2 and mpi-operator generate:
-// ECDSA P-521, private key as SEC1 "EC PRIVATE KEY" PEM.
-type Key struct {
-	PrivatePEM []byte
-	Authorized []byte // one authorized_keys line, with trailing newline
-	Public     ssh.PublicKey
-}
-
-// NewKey generates a job key.
-func NewKey() (Key, error) {
-	priv, err := ecdsa.GenerateKey(elliptic.P521(), rand.Reader)
-	if err != nil {
-		return Key{}, fmt.Errorf("generate P-521 key: %w", err)
-	}
-	der, err := x509.MarshalECPrivateKey(priv)
-	if err != nil {
-		return Key{}, fmt.Errorf("marshal P-521 key: %w", err)
-	}
-	pub, err := ssh.NewPublicKey(&priv.PublicKey)
-	if err != nil {
-		return Key{}, fmt.Errorf("ssh public key: %w", err)
-	}
-	return Key{
-		PrivatePEM: pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}),
-		Authorized: ssh.MarshalAuthorizedKey(pub),
-		Public:     pub,
-	}, nil
-}
-
-// WriteAuthDir writes dir the way the Trainer v2 Secret volume looks: id_rsa
-// (the identity's private key, root:0 0640, readable through gid 0), id_rsa.pub
-// (0644) and authorized_keys (0644, the authorized keys' public lines).
-func WriteAuthDir(dir string, identity Key, authorized ...Key) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("auth dir %s: %w", dir, err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return fmt.Errorf("auth dir %s: %w", dir, err)
-	}
-	var ak []byte
-	for _, k := range authorized {
-		ak = append(ak, k.Authorized...)
-	}
-	for _, f := range []struct {
-		name string
-		data []byte
-		mode os.FileMode
-	}{{"id_rsa", identity.PrivatePEM, 0o640}, {"id_rsa.pub", identity.Authorized, 0o644}, {"authorized_keys", ak, 0o644}} {
-		p := filepath.Join(dir, f.name)
-		if err := os.WriteFile(p, f.data, f.mode); err != nil {
-			return fmt.Errorf("write %s: %w", p, err)
-		}
-		if err := os.Chown(p, 0, 0); err != nil {
-			return fmt.Errorf("chown %s: %w", p, err)
-		}
-		if err := os.Chmod(p, f.mode); err != nil { // umask-proof
-			return fmt.Errorf("chmod %s: %w", p, err)
-		}
-	}
-	return nil
 }
 
 // MakeDir creates a directory every pod's arbitrary uid can write (0777,
@@ -431,20 +365,20 @@ func Procs(c *harness.Cluster, pod int, except ...int) []Proc {
 		if slices.Contains(except, pid) {
 			continue
 		}
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		p, err := procfs.NewProc(pid)
 		if err != nil {
 			continue // gone
 		}
-		if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X') {
-			continue // exited, waiting to be reaped
+		st, err := p.Stat()
+		if err != nil || st.State == "Z" || st.State == "X" {
+			continue // gone, or exited and waiting to be reaped
 		}
-		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		cl := strings.TrimSpace(string(bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '})))
+		args, _ := p.CmdLine()
+		cl := strings.Join(args, " ")
 		if len(cl) > 160 {
 			cl = cl[:160] + "..."
 		}
-		out = append(out, Proc{PID: pid, Comm: strings.TrimSpace(string(comm)), Cmd: cl})
+		out = append(out, Proc{PID: pid, Comm: st.Comm, Cmd: cl})
 	}
 	return out
 }

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
+
 	"github.com/podmpi/podmpi/test/harness"
 )
 
@@ -22,7 +24,7 @@ var (
 	bin  Binaries
 	work string // 0755 scratch dir every pod's uid can read
 
-	jobKey, otherKey Key
+	jobKey, otherKey sshtest.Key
 	authDir          string // the job's Secret: id_rsa = job key, authorized_keys = job key
 	wrongAuthDir     string // job host key, but authorized_keys holds another job's key
 	wrongHostDir     string // another job's host key, authorized_keys holds the job key
@@ -74,22 +76,22 @@ func setup() error {
 	if err := os.Chmod(filepath.Join(work, "bin"), 0o755); err != nil {
 		return err
 	}
-	if jobKey, err = NewKey(); err != nil {
+	if jobKey, err = sshtest.GenerateJobKey(); err != nil {
 		return err
 	}
-	if otherKey, err = NewKey(); err != nil {
+	if otherKey, err = sshtest.GenerateJobKey(); err != nil {
 		return err
 	}
 	authDir = filepath.Join(work, "auth")
 	wrongAuthDir = filepath.Join(work, "auth-wrong-authorized")
 	wrongHostDir = filepath.Join(work, "auth-wrong-hostkey")
-	if err := WriteAuthDir(authDir, jobKey, jobKey); err != nil {
+	if err := sshtest.WriteSecret(authDir, jobKey, jobKey.Public()); err != nil {
 		return err
 	}
-	if err := WriteAuthDir(wrongAuthDir, jobKey, otherKey); err != nil {
+	if err := sshtest.WriteSecret(wrongAuthDir, jobKey, otherKey.Public()); err != nil {
 		return err
 	}
-	if err := WriteAuthDir(wrongHostDir, otherKey, jobKey); err != nil {
+	if err := sshtest.WriteSecret(wrongHostDir, otherKey, jobKey.Public()); err != nil {
 		return err
 	}
 	// A PATH without /usr/bin: on merged-usr Debian /bin IS /usr/bin, so

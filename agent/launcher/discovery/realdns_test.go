@@ -1,7 +1,6 @@
 package discovery
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -9,9 +8,10 @@ import (
 	"net"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
 )
 
 // startDNS serves a tiny DNS zone on 127.0.0.1 UDP: names starting with "ok"
@@ -146,7 +146,7 @@ func TestRealResolverClassification(t *testing.T) {
 func TestRealResolverMalformedSRVTarget(t *testing.T) {
 	t.Parallel()
 	r := startDNS(t)
-	spec := Spec{Service: "_ssh._tcp.srvjob.test.", Expected: 2, DefaultSlots: 1}
+	spec := Spec{Service: "_ssh._tcp.srvjob.test.", Expected: 2}
 	plan := mustResolve(t, spec)
 	var logs syncBuf
 	res, err := Wait(context.Background(), spec, plan, WaitOptions{Resolver: r, Clock: newClock(), Timeout: 5 * time.Second,
@@ -164,20 +164,5 @@ func TestRealResolverMalformedSRVTarget(t *testing.T) {
 	}
 }
 
-// syncBuf is a bytes.Buffer safe for the logger's concurrent writes.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuf collects the logger's concurrent writes.
+type syncBuf = sshtest.Buffer

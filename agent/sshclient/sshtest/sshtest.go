@@ -1,17 +1,22 @@
-// Package sshtest holds loopback fixtures for the tests of sshclient, probe
-// and rsh: a small SSH server built on plain x/crypto/ssh (exec through
-// /bin/sh -c, exit-status and exit-signal, signal requests delivered to the
-// command's process group), and endpoints that answer wrongly on purpose: a
-// silent listener, one that closes at once, a TLS alert, a listener whose
-// accept queue is full (SYNs dropped, so connects time out) and an NXDOMAIN
-// DNS server.
+// Package sshtest holds the test fixtures of podmpi: the job's key and its
+// Secret as the kubelet mounts it (GenerateJobKey, WriteSecret,
+// WriteAuthDir), a goroutine-safe Buffer and a polling Eventually, used by
+// every package's tests; and, for the tests of sshclient, probe and rsh, a
+// small SSH server built on plain x/crypto/ssh (exec through /bin/sh -c,
+// exit-status and exit-signal, signal requests delivered to the command's
+// process group), and endpoints that answer wrongly on purpose: a silent
+// listener, one that closes at once, a TLS alert, a listener whose accept
+// queue is full (SYNs dropped, so connects time out) and an NXDOMAIN DNS
+// server.
 //
-// It is test support only: import it from _test.go files. Everything listens
-// on 127.0.0.1 and is torn down by t.Cleanup; every command it starts is
-// killed (by process group) and reaped.
+// It is test support: import it from _test.go files, or from the harness
+// programs under test/ (GenerateJobKey and WriteSecret take no testing.TB).
+// Everything listens on 127.0.0.1 and is torn down by t.Cleanup; every
+// command it starts is killed (by process group) and reaped.
 package sshtest
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -64,37 +69,127 @@ func NewKey(t testing.TB) Key {
 	return Key{Signer: s, PEM: pem.EncodeToMemory(blk)}
 }
 
-// NewTrainerKey generates the key Trainer v2 puts in its Secret: ECDSA P-521
-// in SEC1 "EC PRIVATE KEY" PEM.
-func NewTrainerKey(t testing.TB) Key {
-	t.Helper()
+// GenerateJobKey generates the key Trainer v2 and mpi-operator put in the
+// job's Secret: ECDSA P-521 in SEC1 "EC PRIVATE KEY" PEM. It takes no
+// testing.TB so that the network-namespace harness (demo, benchmarks) can
+// use it too.
+func GenerateJobKey() (Key, error) {
 	k, err := ecdsa.GenerateKey(elliptic.P521(), rand.Reader)
 	if err != nil {
-		t.Fatal(err)
+		return Key{}, fmt.Errorf("generating a P-521 key: %w", err)
 	}
 	der, err := x509.MarshalECPrivateKey(k)
 	if err != nil {
-		t.Fatal(err)
+		return Key{}, fmt.Errorf("marshalling the P-521 key: %w", err)
 	}
 	s, err := ssh.NewSignerFromKey(k)
 	if err != nil {
-		t.Fatal(err)
+		return Key{}, fmt.Errorf("ssh signer: %w", err)
 	}
-	return Key{Signer: s, PEM: pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})}
+	return Key{Signer: s, PEM: pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})}, nil
 }
 
-// WriteAuthDir writes k as a job's SSH Secret is mounted (id_rsa,
-// id_rsa.pub, authorized_keys) into a new temporary directory.
+// NewTrainerKey is GenerateJobKey for tests.
+func NewTrainerKey(t testing.TB) Key {
+	t.Helper()
+	k, err := GenerateJobKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// Secret file modes as the kubelet mounts the job's Secret (Trainer v2's
+// items: id_rsa 0640 so that an fsGroup can read it, the public files 0644).
+const (
+	PrivateKeyMode = 0o640
+	PublicKeyMode  = 0o644
+)
+
+// WriteSecret writes dir the way the job's Secret volume looks: id_rsa (the
+// identity's private key, PrivateKeyMode), id_rsa.pub (its public key) and
+// authorized_keys (one line per authorized key), the public files
+// PublicKeyMode. Running as root, the files are root-owned as the kubelet
+// makes them, so a process of another uid reads id_rsa only through group
+// 0. Modes are set explicitly, whatever the umask.
+func WriteSecret(dir string, identity Key, authorized ...ssh.PublicKey) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("auth dir %s: %w", dir, err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return fmt.Errorf("auth dir %s: %w", dir, err)
+	}
+	var ak []byte
+	for _, k := range authorized {
+		ak = append(ak, ssh.MarshalAuthorizedKey(k)...)
+	}
+	for _, f := range []struct {
+		name string
+		data []byte
+		mode os.FileMode
+	}{
+		{"id_rsa", identity.PEM, PrivateKeyMode},
+		{"id_rsa.pub", ssh.MarshalAuthorizedKey(identity.Public()), PublicKeyMode},
+		{"authorized_keys", ak, PublicKeyMode},
+	} {
+		p := filepath.Join(dir, f.name)
+		if err := os.WriteFile(p, f.data, f.mode); err != nil {
+			return fmt.Errorf("writing %s: %w", p, err)
+		}
+		if os.Geteuid() == 0 {
+			if err := os.Chown(p, 0, 0); err != nil {
+				return fmt.Errorf("chown %s: %w", p, err)
+			}
+		}
+		if err := os.Chmod(p, f.mode); err != nil {
+			return fmt.Errorf("chmod %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// WriteAuthDir writes k as the job's Secret (WriteSecret, k authorizing
+// itself) into a new temporary directory.
 func WriteAuthDir(t testing.TB, k Key) string {
 	t.Helper()
 	dir := t.TempDir()
-	line := ssh.MarshalAuthorizedKey(k.Public())
-	for name, data := range map[string][]byte{"id_rsa": k.PEM, "id_rsa.pub": line, "authorized_keys": line} {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
-			t.Fatal(err)
-		}
+	if err := WriteSecret(dir, k, k.Public()); err != nil {
+		t.Fatal(err)
 	}
 	return dir
+}
+
+// Buffer is a goroutine-safe buffer for the output of processes, servers
+// and loggers that tests read while they run.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+// String returns everything written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// Eventually polls cond every 10ms until it holds, and fails the test
+// naming what it waited for when it still does not after d.
+func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // Options configure a Server.

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
+
 	"github.com/podmpi/podmpi/test/bench"
 	"github.com/podmpi/podmpi/test/e2e"
 	"github.com/podmpi/podmpi/test/harness"
@@ -95,29 +97,26 @@ func newEnv(ctx context.Context, binDir string) (*env, error) {
 	// The job key in the shape Trainer v2 generates (ECDSA P-521, SEC1 PEM):
 	// identity of every client and host key of every server, podmpi and
 	// OpenSSH alike, so both pay for the same signatures.
-	k, err := e2e.NewKey()
+	k, err := sshtest.GenerateJobKey()
 	if err != nil {
 		return e, err
 	}
+	if err := sshtest.WriteSecret(e.auth, k, k.Public()); err != nil {
+		return e, err
+	}
+	// OpenSSH reads a key only when its owner is the user and nobody else
+	// may read it: the bench user owns the Secret, id_rsa 0600.
 	e.key = filepath.Join(e.auth, "id_rsa")
-	for _, f := range []struct {
-		name string
-		data []byte
-		mode os.FileMode
-	}{{"id_rsa", k.PrivatePEM, 0o600}, {"id_rsa.pub", k.Authorized, 0o644}, {"authorized_keys", k.Authorized, 0o644}} {
-		p := filepath.Join(e.auth, f.name)
-		if err := os.WriteFile(p, f.data, f.mode); err != nil {
-			return e, err
-		}
-		if err := os.Chown(p, uid, gid); err != nil {
-			return e, err
-		}
-		if err := os.Chmod(p, f.mode); err != nil {
+	for _, name := range []string{"id_rsa", "id_rsa.pub", "authorized_keys"} {
+		if err := os.Chown(filepath.Join(e.auth, name), uid, gid); err != nil {
 			return e, err
 		}
 	}
+	if err := os.Chmod(e.key, 0o600); err != nil {
+		return e, err
+	}
 	e.sshdConf = filepath.Join(work, "sshd_config")
-	conf := fmt.Sprintf(`# non-root sshd, the harness-notes §3 recipe
+	conf := fmt.Sprintf(`# non-root sshd on a high port, as the upstream MPI images run it
 Port %d
 ListenAddress 0.0.0.0
 HostKey %s
@@ -212,8 +211,8 @@ func (e *env) etcFiles() map[string]string {
 	return map[string]string{"passwd": e.passwd, "group": e.group}
 }
 
-// sshArgs are the OpenSSH client options every baseline uses: the recipe
-// of harness-notes §4 (what mpi-operator passes), default algorithms.
+// sshArgs are the OpenSSH client options every baseline uses: what the
+// upstream MPI images and mpi-operator pass, default algorithms.
 func (e *env) sshArgs(port int) []string {
 	return []string{"-p", strconv.Itoa(port), "-i", e.key, "-l", user,
 		"-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",

@@ -31,6 +31,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
+
 	"github.com/podmpi/podmpi/test/e2e"
 	"github.com/podmpi/podmpi/test/harness"
 )
@@ -94,12 +96,12 @@ func run(ctx context.Context, binDir string, nWorkers, slots int, late time.Dura
 	if err := os.Chmod(work, 0o755); err != nil {
 		return 1, err
 	}
-	key, err := e2e.NewKey()
+	key, err := sshtest.GenerateJobKey()
 	if err != nil {
 		return 1, err
 	}
 	auth := filepath.Join(work, "ssh")
-	if err := e2e.WriteAuthDir(auth, key, key); err != nil {
+	if err := sshtest.WriteSecret(auth, key, key.Public()); err != nil {
 		return 1, err
 	}
 	prog := filepath.Join(work, "allreduce")
