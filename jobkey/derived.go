@@ -101,8 +101,11 @@ func DeriveSigner(raw any) (ssh.Signer, error) {
 		if !DeriveEnabled() {
 			return nil, nil
 		}
-		size := (k.Curve.Params().BitSize + 7) / 8
-		return deriveFrom(k.Curve.Params().Name, k.D.FillBytes(make([]byte, size)))
+		scalar, err := k.Bytes()
+		if err != nil {
+			return nil, fmt.Errorf("ECDSA private key: %w", err)
+		}
+		return deriveFrom(k.Curve.Params().Name, scalar)
 	case *rsa.PrivateKey:
 		if !DeriveEnabled() {
 			return nil, nil
@@ -185,11 +188,12 @@ func fastSEC1(data []byte) (signer, derived ssh.Signer, ok bool) {
 	if len(k.PrivateKey) == 0 || len(k.PrivateKey) > size {
 		return nil, nil, false
 	}
-	x, y := elliptic.Unmarshal(curve, k.PublicKey.Bytes) //nolint:staticcheck // validates the point without a scalar multiplication
-	if x == nil {
+	// Validates the point (on the curve) without a scalar multiplication.
+	ecpub, err := ecdsa.ParseUncompressedPublicKey(curve, k.PublicKey.Bytes)
+	if err != nil {
 		return nil, nil, false
 	}
-	pub, err := ssh.NewPublicKey(&ecdsa.PublicKey{Curve: curve, X: x, Y: y})
+	pub, err := ssh.NewPublicKey(ecpub)
 	if err != nil {
 		return nil, nil, false
 	}

@@ -1,13 +1,10 @@
 package bench
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
+
+	"github.com/prometheus/procfs"
 )
 
 // Mem is the memory of one process or a set of processes, in bytes.
@@ -21,96 +18,41 @@ func (m Mem) Add(o Mem) Mem { return Mem{RSS: m.RSS + o.RSS, PSS: m.PSS + o.PSS}
 
 // ReadMem reads Rss and Pss of pid from /proc/<pid>/smaps_rollup.
 func ReadMem(pid int) (Mem, error) {
-	p := fmt.Sprintf("/proc/%d/smaps_rollup", pid)
-	b, err := os.ReadFile(p)
+	p, err := procfs.NewProc(pid)
 	if err != nil {
-		return Mem{}, fmt.Errorf("read %s: %w", p, err)
+		return Mem{}, fmt.Errorf("process %d: %w", pid, err)
 	}
-	return parseRollup(b)
-}
-
-func parseRollup(b []byte) (Mem, error) {
-	var m Mem
-	var seen int
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 2 {
-			continue
-		}
-		var dst *int64
-		switch f[0] {
-		case "Rss:":
-			dst = &m.RSS
-		case "Pss:":
-			dst = &m.PSS
-		default:
-			continue
-		}
-		kb, err := strconv.ParseInt(f[1], 10, 64)
-		if err != nil || kb < 0 {
-			return Mem{}, fmt.Errorf("smaps_rollup: bad %s value %q", f[0], f[1])
-		}
-		*dst = kb * 1024
-		seen++
+	r, err := p.ProcSMapsRollup()
+	if err != nil {
+		return Mem{}, fmt.Errorf("smaps_rollup of %d: %w", pid, err)
 	}
-	if seen < 2 {
-		return Mem{}, fmt.Errorf("smaps_rollup: no Rss and Pss lines")
-	}
-	return m, nil
+	return Mem{RSS: int64(r.Rss), PSS: int64(r.Pss)}, nil
 }
 
 // Proc is one entry of a process table.
 type Proc struct {
 	PID, PPID int
 	Comm      string
-	Cmdline   string // NULs as spaces
+	Cmdline   string // arguments joined by spaces
 }
 
-// Procs reads every process from /proc, keyed by PID. Processes that exit
-// while it reads are left out.
+// Procs reads every live process from /proc, keyed by PID. Zombies, and
+// processes that exit while it reads, are left out.
 func Procs() (map[int]Proc, error) {
-	ents, err := os.ReadDir("/proc")
+	procs, err := procfs.AllProcs()
 	if err != nil {
 		return nil, fmt.Errorf("read /proc: %w", err)
 	}
 	out := map[int]Proc{}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
+	for _, p := range procs {
+		st, err := p.Stat()
+		if err != nil || st.State == "Z" || st.State == "X" {
 			continue
 		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		p, ok := parseStat(pid, stat)
-		if !ok {
-			continue
-		}
-		cl, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		p.Cmdline = strings.TrimSpace(string(bytes.ReplaceAll(cl, []byte{0}, []byte{' '})))
-		out[pid] = p
+		cl, _ := p.CmdLine()
+		out[p.PID] = Proc{PID: p.PID, PPID: st.PPID, Comm: st.Comm, Cmdline: strings.Join(cl, " ")}
 	}
 	return out, nil
-}
-
-// parseStat reads comm and ppid from a /proc/<pid>/stat line; zombies are
-// reported as not ok.
-func parseStat(pid int, b []byte) (Proc, bool) {
-	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
-	if open < 0 || end < open || end+2 >= len(b) {
-		return Proc{}, false
-	}
-	f := strings.Fields(string(b[end+2:]))
-	if len(f) < 2 || f[0] == "Z" || f[0] == "X" {
-		return Proc{}, false
-	}
-	ppid, err := strconv.Atoi(f[1])
-	if err != nil {
-		return Proc{}, false
-	}
-	return Proc{PID: pid, PPID: ppid, Comm: string(b[open+1 : end])}, true
 }
 
 // Descendants returns the PIDs below root in table (not root itself).
@@ -132,44 +74,26 @@ func Descendants(table map[int]Proc, root int) []int {
 	return out
 }
 
-// clockTicks is USER_HZ, 100 on every Linux architecture Go supports.
-const clockTicks = 100
-
 // ProcCPU is the user+system CPU seconds pid has used so far.
 func ProcCPU(pid int) (float64, error) {
-	p := fmt.Sprintf("/proc/%d/stat", pid)
-	b, err := os.ReadFile(p)
+	p, err := procfs.NewProc(pid)
 	if err != nil {
-		return 0, fmt.Errorf("read %s: %w", p, err)
+		return 0, fmt.Errorf("process %d: %w", pid, err)
 	}
-	return parseStatCPU(b)
-}
-
-func parseStatCPU(b []byte) (float64, error) {
-	end := bytes.LastIndexByte(b, ')')
-	if end < 0 || end+2 >= len(b) {
-		return 0, fmt.Errorf("stat: no command name")
+	st, err := p.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("stat of %d: %w", pid, err)
 	}
-	f := strings.Fields(string(b[end+2:]))
-	// After the name: state(0) ppid(1) ... utime(11) stime(12).
-	if len(f) < 13 {
-		return 0, fmt.Errorf("stat: %d fields after the name, want 13 or more", len(f))
-	}
-	u, err1 := strconv.ParseUint(f[11], 10, 64)
-	s, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("stat: bad utime/stime %q %q", f[11], f[12])
-	}
-	return float64(u+s) / clockTicks, nil
+	return st.CPUTime(), nil
 }
 
 // CountFDs is the number of open file descriptors of pid.
 func CountFDs(pid int) (int, error) {
-	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return 0, err
 	}
-	return len(ents), nil
+	return p.FileDescriptorsLen()
 }
 
 // Footprint is what a process tree holds at one instant.

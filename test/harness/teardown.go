@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 // Close tears the cluster down: every process in every pod and in the hub
@@ -183,34 +185,18 @@ func killNetns(nsPaths []string, termGrace, killWait time.Duration) []int {
 	return wait(killWait, syscall.SIGKILL)
 }
 
-// procStartTime returns field 22 (starttime, clock ticks since boot) of
-// /proc/<pid>/stat, which with the pid identifies a process across pid reuse.
+// procStartTime returns the start time of pid (clock ticks since boot),
+// which with the pid identifies a process across pid reuse.
 func procStartTime(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return 0, err
 	}
-	return parseStatStartTime(b)
-}
-
-// parseStatStartTime extracts starttime from the text of /proc/<pid>/stat. The
-// command name (field 2) may contain spaces and parentheses, so fields are
-// counted after the last ')'.
-func parseStatStartTime(b []byte) (uint64, error) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, errors.New("stat: no ')' after the command name")
-	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state); starttime is field 22.
-	if len(f) < 20 {
-		return 0, fmt.Errorf("stat: %d fields after the command name, want at least 20", len(f))
-	}
-	v, err := strconv.ParseUint(f[19], 10, 64)
+	st, err := p.Stat()
 	if err != nil {
-		return 0, fmt.Errorf("stat: starttime %q: %w", f[19], err)
+		return 0, err
 	}
-	return v, nil
+	return st.Starttime, nil
 }
 
 // parseMountinfo returns the mount points listed in /proc/<pid>/mountinfo,

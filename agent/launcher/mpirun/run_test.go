@@ -2,7 +2,6 @@ package mpirun
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,47 +12,27 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
 
 	"github.com/podmpi/podmpi/agent/rsh"
 
 	"github.com/podmpi/podmpi/mpi"
 )
 
-// syncBuffer is a goroutine-safe buffer for child output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
+// syncBuffer collects child output while tests read it.
+type syncBuffer = sshtest.Buffer
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// waitFor polls cond every 10ms until it holds or d passes.
+// waitFor polls cond until it holds or d passes.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	sshtest.Eventually(t, d, what, cond)
 }
 
-func shRun(t *testing.T, script string, o RunOptions) (RunResult, error, *syncBuffer) {
+func shRun(t *testing.T, script string, o RunOptions) (RunResult, *syncBuffer, error) {
 	t.Helper()
 	out := &syncBuffer{}
 	o.Argv = []string{"/bin/sh", "-c", script}
@@ -64,17 +43,17 @@ func shRun(t *testing.T, script string, o RunOptions) (RunResult, error, *syncBu
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	res, err := Run(ctx, o)
-	return res, err, out
+	return res, out, err
 }
 
 func TestRunExitCodePassthrough(t *testing.T) {
 	for _, code := range []int{0, 3, 255} {
-		res, err, _ := shRun(t, "exit "+strconv.Itoa(code), RunOptions{})
+		res, _, err := shRun(t, "exit "+strconv.Itoa(code), RunOptions{})
 		if err != nil || res.ExitCode != code || res.Signal != "" || res.TimedOut || res.Pid == 0 {
 			t.Errorf("exit %d: %+v, %v", code, res, err)
 		}
 	}
-	res, err, _ := shRun(t, "kill -SEGV $$", RunOptions{})
+	res, _, err := shRun(t, "kill -SEGV $$", RunOptions{})
 	if err != nil || res.ExitCode != 128+int(syscall.SIGSEGV) || res.Signal != "SIGSEGV" {
 		t.Errorf("killed by SIGSEGV: %+v, %v", res, err)
 	}
@@ -186,7 +165,7 @@ func TestRunTimeoutKillsTree(t *testing.T) {
 	// session (as ORTE's setpgid'd ssh children do), then waits.
 	script := `sleep 60 & echo $!; setsid sleep 61 & echo $!; wait`
 	start := time.Now()
-	res, err, out := shRun(t, script, RunOptions{Timeout: 300 * time.Millisecond, KillGrace: 5 * time.Second})
+	res, out, err := shRun(t, script, RunOptions{Timeout: 300 * time.Millisecond, KillGrace: 5 * time.Second})
 	if err != nil || !res.TimedOut || res.Killed {
 		t.Fatalf("got %+v, %v", res, err)
 	}
@@ -225,36 +204,6 @@ func TestRunContextCancel(t *testing.T) {
 	}
 }
 
-func TestParseStat(t *testing.T) {
-	line := "1234 (a) b (c)) S 77 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 555 1000 10"
-	state, ppid, start, err := parseStat(line)
-	if err != nil || state != 'S' || ppid != 77 || start != 555 {
-		t.Errorf("parseStat = %c %d %d %v", state, ppid, start, err)
-	}
-	for _, bad := range []string{"", "1 (x", "1 (x) S notanumber", "1 (x) S 1 2 3"} {
-		if _, _, _, err := parseStat(bad); err == nil {
-			t.Errorf("parseStat(%q) succeeded", bad)
-		}
-	}
-}
-
-// zombieChildren lists zombie processes whose parent is this process.
-func zombieChildren() []int {
-	var z []int
-	self := os.Getpid()
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if state, ppid, _, err := statInfo(pid); err == nil && ppid == self && state == 'Z' {
-			z = append(z, pid)
-		}
-	}
-	return z
-}
-
 // orphanScript leaves 5 orphans that exit (becoming zombies of the
 // subreaper) well before the main process exits with 7.
 const orphanScript = `for i in 1 2 3 4 5; do sh -c 'sleep 0.1 &'; done; sleep 0.8; exit 7`
@@ -290,8 +239,8 @@ func TestReaperHelper(t *testing.T) {
 	cmd := exec.Command("/bin/sh", "-c", orphanScript)
 	_ = cmd.Run()
 	time.Sleep(100 * time.Millisecond)
-	rep.ControlZombies = len(zombieChildren())
-	for _, z := range zombieChildren() { // clean up before the real run
+	rep.ControlZombies = len(exitedChildren())
+	for _, z := range exitedChildren() { // clean up before the real run
 		var ws syscall.WaitStatus
 		_, _ = syscall.Wait4(z, &ws, 0, nil)
 	}
@@ -301,7 +250,7 @@ func TestReaperHelper(t *testing.T) {
 		return
 	}
 	rep.ExitCode, rep.Reaped = res.ExitCode, res.Reaped
-	rep.ZombiesAfter = len(zombieChildren())
+	rep.ZombiesAfter = len(exitedChildren())
 }
 
 func TestReaperSubprocess(t *testing.T) {
@@ -344,7 +293,7 @@ func TestReaperSubprocess(t *testing.T) {
 // Intel's mpirun that behaves as the Intel reference documents: it reads the
 // bootstrap, its exec and the host file from I_MPI_HYDRA_* and starts
 // hydra_bstrap_proxy on every host through the exec (argv shape from
-// conventions §3). The exec is podmpi-rsh from Setup, here pointing to a
+// Intel MPI's bootstrap logs, as mpi-operator users reported them). The exec is podmpi-rsh from Setup, here pointing to a
 // recorder, so the test sees exactly what the rsh program would receive.
 func TestIntelWiringFakeHydra(t *testing.T) {
 	dir := t.TempDir()

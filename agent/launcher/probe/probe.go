@@ -25,8 +25,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"text/tabwriter"
 	"time"
-	"unicode/utf8"
 
 	"golang.org/x/crypto/ssh"
 
@@ -461,22 +461,9 @@ func formatLatency(d time.Duration) string {
 // writeTable left-aligns columns separated by two spaces, without trailing
 // blanks.
 func writeTable(b *strings.Builder, rows [][]string) {
-	var width []int
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
 	for _, r := range rows {
-		for i, c := range r {
-			if i >= len(width) {
-				width = append(width, 0)
-			}
-			width[i] = max(width[i], utf8.RuneCountInString(c))
-		}
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
 	}
-	for _, r := range rows {
-		for i, c := range r {
-			b.WriteString(c)
-			if i < len(r)-1 {
-				b.WriteString(strings.Repeat(" ", width[i]-utf8.RuneCountInString(c)+2))
-			}
-		}
-		b.WriteByte('\n')
-	}
+	_ = tw.Flush()
 }
