@@ -7,7 +7,7 @@ COMMIT     ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 FUZZTIME   ?= 30s
 TESTFLAGS  ?=
 
-.PHONY: all build test test-short lint vet fmt fuzz bench e2e e2e-ompi5 demo images image-test clean clean-stale \
+.PHONY: all build test test-short lint vet fmt staticcheck fuzz bench e2e e2e-ompi5 demo images image-test clean clean-stale \
         cluster-tool cluster-up cluster-down cluster-test cluster-bench
 
 all: build
@@ -30,8 +30,12 @@ test:
 test-short:
 	$(GO) test -race -count=1 -short ./...
 
-## lint: gofmt, go vet, and the package-doc check
-lint: fmt vet
+## lint: gofmt, go vet (cgo and no-cgo) and staticcheck
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+lint: fmt vet staticcheck
+
+staticcheck:
+	$(GO) run $(STATICCHECK) ./...
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

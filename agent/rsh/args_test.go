@@ -10,11 +10,11 @@ import (
 	"unicode"
 )
 
-// Real argv shapes, as logged by an argv-logging ssh wrapper in
-// ../shared/harness-notes.md §4 (OpenMPI 4.1.4 with plm_rsh_args, MPICH
-// 4.0.2 Hydra with HYDRA_LAUNCHER_EXTRA_ARGS) and conventions.md §3
-// (Horovod's pre-flight, Open MPI's hostfile port after the host, Intel
-// MPI's rsh bootstrap).
+// Real argv shapes, as an argv-logging ssh wrapper recorded them from
+// OpenMPI 4.1.4 (with plm_rsh_args) and MPICH 4.0.2 Hydra (with
+// HYDRA_LAUNCHER_EXTRA_ARGS) across network-namespace pods, and as the
+// programs' sources build them (Horovod's pre-flight, Open MPI's hostfile
+// port after the host, Intel MPI's rsh bootstrap).
 var (
 	openMPIArgv = []string{
 		"-p", "2222", "-i", "/work/ssh/id_ed25519", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",

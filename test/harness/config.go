@@ -49,18 +49,18 @@ func (cfg *Config) normalize() error {
 		return err
 	}
 	if len(cfg.Pods) == 0 || len(cfg.Pods) > maxPods {
-		return fmt.Errorf("Pods: need 1 to %d pods, got %d", maxPods, len(cfg.Pods))
+		return fmt.Errorf("harness config: Pods: need 1 to %d pods, got %d", maxPods, len(cfg.Pods))
 	}
 	p, err := netip.ParsePrefix(cfg.Subnet)
 	if err != nil || !p.Addr().Is4() {
-		return fmt.Errorf("Subnet %q is not an IPv4 CIDR like 10.251.7.0/24", cfg.Subnet)
+		return fmt.Errorf("harness config: Subnet %q is not an IPv4 CIDR like 10.251.7.0/24", cfg.Subnet)
 	}
 	if p.Bits() > 24 {
-		return fmt.Errorf("Subnet %q: need a /24 or larger (pods use host numbers 10..%d)", cfg.Subnet, 10+maxPods-1)
+		return fmt.Errorf("harness config: Subnet %q: need a /24 or larger (pods use host numbers 10..%d)", cfg.Subnet, 10+maxPods-1)
 	}
 	p = p.Masked()
 	if ExtraIfaceNet.Overlaps(p) {
-		return fmt.Errorf("Subnet %q overlaps the extra interface network %s", cfg.Subnet, ExtraIfaceNet)
+		return fmt.Errorf("harness config: Subnet %q overlaps the extra interface network %s", cfg.Subnet, ExtraIfaceNet)
 	}
 	cfg.Subnet = p.String()
 
@@ -77,11 +77,11 @@ func (cfg *Config) normalize() error {
 			}
 		}
 		if ps.Role != RoleLauncher && ps.Role != RoleWorker {
-			return fmt.Errorf("Pods[%d].Role %q: want %q or %q", i, ps.Role, RoleLauncher, RoleWorker)
+			return fmt.Errorf("harness config: Pods[%d].Role %q: want %q or %q", i, ps.Role, RoleLauncher, RoleWorker)
 		}
 		for name := range ps.EtcFiles {
 			if err := checkEtcName(name); err != nil {
-				return fmt.Errorf("Pods[%d].EtcFiles: %w", i, err)
+				return fmt.Errorf("harness config: Pods[%d].EtcFiles: %w", i, err)
 			}
 		}
 		names := append([]string{ps.Hostname}, ps.Aliases...)
@@ -92,10 +92,10 @@ func (cfg *Config) normalize() error {
 				}
 			}
 			if n == cfg.Job {
-				return fmt.Errorf("Pods[%d]: name %q equals the Job (service) name", i, n)
+				return fmt.Errorf("harness config: Pods[%d]: name %q equals the Job (service) name", i, n)
 			}
 			if j, dup := seen[n]; dup {
-				return fmt.Errorf("Pods[%d]: name %q already used by Pods[%d]", i, n, j)
+				return fmt.Errorf("harness config: Pods[%d]: name %q already used by Pods[%d]", i, n, j)
 			}
 			seen[n] = i
 		}
@@ -157,12 +157,12 @@ func checkEtcName(name string) error {
 // checkPrefix accepts a short namespace-name prefix: [a-z0-9-], 1 to 16 characters.
 func checkPrefix(s string) error {
 	if s == "" || len(s) > 16 {
-		return fmt.Errorf("Prefix %q: want 1 to 16 characters of a-z, 0-9, '-'", s)
+		return fmt.Errorf("harness config: Prefix %q: want 1 to 16 characters of a-z, 0-9, '-'", s)
 	}
 	for i := 0; i < len(s); i++ {
 		ch := s[i]
 		if !(ch >= 'a' && ch <= 'z' || ch >= '0' && ch <= '9' || ch == '-') {
-			return fmt.Errorf("Prefix %q: want 1 to 16 characters of a-z, 0-9, '-'", s)
+			return fmt.Errorf("harness config: Prefix %q: want 1 to 16 characters of a-z, 0-9, '-'", s)
 		}
 	}
 	return nil

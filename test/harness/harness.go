@@ -9,8 +9,7 @@
 // leaves the machine.
 //
 // Pods do NOT isolate PIDs, users or the filesystem: they share /tmp, the binaries
-// and /etc/passwd; only the network, the hostname and those three /etc files differ
-// (see /work/shared/harness-notes.md §2).
+// and /etc/passwd; only the network, the hostname and those three /etc files differ.
 //
 // Everything needs root, iproute2 (ip), dnsmasq and util-linux (unshare, nsenter,
 // setpriv); nftables (nft) for [Cluster.DropTCP]. [StartT] skips a test with one

@@ -47,7 +47,7 @@ func (r *fakeResolver) callCount(name string) int {
 }
 
 // enter records a call and reports what to do with it.
-func (r *fakeResolver) enter(ctx context.Context, name string) (n int, err error, hang bool, delay time.Duration) {
+func (r *fakeResolver) enter(ctx context.Context, name string) (n int, hang bool, delay time.Duration, err error) {
 	r.mu.Lock()
 	key := strings.ToLower(name)
 	r.calls[key]++
@@ -66,7 +66,7 @@ func (r *fakeResolver) enter(ctx context.Context, name string) (n int, err error
 		case <-ctx.Done():
 		}
 	}
-	return n, err, hang, delay
+	return n, hang, delay, err
 }
 
 func (r *fakeResolver) leave() {
@@ -81,7 +81,7 @@ func notFound(name string) error {
 
 func (r *fakeResolver) LookupHost(ctx context.Context, host string) ([]string, error) {
 	defer r.leave()
-	n, err, hang, _ := r.enter(ctx, host)
+	n, hang, _, err := r.enter(ctx, host)
 	if hang || ctx.Err() != nil {
 		return nil, &net.DNSError{Err: "i/o timeout", Name: host, IsTimeout: true}
 	}
@@ -104,7 +104,7 @@ func (r *fakeResolver) LookupSRV(ctx context.Context, service, proto, name strin
 		full = "_" + service + "._" + proto + "." + name
 	}
 	defer r.leave()
-	n, err, hang, _ := r.enter(ctx, full)
+	n, hang, _, err := r.enter(ctx, full)
 	if hang || ctx.Err() != nil {
 		return "", nil, &net.DNSError{Err: "i/o timeout", Name: full, IsTimeout: true}
 	}
@@ -131,7 +131,7 @@ func (r *fakeResolver) LookupSRV(ctx context.Context, service, proto, name strin
 
 func (r *fakeResolver) LookupAddr(ctx context.Context, addr string) ([]string, error) {
 	defer r.leave()
-	_, err, hang, _ := r.enter(ctx, addr)
+	_, hang, _, err := r.enter(ctx, addr)
 	if hang || ctx.Err() != nil {
 		return nil, &net.DNSError{Err: "i/o timeout", Name: addr, IsTimeout: true}
 	}

@@ -33,8 +33,8 @@ type Wiring struct {
 	// Iface is the pod's network interface (eth0), "" when unknown. Hydra
 	// (MPICH and Intel) always gets it as HYDRA_IFACE / I_MPI_HYDRA_IFACE:
 	// without it Hydra's proxies call back to the launcher's bare hostname,
-	// which does not resolve from other pods, and mpiexec hangs
-	// (harness-notes §5 gotcha 2). Open MPI gets it only when MultiNIC.
+	// which does not resolve from other pods, and mpiexec hangs (seen with
+	// MPICH 4.0.2). Open MPI gets it only when MultiNIC.
 	Iface string
 	// MultiNIC is true when the pod has more than one UP non-loopback IPv4
 	// interface (PodInterface's multi): Open MPI's oob and btl then get

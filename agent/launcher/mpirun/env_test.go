@@ -309,8 +309,9 @@ func TestEnvMPICH(t *testing.T) {
 }
 
 // TestEnvIntelReference checks the Intel MPI wiring against the names of the
-// Intel MPI Developer Reference ("Hydra Environment Variables"), as listed in
-// conventions §3 (Intel column) and §2.4: Intel MPI cannot be installed here.
+// Intel MPI Developer Reference ("Hydra Environment Variables") and the
+// variables mpi-operator sets for Intel MPI: Intel MPI cannot be installed
+// on our test machines.
 func TestEnvIntelReference(t *testing.T) {
 	w := baseWiring(mpi.IntelMPI)
 	env, rep := w.Env([]string{"I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS=-o ConnectionAttempts=10", "K_MPI_JOB_ROLE=launcher"})

@@ -134,6 +134,5 @@ func (r *report) write(dir, header string) error {
 	return os.WriteFile(filepath.Join(dir, "summary.md"), []byte(header+r.md.String()), 0o644)
 }
 
-func mib(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
 
 func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }

@@ -271,7 +271,7 @@ func mpiSection(ctx context.Context, o options, e *env, r *report, c *harness.Cl
 	r.heading("2. MPI jobs over 3 worker pods x 2 slots",
 		"podmpi: the whole `launcher --workers "+strings.Join(names, ",")+" -- <mpirun ...>` run (discovery, slots from each worker-agent's /info, "+
 			"hostfile, SSH probe of every worker, MPI detection, then mpirun with `launcher rsh` as its ssh program, to the end of the job). "+
-			"OpenSSH: the same mpirun with a hostfile and `/usr/bin/ssh` to sshd (harness-notes §4 recipe). The allreduce is test/e2e/testdata/allreduce.c.")
+			"OpenSSH: the same mpirun with a hostfile and `/usr/bin/ssh` to sshd. The allreduce is test/e2e/testdata/allreduce.c.")
 	ompiHF := filepath.Join(e.work, "hosts-ompi")
 	mpichHF := filepath.Join(e.work, "hosts-mpich")
 	var a, b strings.Builder
