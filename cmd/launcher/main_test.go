@@ -224,12 +224,15 @@ func TestSIGTERMDuringDiscovery(t *testing.T) {
 	term := filepath.Join(t.TempDir(), "termination-log")
 	cmd := exec.Command(launcherBin, "--workers", "tj-node-0-1.podmpi-test.invalid", "--discovery.timeout", "1m",
 		"--mpi.implementation", "openmpi4", "--web.listen-address", "", "--termination-log", term, "--", "mpirun", "true")
-	var out bytes.Buffer
+	var out sshtest.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond)
+	// The launcher is in the DNS wait once it says so.
+	sshtest.Eventually(t, 10*time.Second, "the DNS wait to start", func() bool {
+		return strings.Contains(out.String(), "phase="+launcher.PhaseDNSWait)
+	})
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
