@@ -27,7 +27,7 @@ func (w *Worker) Info() api.Info {
 		},
 		SSHAddress: w.sshAddress(),
 		Version:    w.cfg.Version,
-		GPUs:       api.GPUs{Devices: []api.Device{}},
+		GPUs:       api.GPUs{Devices: []gpu.Device{}},
 	}
 	switch {
 	case !detected:
@@ -38,7 +38,7 @@ func (w *Worker) Info() api.Info {
 		info.GPUs.Reason = derr.Error()
 	default:
 		info.Slots = api.Slots{N: slots.N, Source: slots.Source, Reason: slots.Reason}
-		info.GPUs = api.GPUs{Count: inv.Count(), Source: inv.Source, Reason: inv.Reason, Devices: devices(inv.Devices)}
+		info.GPUs = api.GPUs{Count: inv.Count(), Source: inv.Source, Reason: inv.Reason, Devices: inv.Devices}
 	}
 	return info
 }
@@ -49,15 +49,6 @@ func LookupDaemons(path string) map[string]string {
 	out := make(map[string]string)
 	for _, d := range mpi.AllDaemons() {
 		out[d] = execpath.Look(d, path)
-	}
-	return out
-}
-
-// devices converts the GPU inventory for /info.
-func devices(ds []gpu.Device) []api.Device {
-	out := make([]api.Device, len(ds))
-	for i, d := range ds {
-		out[i] = api.Device(d)
 	}
 	return out
 }

@@ -313,7 +313,7 @@ func TestInfoShape(t *testing.T) {
 	want := api.Info{
 		Hostname: "tj-node-0-1",
 		Slots:    api.Slots{N: 2, Source: "gpu", Reason: "one slot per usable GPU: 2"},
-		GPUs:     api.GPUs{Count: 2, Source: "nvml", Devices: devices(twoGPUs().Devices)},
+		GPUs:     api.GPUs{Count: 2, Source: "nvml", Devices: twoGPUs().Devices},
 		Daemons: map[string]string{
 			"orted":              filepath.Join(bin, "orted"),
 			"prted":              "",

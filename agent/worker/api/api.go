@@ -3,8 +3,9 @@
 // asks each worker for its slots (agent/launcher/slots). Both sides use
 // these types, so a field renamed on one side is renamed on the other.
 //
-// It is a leaf: the launcher links it without the worker's SSH server or
-// GPU detection.
+// It depends only on leaves (the gpu package's Device type, without NVML
+// when built without cgo, as the launcher is): the launcher links it without
+// the worker's SSH server or GPU detection.
 package api
 
 import (
@@ -15,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/podmpi/podmpi/agent/version"
+	"github.com/podmpi/podmpi/gpu"
 	"github.com/podmpi/podmpi/hostfile"
 )
 
@@ -66,26 +68,8 @@ type GPUs struct {
 	// Source is "nvml" or "none"; "" until detection has finished.
 	Source string `json:"source"`
 	// Reason says why no GPU was found, when Source is "none".
-	Reason  string   `json:"reason"`
-	Devices []Device `json:"devices"`
-}
-
-// Device is one GPU or MIG device.
-type Device struct {
-	// Index is the NVML index of the physical GPU; for a MIG device it is
-	// the index of its parent GPU.
-	Index int `json:"index"`
-	// UUID is "GPU-..." for a GPU and "MIG-..." for a MIG device.
-	UUID string `json:"uuid"`
-	// Model is the NVML product name, e.g. "NVIDIA H100 80GB HBM3".
-	Model string `json:"model"`
-	// MemoryBytes is the total framebuffer memory (of the MIG slice for a
-	// MIG device); 0 when the driver does not report it.
-	MemoryBytes uint64 `json:"memoryBytes"`
-	// MIG is true for a MIG device.
-	MIG bool `json:"mig"`
-	// Parent is the UUID of the GPU a MIG device lives on.
-	Parent string `json:"parent,omitempty"`
+	Reason  string       `json:"reason"`
+	Devices []gpu.Device `json:"devices"`
 }
 
 // HostKey holds the fingerprints of the host keys the SSH server presents.

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/podmpi/podmpi/gpu"
 )
 
 // TestDecodeInfo reads a document with a key this version does not know,
@@ -17,7 +19,7 @@ func TestDecodeInfo(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Info{Hostname: "tj-node-0-1", Slots: Slots{N: 2, Source: "gpu"}, GPUs: GPUs{Count: 8, Source: "nvml"}}
-	want.GPUs.Devices = []Device{{UUID: "GPU-1"}}
+	want.GPUs.Devices = []gpu.Device{{UUID: "GPU-1"}}
 	want.Version.Version = "v1"
 	if !reflect.DeepEqual(info, want) {
 		t.Errorf("%+v", info)
