@@ -52,17 +52,6 @@ func (c crdSets) namesFor(g gvk) []string {
 	return names
 }
 
-// releases returns the release set names, sorted.
-func (c crdSets) releases() []string {
-	seen := map[string]bool{}
-	for _, l := range c {
-		for _, s := range l {
-			seen[s.set] = true
-		}
-	}
-	return sortedKeys(seen)
-}
-
 var (
 	crdOnce  sync.Once
 	crdCache crdSets

@@ -4,13 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
 	"debug/elf"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"io"
 	"net"
@@ -26,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
 
 	"golang.org/x/crypto/ssh"
 )
@@ -320,44 +317,16 @@ func copyFile(t *testing.T, from, to string, mode os.FileMode) {
 	}
 }
 
-// writeJobKey writes the job's SSH material into dir the way Trainer v2
-// mounts its Secret: an ECDSA P-521 key in SEC1 PEM named id_rsa, root:root
-// 0640 (readable through GID 0), id_rsa.pub and authorized_keys 0644.
+// writeJobKey writes a job key into dir as Trainer v2 mounts its Secret
+// (sshtest.WriteSecret: id_rsa root:root 0640, readable through GID 0; the
+// public files 0644).
 func writeJobKey(t *testing.T, dir string) (ssh.Signer, []byte) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P521(), rand.Reader)
-	if err != nil {
+	k := sshtest.NewTrainerKey(t)
+	if err := sshtest.WriteSecret(dir, k, k.Public()); err != nil {
 		t.Fatal(err)
 	}
-	der, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	signer, err := ssh.NewSignerFromKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	line := ssh.MarshalAuthorizedKey(signer.PublicKey())
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, f := range map[string]struct {
-		data []byte
-		mode os.FileMode
-	}{
-		"id_rsa":          {pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o640},
-		"id_rsa.pub":      {line, 0o644},
-		"authorized_keys": {line, 0o644},
-	} {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, f.data, f.mode); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(p, f.mode); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return signer, line
+	return k.Signer, ssh.MarshalAuthorizedKey(k.Public())
 }
 
 // agent is a worker-agent process started through chroot (which execs it:

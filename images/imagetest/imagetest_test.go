@@ -3,11 +3,6 @@ package imagetest
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/crypto/ssh"
+	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
 
 	"github.com/podmpi/podmpi/test/harness"
 )
@@ -59,47 +54,16 @@ func (p podman) run(ctx context.Context, args ...string) (string, error) {
 	return out.String(), err
 }
 
-// writeAuthDir writes the job's SSH material as Trainer v2 mounts it: an
-// ECDSA P-521 key in SEC1 PEM named id_rsa (root:root 0640, readable only
-// through GID 0, as an arbitrary OpenShift UID has it), id_rsa.pub and
-// authorized_keys (0644).
+// writeAuthDir writes a job key as Trainer v2 mounts its Secret
+// (sshtest.WriteSecret: id_rsa root:root 0640, readable only through GID 0
+// as an arbitrary OpenShift UID has it; the public files 0644).
 func writeAuthDir(t *testing.T) string {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P521(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, err := ssh.NewPublicKey(&key.PublicKey)
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := sshtest.NewTrainerKey(t)
 	dir := filepath.Join(t.TempDir(), "ssh")
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	if err := sshtest.WriteSecret(dir, k, k.Public()); err != nil {
 		t.Fatal(err)
 	}
-	files := map[string]struct {
-		data []byte
-		mode os.FileMode
-	}{
-		"id_rsa":          {pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o640},
-		"id_rsa.pub":      {ssh.MarshalAuthorizedKey(pub), 0o644},
-		"authorized_keys": {ssh.MarshalAuthorizedKey(pub), 0o644},
-	}
-	for name, f := range files {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, f.data, f.mode); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(p, f.mode); err != nil { // umask
-			t.Fatal(err)
-		}
-	}
-	// podman bind-mounts dir itself, so only its own mode matters to the
-	// container UID, not that of the 0700 temp dirs above it.
 	return dir
 }
 

@@ -219,7 +219,7 @@ func run(args []string, stdout io.Writer) error {
 		return err
 	}
 	if fs.NArg() == 0 {
-		return errors.New("usage: sbom [-created RFC3339] [-version V] [-o file] BINARY...")
+		return errors.New("usage: sbom [-created RFC3339] [-version V] [-o file] BINARY [BINARY ...]")
 	}
 	created := time.Now()
 	if v := os.Getenv("SOURCE_DATE_EPOCH"); v != "" {
