@@ -121,6 +121,14 @@ type Flavour struct {
 	Params []Param
 	// Ignored lists variables of this flavour's world that have no effect.
 	Ignored []Ignored
+	// SelfByHostname: the launcher's own hostfile entry (runLauncherAsNode,
+	// runLauncherAsWorker) must be written as its host name, because the
+	// launcher starts processes on its own host without the rsh program
+	// only for entries equal to gethostname(), one of its addresses or
+	// localhost (Hydra's MPL_host_is_local compares strings); an entry such
+	// as tj-launcher-0-0.tj would go through podmpi-rsh to a pod where no
+	// worker-agent listens. Open MPI resolves names and needs no help.
+	SelfByHostname bool
 }
 
 // table lists every flavour; Implementations keeps its order.
@@ -158,7 +166,8 @@ var table = []Flavour{
 	},
 	{
 		Impl: MPICH, Title: "MPICH (Hydra)", Program: "mpiexec", Hostfile: hostfile.MPICH,
-		Daemons: []string{"hydra_pmi_proxy"},
+		Daemons:        []string{"hydra_pmi_proxy"},
+		SelfByHostname: true,
 		Params: []Param{
 			{Bootstrap, []string{"HYDRA_LAUNCHER"}, []string{"HYDRA_BOOTSTRAP"}},
 			{BootstrapExec, []string{"HYDRA_LAUNCHER_EXEC"}, []string{"HYDRA_BOOTSTRAP_EXEC"}},
@@ -175,7 +184,8 @@ var table = []Flavour{
 		// hydra_bstrap_proxy is what Intel MPI 2019+ starts over ssh; it
 		// starts hydra_pmi_proxy from its own directory, so finding either
 		// means the Intel MPI runtime is installed on the worker.
-		Daemons: []string{"hydra_bstrap_proxy", "hydra_pmi_proxy"},
+		Daemons:        []string{"hydra_bstrap_proxy", "hydra_pmi_proxy"},
+		SelfByHostname: true,
 		Params: []Param{
 			{Bootstrap, []string{"I_MPI_HYDRA_BOOTSTRAP"}, nil},
 			{BootstrapExec, []string{"I_MPI_HYDRA_BOOTSTRAP_EXEC"}, nil},

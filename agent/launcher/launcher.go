@@ -13,8 +13,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,6 +27,7 @@ import (
 	"github.com/podmpi/podmpi/agent/launcher/probe"
 	"github.com/podmpi/podmpi/agent/launcher/slots"
 	"github.com/podmpi/podmpi/agent/sshclient"
+	"github.com/podmpi/podmpi/agent/worker/api"
 	"github.com/podmpi/podmpi/hostfile"
 	"github.com/podmpi/podmpi/mpi"
 )
@@ -159,6 +163,12 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 		for _, ign := range plan.Ignored {
 			l.log.Warn("discovery source ignored: a higher-precedence source is set", "ignored", string(ign), "used", string(plan.Source))
 		}
+		if sib := discovery.Siblings(spec.Self, plan.Hosts, plan.SelfIndex); len(sib) > 0 {
+			return &Failure{Phase: PhaseDiscovery, Code: exitcode.Config,
+				Err: fmt.Errorf("the hostfile lists %d other pods of this launcher's own replicated job (%s): the job starts several launcher pods, and each would run it",
+					len(sib), strings.Join(sib, ", ")),
+				Hint: "Trainer sizes the launcher's replicated job from the runtime's mlPolicy.numNodes: set it to 1 in the ClusterTrainingRuntime and give the number of nodes in the TrainJob (trainer.numNodes); with JobSet directly, give the launcher job replicas: 1 and parallelism: 1"}
+		}
 		return nil
 	})
 	if err != nil {
@@ -259,12 +269,14 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 	p.Hosts = hosts
 
 	// hostfile.
+	var written []hostfile.Host
 	err = l.phase(PhaseHostfile, func() error {
 		if err := os.MkdirAll(filepath.Dir(cfg.HostfilePath), 0o755); err != nil {
 			return &Failure{Phase: PhaseHostfile, Code: exitcode.Config, Err: err,
 				Hint: "choose a writable --hostfile.output (an emptyDir or /tmp under readOnlyRootFilesystem)"}
 		}
-		if err := hostfile.WriteFile(cfg.HostfilePath, impl.HostfileFormat(), hosts, 0o644); err != nil {
+		written = l.hostsToWrite(impl, hosts, p.Plan.SelfIndex)
+		if err := hostfile.WriteFile(cfg.HostfilePath, impl.HostfileFormat(), written, 0o644); err != nil {
 			return &Failure{Phase: PhaseHostfile, Code: exitcode.Config, Err: err,
 				Hint: "choose a writable --hostfile.output (an emptyDir or /tmp under readOnlyRootFilesystem)"}
 		}
@@ -275,8 +287,8 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 		return nil, err
 	}
 	var hf strings.Builder
-	_ = hostfile.Render(&hf, impl.HostfileFormat(), hosts)
-	l.report("== hostfile %s (%s, %d hosts, %d slots)\n%s", p.Hostfile, impl.HostfileFormat(), len(hosts), hostfile.TotalSlots(hosts), hf.String())
+	_ = hostfile.Render(&hf, impl.HostfileFormat(), written)
+	l.report("== hostfile %s (%s, %d hosts, %d slots)\n%s", p.Hostfile, impl.HostfileFormat(), len(written), hostfile.TotalSlots(written), hf.String())
 
 	if !probeWorkers || cfg.SkipProbe {
 		return p, nil
@@ -306,6 +318,7 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 		// gets one real attempt (probe.Run's floor) when that is little.
 		left := max(time.Until(readyBy), time.Millisecond)
 		results := probe.Run(ctx, targets, probe.Options{
+			Explain:   l.explainRefused,
 			Client:    client,
 			Daemons:   impl.Daemons(),
 			Parallel:  cfg.ProbeParallel,
@@ -367,4 +380,56 @@ func (l *Launcher) implementation(ctx context.Context) (mpi.Implementation, stri
 	}
 	l.log.Info("mpi implementation", "implementation", string(impl), "version", ver)
 	return impl, ver, nil
+}
+
+// hostsToWrite is hosts as the hostfile for impl lists them: the launcher's
+// own entry becomes its host name where the MPI starts local processes only
+// for such an entry (mpi.Flavour.SelfByHostname).
+func (l *Launcher) hostsToWrite(impl mpi.Implementation, hosts []hostfile.Host, self int) []hostfile.Host {
+	if self < 0 || self >= len(hosts) || !impl.Flavour().SelfByHostname {
+		return hosts
+	}
+	name, err := os.Hostname()
+	if err != nil || hostfile.ValidateName(name) != nil {
+		l.log.Warn("this pod's host name is unusable; the launcher's own hostfile entry stays as listed", "entry", hosts[self].Name, "err", err)
+		return hosts
+	}
+	out := slices.Clone(hosts)
+	out[self].Name = name
+	l.log.Info("the launcher's own hostfile entry is written as its host name, so that the MPI starts its ranks here without ssh",
+		"entry", hosts[self].Name, "written", name)
+	return out
+}
+
+// explainRefused is the probe's Explain: after a refused SSH connect, ask
+// the host's HTTP port what runs there. Nothing answering means the pod may
+// still be starting (nil: keep waiting); anything else answering means
+// waiting will not help, and says why.
+func (l *Launcher) explainRefused(ctx context.Context, t probe.Target) *sshclient.Failure {
+	addr := net.JoinHostPort(t.Host, strconv.Itoa(l.cfg.WorkerWebPort))
+	info, answered, err := slots.Identify(ctx, addr, slots.Options{})
+	if !answered {
+		return nil
+	}
+	f := &sshclient.Failure{Host: t.Host, Port: t.Port, Phase: sshclient.PhaseNotWorkerAgent}
+	var nw *api.NotWorkerError
+	switch {
+	case errors.As(err, &nw) && nw.Role == api.RoleLauncher:
+		f.Cause = fmt.Errorf("connection refused; %s serves a launcher's /info on port %d: it is another launcher pod", t.Host, l.cfg.WorkerWebPort)
+		f.Hint = "the job starts several launcher pods: Trainer sizes the launcher's replicated job from the runtime's mlPolicy.numNodes; set it to 1 in the ClusterTrainingRuntime"
+	case errors.As(err, &nw):
+		f.Cause = fmt.Errorf("connection refused; port %d answers /info as a %q", l.cfg.WorkerWebPort, nw.Role)
+		f.Hint = "this host runs something other than worker-agent; check the pod's command (worker-agent) and the hostfile"
+	case err == nil || errors.Is(err, api.ErrNotDecided):
+		_, port, _ := net.SplitHostPort(info.SSHAddress)
+		if port == "" || port == strconv.Itoa(t.Port) {
+			return nil // worker-agent says it listens there: restarting or shutting down
+		}
+		f.Cause = fmt.Errorf("connection refused; worker-agent runs there (its /info answers) but listens for SSH on %q", info.SSHAddress)
+		f.Hint = fmt.Sprintf("the launcher dials port %d: make --ssh.port (PODMPI_SSH_PORT) and the workers' --ssh.listen-address agree", t.Port)
+	default:
+		f.Cause = fmt.Errorf("connection refused; port %d answers, but not with a worker-agent /info (%v)", l.cfg.WorkerWebPort, err)
+		f.Hint = fmt.Sprintf("this pod runs something other than worker-agent on port %d: check the worker container's command (worker-agent), or --worker.web-port", l.cfg.WorkerWebPort)
+	}
+	return f
 }

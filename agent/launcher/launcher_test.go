@@ -402,3 +402,107 @@ func TestDetectionNeverRunsTheUsersProgram(t *testing.T) {
 		t.Fatalf("the user's program was run: %q", b)
 	}
 }
+
+// A hostfile that lists other pods of the launcher's own replicated job (a
+// runtime that starts several launcher pods) fails at once, naming them.
+func TestPrepareSiblingLaunchers(t *testing.T) {
+	hf := filepath.Join(t.TempDir(), "hostfile")
+	content := "tj-node-0-0.tj slots=2\ntj-launcher-0-0.tj slots=2\ntj-launcher-0-1.tj slots=2\ntj-launcher-0-2.tj slots=2\n"
+	if err := os.WriteFile(hf, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, _ := New(Config{Discovery: discovery.Spec{Hostfile: hf, Self: "tj-launcher-0-1"}, Implementation: "openmpi4",
+		HostfilePath: filepath.Join(t.TempDir(), "out")})
+	start := time.Now()
+	_, err := l.Prepare(context.Background(), true)
+	var f *Failure
+	if !errors.As(err, &f) || f.Phase != PhaseDiscovery || f.Code != exitcode.Config {
+		t.Fatalf("want a discovery config failure, got %v", err)
+	}
+	for _, want := range []string{"tj-launcher-0-0.tj", "tj-launcher-0-2.tj", "mlPolicy.numNodes"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("failure does not name %q: %v", want, err)
+		}
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %s", d)
+	}
+}
+
+// A worker whose SSH port refuses while its HTTP port answers is not a
+// late worker: the probe says what answers there, at once, instead of
+// waiting for the whole deadline.
+func TestPrepareRefusedPeerIsExplained(t *testing.T) {
+	closed := func(t *testing.T) int { // a port nothing listens on
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		return port
+	}
+	for name, tc := range map[string]struct {
+		info string
+		want []string
+	}{
+		"another launcher": {`{"role":"launcher","hostname":"tj-launcher-0-1"}`, []string{"not-worker-agent", "another launcher pod", "mlPolicy.numNodes"}},
+		"no info":          {"", []string{"not-worker-agent", "not with a worker-agent /info", "worker-agent"}},
+		"ssh port differs": {`{"role":"worker-agent","hostname":"w","slots":{"n":1,"source":"default"},"sshAddress":":2022"}`, []string{"not-worker-agent", `":2022"`, "--ssh.port"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if tc.info == "" {
+					http.NotFound(w, r)
+					return
+				}
+				_, _ = io.WriteString(w, tc.info)
+			}))
+			t.Cleanup(web.Close)
+			f := newFixture(t, true, "/usr/bin:/bin")
+			cfg := baseConfig(f, "127.0.0.1=1")
+			cfg.SSHPort = closed(t)
+			cfg.WorkerWebPort = web.Listener.Addr().(*net.TCPAddr).Port
+			cfg.ProbeTimeout = time.Minute
+			cfg.HostfilePath = filepath.Join(t.TempDir(), "hostfile")
+			l, _ := New(cfg)
+			start := time.Now()
+			_, err := l.Prepare(context.Background(), true)
+			var fl *Failure
+			if !errors.As(err, &fl) || fl.Code != exitcode.ProbeFailed {
+				t.Fatalf("want a probe failure, got %v", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("diagnosis lacks %q: %v", w, err)
+				}
+			}
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("took %s of the 1m deadline: the refused peer was waited for", d)
+			}
+		})
+	}
+}
+
+// Hydra starts ranks on the launcher's own host without ssh only for an
+// entry equal to its host name: the launcher writes its own entry so.
+func TestHydraSelfEntryIsHostName(t *testing.T) {
+	host, err := os.Hostname()
+	if err != nil {
+		t.Skip(err)
+	}
+	hosts := []hostfile.Host{{Name: "tj-node-0-0.tj", Slots: 2}, {Name: "tj-launcher-0-0.tj", Slots: 2}}
+	l, _ := New(Config{})
+	for impl, want := range map[mpi.Implementation]string{mpi.MPICH: host, mpi.IntelMPI: host, mpi.OpenMPI4: "tj-launcher-0-0.tj", mpi.OpenMPI5: "tj-launcher-0-0.tj"} {
+		got := l.hostsToWrite(impl, hosts, 1)
+		if got[1].Name != want || got[0].Name != "tj-node-0-0.tj" || got[1].Slots != 2 {
+			t.Errorf("%s: %v, want the self entry %q", impl, got, want)
+		}
+	}
+	if hosts[1].Name != "tj-launcher-0-0.tj" {
+		t.Error("hostsToWrite changed its input")
+	}
+	if got := l.hostsToWrite(mpi.MPICH, hosts, -1); got[1].Name != "tj-launcher-0-0.tj" {
+		t.Errorf("no self: %v", got)
+	}
+}

@@ -62,6 +62,12 @@ const (
 	PhaseHostKey       Phase = "host-key"
 	PhaseAuth          Phase = "auth"
 	PhaseRemoteCommand Phase = "remote-command"
+	// PhaseNotWorkerAgent: nothing accepts on the SSH port, but the host
+	// answers on worker-agent's HTTP port as something else (another
+	// launcher pod, a program without /info) or as a worker-agent that
+	// listens for SSH elsewhere; the launcher's probe finds it out (see
+	// probe.Options.Explain). Waiting does not help.
+	PhaseNotWorkerAgent Phase = "not-worker-agent"
 )
 
 // Transient reports whether a failure in phase p is worth retrying because

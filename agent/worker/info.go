@@ -14,6 +14,7 @@ func (w *Worker) Info() api.Info {
 	w.mu.Unlock()
 
 	info := api.Info{
+		Role:     api.RoleWorker,
 		Hostname: w.cfg.Hostname,
 		Daemons:  LookupDaemons(w.cfg.Path),
 		UID:      w.cfg.UID,

@@ -293,7 +293,7 @@ func TestInfoShape(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &doc); err != nil {
 		t.Fatalf("/info is not JSON: %v\n%s", err, body)
 	}
-	assertKeys(t, "info", doc, "hostname", "slots", "gpus", "daemons", "uid", "gid", "user", "authDir", "hostKey", "sshAddress", "version")
+	assertKeys(t, "info", doc, "role", "hostname", "slots", "gpus", "daemons", "uid", "gid", "user", "authDir", "hostKey", "sshAddress", "version")
 	assertKeys(t, "slots", doc["slots"], "n", "source", "reason")
 	assertKeys(t, "gpus", doc["gpus"], "count", "source", "reason", "devices")
 	assertKeys(t, "daemons", doc["daemons"], "orted", "prted", "hydra_pmi_proxy", "hydra_bstrap_proxy")
@@ -311,6 +311,7 @@ func TestInfoShape(t *testing.T) {
 	}
 	_, port, _ := net.SplitHostPort(ssh.Addr().String())
 	want := api.Info{
+		Role:     api.RoleWorker,
 		Hostname: "tj-node-0-1",
 		Slots:    api.Slots{N: 2, Source: "gpu", Reason: "one slot per usable GPU: 2"},
 		GPUs:     api.GPUs{Count: 2, Source: "nvml", Devices: twoGPUs().Devices},

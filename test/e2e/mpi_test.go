@@ -82,6 +82,24 @@ func TestMPI(t *testing.T) {
 		}
 	})
 
+	t.Run("mpich/allreduce/run-launcher-as-node", func(t *testing.T) {
+		// The same hostfile under MPICH: Hydra must run the launcher's own
+		// entry locally (it would ssh to it, where no worker-agent listens,
+		// and mpiexec.hydra then never exits).
+		hf := filepath.Join(work, "hostfile-launcher-as-node-mpich")
+		content := "tj-node-0-0.tj slots=2\ntj-node-0-1.tj slots=2\ntj-node-0-2.tj slots=2\ntj-launcher-0-0.tj slots=2\n"
+		if err := os.WriteFile(hf, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r := f.run(t, ctx, runFor, []string{"--hostfile", hf, "--self", "tj-launcher-0-0.tj"}, "mpiexec.hydra", allreduceMPICH)
+		mustSucceed(t, r)
+		want := map[string]int{"tj-launcher-0-0": 2}
+		for h, n := range perWorker {
+			want[h] = n
+		}
+		checkAllreduce(t, r, 8, want)
+	})
+
 	t.Run("mpich/hostname/workers", func(t *testing.T) {
 		r := f.run(t, ctx, runFor, f.workersFlag(3), "mpiexec.hydra", "hostname")
 		mustSucceed(t, r)

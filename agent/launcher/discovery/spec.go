@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -356,4 +357,34 @@ func FindSelf(self string, hosts []hostfile.Host) int {
 // nameKey is the comparison key of a host name: lower case, no trailing dot.
 func nameKey(name string) string {
 	return strings.ToLower(strings.TrimSuffix(name, "."))
+}
+
+// jobsetPod matches the host name JobSet gives a pod (and so Trainer v2):
+// <jobset>-<replicated job>-<job index>-<pod index>.
+var jobsetPod = regexp.MustCompile(`^(.+)-[0-9]+-[0-9]+$`)
+
+// Siblings returns the hosts, other than self's own entry (selfIndex, -1
+// for none), that are other pods of the replicated job self belongs to by
+// JobSet's naming: self "tj-launcher-0-0" and "tj-launcher-0-1.tj" are
+// siblings, "tj-node-0-1.tj" is not. For a launcher these are other launcher
+// pods, which Trainer starts when a runtime sizes the launcher's job above
+// one; each of them would run the job. Names that do not follow the pattern
+// (mpi-operator's <job>-launcher) have no siblings.
+func Siblings(self string, hosts []hostfile.Host, selfIndex int) []string {
+	label, _, _ := strings.Cut(nameKey(strings.TrimSpace(self)), ".")
+	m := jobsetPod.FindStringSubmatch(label)
+	if m == nil {
+		return nil
+	}
+	var out []string
+	for i, h := range hosts {
+		if i == selfIndex {
+			continue
+		}
+		l, _, _ := strings.Cut(nameKey(h.Name), ".")
+		if hm := jobsetPod.FindStringSubmatch(l); hm != nil && hm[1] == m[1] && l != label {
+			out = append(out, h.Name)
+		}
+	}
+	return out
 }

@@ -276,3 +276,26 @@ func TestNaturalSort(t *testing.T) {
 		t.Errorf("sorted = %v, want %v", names, want)
 	}
 }
+
+func TestSiblings(t *testing.T) {
+	t.Parallel()
+	hosts := []hostfile.Host{
+		{Name: "tj-node-0-0.tj"}, {Name: "tj-node-0-1.tj"},
+		{Name: "tj-launcher-0-0.tj"}, {Name: "tj-launcher-0-1.tj"}, {Name: "TJ-LAUNCHER-0-2.tj."},
+	}
+	self := FindSelf("tj-launcher-0-0", hosts)
+	if got := Siblings("tj-launcher-0-0", hosts, self); !reflect.DeepEqual(got, []string{"tj-launcher-0-1.tj", "TJ-LAUNCHER-0-2.tj."}) {
+		t.Errorf("Siblings = %q", got)
+	}
+	if got := Siblings("tj-launcher-0-0", hosts[:3], 2); len(got) != 0 {
+		t.Errorf("one launcher pod: Siblings = %q", got)
+	}
+	// A worker's siblings are the other node pods; mpi-operator's launcher
+	// name has no indices, so nothing is a sibling.
+	if got := Siblings("pi-launcher", []hostfile.Host{{Name: "pi-launcher.pi.default.svc"}, {Name: "pi-worker-0.pi.default.svc"}}, 0); len(got) != 0 {
+		t.Errorf("mpi-operator: Siblings = %q", got)
+	}
+	if got := Siblings("", hosts, -1); len(got) != 0 {
+		t.Errorf("no self: Siblings = %q", got)
+	}
+}

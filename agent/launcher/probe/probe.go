@@ -88,6 +88,12 @@ type Options struct {
 	// OnAttempt, when set, is called after every attempt, concurrently from
 	// the probing goroutines (for progress output and metrics).
 	OnAttempt func(Attempt)
+	// Explain, when set, is asked after an attempt whose TCP connect was
+	// refused: nil means "may still be starting" (the attempt is retried as
+	// usual); a Failure (phase sshclient.PhaseNotWorkerAgent) says what
+	// answers there instead of a worker-agent, and the worker fails at once
+	// rather than after the whole deadline.
+	Explain func(ctx context.Context, t Target) *sshclient.Failure
 }
 
 // Attempt is one connection attempt to one worker.
@@ -229,6 +235,11 @@ func probeOne(ctx context.Context, t Target, deadline time.Time, check string, o
 				opts.OnAttempt(Attempt{Target: t, N: n, Latency: lat})
 			}
 			return Result{Target: t, Check: check, OK: true, Latency: lat, Attempts: n, DaemonPath: path}
+		}
+		if f.Phase == sshclient.PhaseTCPRefused && opts.Explain != nil {
+			if why := opts.Explain(ctx, t); why != nil {
+				f = why
+			}
 		}
 		wait := jitter(backoff)
 		retry := f.Transient() && ctx.Err() == nil && !deadline.IsZero() && time.Now().Add(wait).Before(deadline)

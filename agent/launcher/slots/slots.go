@@ -570,32 +570,63 @@ func (o Options) gaveUp(url string, attempts int, last error) error {
 
 // attempt makes one request. retry says whether asking again may help.
 func (o Options) attempt(ctx context.Context, url string) (info api.Info, retry bool, err error) {
-	actx, cancel := context.WithTimeout(ctx, o.AttemptTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(actx, http.MethodGet, url, nil)
-	if err != nil {
-		return api.Info{}, false, fmt.Errorf("building the request: %w", err)
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := o.HTTPClient.Do(req)
-	if err != nil {
-		retry, _ := shouldRetry(ctx, nil, err)
+	info, resp, err := o.get(ctx, url)
+	switch {
+	case resp == nil:
+		retry, _ = shouldRetry(ctx, nil, err)
 		return api.Info{}, retry, errors.New(describe(nil, err))
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		retry, _ := shouldRetry(ctx, resp, nil)
+	case resp.StatusCode != http.StatusOK:
+		retry, _ = shouldRetry(ctx, resp, nil)
 		hint := ""
 		if resp.StatusCode == http.StatusNotFound {
 			hint = " (is this a worker-agent? an older one may lack /info)"
 		}
 		return api.Info{}, retry, fmt.Errorf("HTTP %s%s", resp.Status, hint)
-	}
-	info, err = api.DecodeInfo(io.LimitReader(resp.Body, api.MaxInfoBytes))
-	if err != nil {
+	case err != nil:
 		return api.Info{}, errors.Is(err, api.ErrNotDecided), err
 	}
 	return info, false, nil
+}
+
+// get asks url for a /info document once, bounded by AttemptTimeout. resp
+// is nil when nothing answered (err is then the transport error); its body
+// is closed. With a 200 answer, info and err are DecodeInfo's.
+func (o Options) get(ctx context.Context, url string) (info api.Info, resp *http.Response, err error) {
+	actx, cancel := context.WithTimeout(ctx, o.AttemptTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(actx, http.MethodGet, url, nil)
+	if err != nil {
+		return api.Info{}, nil, fmt.Errorf("building the request: %w", err)
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err = o.HTTPClient.Do(req)
+	if err != nil {
+		return api.Info{}, nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return api.Info{}, resp, nil
+	}
+	info, err = api.DecodeInfo(io.LimitReader(resp.Body, api.MaxInfoBytes))
+	return info, resp, err
+}
+
+// Identify asks the HTTP server at addr (host:port) for its /info once,
+// with the client and attempt timeout of opts. answered is true when an
+// HTTP response came back at all (whatever its status or body): something
+// runs there. err says why the answer is not a usable worker-agent /info
+// (*api.NotWorkerError for another role, api.ErrNotDecided while the agent
+// still detects its GPUs, an HTTP status, a decoding error), or is the
+// transport error when nothing answered.
+func Identify(ctx context.Context, addr string, opts Options) (info api.Info, answered bool, err error) {
+	info, resp, err := opts.withDefaults().get(ctx, "http://"+addr+api.InfoPath)
+	switch {
+	case resp == nil:
+		return api.Info{}, false, errors.New(describe(nil, err))
+	case resp.StatusCode != http.StatusOK:
+		return api.Info{}, true, fmt.Errorf("HTTP %s", resp.Status)
+	}
+	return info, true, err
 }
 
 // shouldRetry is go-retryablehttp's default policy (connection errors, 429,

@@ -26,8 +26,20 @@ const InfoPath = "/info"
 // MaxInfoBytes bounds the /info body a client reads.
 const MaxInfoBytes = 1 << 20
 
+// Roles a /info document names. worker-agent serves RoleWorker; the
+// launcher serves a /info of its own with RoleLauncher and nothing else, so
+// that a launcher asking a hostfile peer that is another launcher pod (a
+// runtime that starts several) can say so at once.
+const (
+	RoleWorker   = "worker-agent"
+	RoleLauncher = "launcher"
+)
+
 // Info is the /info document.
 type Info struct {
+	// Role is RoleWorker or RoleLauncher ("" from worker-agents older than
+	// the field: a worker).
+	Role     string `json:"role,omitempty"`
 	Hostname string `json:"hostname"`
 	Slots    Slots  `json:"slots"`
 	GPUs     GPUs   `json:"gpus"`
@@ -86,12 +98,27 @@ type HostKey struct {
 // detecting its GPUs: ask again later.
 var ErrNotDecided = errors.New("worker-agent has not decided its slots yet")
 
-// DecodeInfo parses a /info body and checks its slots (SlotsError). Unknown
-// keys are ignored, so a newer agent can serve more.
+// NotWorkerError is DecodeInfo's error for a /info that names another role:
+// the peer is not a worker-agent, and asking again will not change that.
+type NotWorkerError struct {
+	Role     string
+	Hostname string
+}
+
+func (e *NotWorkerError) Error() string {
+	return fmt.Sprintf("%s answers /info as a %s, not a worker-agent", e.Hostname, e.Role)
+}
+
+// DecodeInfo parses a /info body, checks that it is a worker-agent's
+// (*NotWorkerError otherwise) and checks its slots (SlotsError). Unknown keys
+// are ignored, so a newer agent can serve more.
 func DecodeInfo(r io.Reader) (Info, error) {
 	var info Info
 	if err := json.NewDecoder(r).Decode(&info); err != nil {
 		return Info{}, fmt.Errorf("decoding worker-agent /info: %w", err)
+	}
+	if info.Role != "" && info.Role != RoleWorker {
+		return info, &NotWorkerError{Role: info.Role, Hostname: info.Hostname}
 	}
 	return info, info.SlotsError()
 }
