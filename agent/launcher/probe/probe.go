@@ -7,7 +7,8 @@
 // Workers are probed in parallel (bounded by Options.Parallel) with the
 // in-process x/crypto client, about a millisecond per worker instead of an
 // ssh fork each. Failures in transient phases (dns, tcp-*: the worker may
-// still be starting) are retried with jittered exponential backoff until
+// still be starting) are retried with jittered exponential backoff
+// (sshclient.Retry, the loop podmpi-rsh waits with too) until
 // Options.Deadline; other failures end that worker's probe at once. Each
 // failure is a classified sshclient.Failure with a one-line hint, and
 // WriteReport prints one line per failing worker followed by a summary table.
@@ -19,7 +20,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"runtime/debug"
 	"strconv"
@@ -46,8 +46,8 @@ func (t Target) String() string { return net.JoinHostPort(t.Host, strconv.Itoa(t
 const (
 	DefaultParallel       = 64
 	DefaultCommandTimeout = 10 * time.Second
-	DefaultInitialBackoff = 250 * time.Millisecond
-	DefaultMaxBackoff     = 2 * time.Second
+	DefaultInitialBackoff = sshclient.DefaultInitialBackoff
+	DefaultMaxBackoff     = sshclient.DefaultMaxBackoff
 )
 
 // Options configure Run.
@@ -217,79 +217,34 @@ func SpreadSample(n, sample int) []bool {
 }
 
 func probeOne(ctx context.Context, t Target, deadline time.Time, check string, opts Options, log *slog.Logger) Result {
-	backoff := opts.InitialBackoff
-	if backoff <= 0 {
-		backoff = DefaultInitialBackoff
-	}
-	maxBackoff := opts.MaxBackoff
-	if maxBackoff <= 0 {
-		maxBackoff = DefaultMaxBackoff
-	}
 	log = log.With("worker", t.String())
-	for n := 1; ; n++ {
-		start := time.Now()
-		path, f := attemptBounded(ctx, t, check, opts, deadline, start)
-		lat := time.Since(start)
-		if f == nil {
+	var path string
+	retry := sshclient.Retry{
+		Deadline: deadline, Initial: opts.InitialBackoff, Max: opts.MaxBackoff,
+		OnAttempt: func(n int, f *sshclient.Failure, took, next time.Duration) {
 			if opts.OnAttempt != nil {
-				opts.OnAttempt(Attempt{Target: t, N: n, Latency: lat})
+				opts.OnAttempt(Attempt{Target: t, N: n, Failure: f, Latency: took, Retry: next > 0})
 			}
-			return Result{Target: t, Check: check, OK: true, Latency: lat, Attempts: n, DaemonPath: path}
-		}
-		if f.Phase == sshclient.PhaseTCPRefused && opts.Explain != nil {
-			if why := opts.Explain(ctx, t); why != nil {
-				f = why
-			}
-		}
-		wait := jitter(backoff)
-		retry := f.Transient() && ctx.Err() == nil && !deadline.IsZero() && time.Now().Add(wait).Before(deadline)
-		if opts.OnAttempt != nil {
-			opts.OnAttempt(Attempt{Target: t, N: n, Failure: f, Latency: lat, Retry: retry})
-		}
-		if !retry {
-			if n > 1 {
+			switch {
+			case f != nil && next > 0:
+				log.Debug("retrying", "in", next, "attempt", n, "phase", string(f.Phase), "cause", f.CauseText(),
+					"time_left", time.Until(deadline).Round(time.Millisecond))
+			case f != nil && n > 1:
 				log.Debug("giving up", "attempts", n, "failure", f)
 			}
-			return Result{Target: t, Check: check, Failure: f, Attempts: n}
-		}
-		log.Debug("retrying", "in", wait, "attempt", n, "phase", string(f.Phase), "cause", f.CauseText(),
-			"time_left", time.Until(deadline).Round(time.Millisecond))
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return Result{Target: t, Check: check, Failure: f, Attempts: n}
-		case <-timer.C:
-		}
-		backoff = min(2*backoff, maxBackoff)
+		},
 	}
-}
-
-// jitter spreads d over [0.5d, 1.5d) so that workers started together do
-// not retry in lockstep.
-func jitter(d time.Duration) time.Duration {
-	return d/2 + rand.N(d)
-}
-
-// minAttempt is the least time an attempt gets, even right at the deadline,
-// so that every worker is tried once for real.
-const minAttempt = time.Second
-
-// attemptBounded runs attempt under the probe deadline: an attempt never
-// outlives the deadline (a SYN into a NetworkPolicy drop would otherwise
-// wait out the whole connect timeout), except that it always gets
-// minAttempt.
-func attemptBounded(ctx context.Context, t Target, check string, opts Options, deadline, start time.Time) (string, *sshclient.Failure) {
-	if deadline.IsZero() {
-		return attempt(ctx, t, check, opts)
+	var latency time.Duration
+	n, f := retry.Do(ctx, func(actx context.Context) *sshclient.Failure {
+		start := time.Now()
+		p, f := attempt(actx, t, check, opts)
+		path, latency = p, time.Since(start)
+		return f
+	})
+	if f != nil {
+		return Result{Target: t, Check: check, Failure: f, Attempts: n}
 	}
-	end := deadline
-	if floor := start.Add(minAttempt); end.Before(floor) {
-		end = floor
-	}
-	actx, cancel := context.WithDeadline(ctx, end)
-	defer cancel()
-	return attempt(actx, t, check, opts)
+	return Result{Target: t, Check: check, OK: true, Latency: latency, Attempts: n, DaemonPath: path}
 }
 
 // attempt makes one connection and runs the remote check.
