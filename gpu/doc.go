@@ -40,6 +40,11 @@
 // GPU, or 1 when there is none; cpu uses the cgroup CPU quota rounded down
 // (at least 1) read by [CgroupCPUQuota].
 //
+// [NewNVMLEventWatcher] reports GPU errors as they happen: it registers every
+// usable GPU (the parent of a MIG device) in an NVML event set for critical
+// Xid and double-bit ECC events and hands each one to a callback as an
+// [Event] (worker-agent's account of its pod records them).
+//
 // Every environment lookup goes through an injected func(string) (string,
 // bool), so tests can run in parallel without touching the process
 // environment.

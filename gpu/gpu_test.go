@@ -66,4 +66,8 @@ func TestNVMLWithoutCgo(t *testing.T) {
 	if inv, _ := d.Detect(context.Background()); inv.Reason != ReasonNoCgo {
 		t.Fatalf("New(auto) reason = %q", inv.Reason)
 	}
+	err = NewNVMLEventWatcher().Watch(context.Background(), []Device{{UUID: "GPU-x"}}, func(Event) { t.Error("event without NVML") })
+	if err == nil || !strings.Contains(err.Error(), ReasonNoCgo) {
+		t.Fatalf("Watch = %v; want %q", err, ReasonNoCgo)
+	}
 }

@@ -1,0 +1,543 @@
+// Package account is worker-agent's account of its pod: what happened to
+// the processes it started, kept so that the launcher can name what killed
+// a job after mpirun started.
+//
+// Its sources need no privileges:
+//
+//   - the pod's memory cgroup (cgroup v2 memory.events oom_kill and oom,
+//     memory.current, memory.max, memory.peak; cgroup v1
+//     memory.oom_control oom_kill, memory.usage_in_bytes,
+//     memory.limit_in_bytes, memory.max_usage_in_bytes, memory.failcnt),
+//     read every Config.Interval;
+//   - a snapshot of the processes below the agent, taken at the same time:
+//     each one's rank (OMPI_COMM_WORLD_RANK, PMIX_RANK or PMI_RANK in its
+//     environment, read once), resident memory, and, when it is caught as
+//     a zombie before its parent reaps it, its exit status;
+//   - the exit status of each SSH session's command, which the SSH server
+//     knows exactly (SessionExited);
+//   - GPU Xid and double-bit ECC events from NVML (GPU).
+//
+// When the OOM counter rises, the process that vanished around then with
+// the most resident memory is named as the victim (the OOM killer picks
+// the largest); a rank that vanished without an OOM kill is recorded as a
+// rank exit, with its signal when it was seen. Events go to a ring of the
+// last Config.Capacity entries (so memory stays bounded), to the log (an
+// OOM kill, a crashed rank or a GPU error at ERROR level), and to metrics
+// whose labels come from fixed lists. /events serves them (Events).
+package account
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/podmpi/podmpi/agent/worker/api"
+	"github.com/podmpi/podmpi/gpu"
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultInterval = 500 * time.Millisecond
+	DefaultCapacity = 512
+	// MinInterval bounds --account.interval from below.
+	MinInterval = 50 * time.Millisecond
+)
+
+// oomVictimWait is how long an OOM kill waits for its victim to vanish
+// before it is recorded without one (a large process takes a while to
+// free its memory and be reaped).
+const oomVictimWait = 2 * time.Second
+
+// maxCommand bounds the session command kept in an event.
+const maxCommand = 160
+
+// Config configures an Account.
+type Config struct {
+	// CgroupRoot is the cgroup mount point; "" means DefaultCgroupRoot.
+	CgroupRoot string
+	// ProcSelfCgroup lists this process's cgroups; "" means
+	// /proc/self/cgroup.
+	ProcSelfCgroup string
+	// Proc is the proc file system; "" means DefaultProc.
+	Proc string
+	// RootPID is the process whose descendants are watched; 0 means this
+	// process.
+	RootPID int
+	// Interval between two readings; 0 means DefaultInterval.
+	Interval time.Duration
+	// Capacity is the number of events kept; 0 means DefaultCapacity.
+	Capacity int
+	// Hostname is reported by Events.
+	Hostname string
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Registry receives the metrics; nil registers none.
+	Registry prometheus.Registerer
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// SessionExit is the end of one SSH session's command.
+type SessionExit struct {
+	Session string
+	Command string
+	PID     int
+	// ExitCode is the exit status, -1 when Signal ended it.
+	ExitCode   int
+	Signal     syscall.Signal
+	CoreDumped bool
+	// Aborted is true when the agent ended the session itself (its client
+	// went away, or the agent is shutting down).
+	Aborted bool
+}
+
+// Account is the pod's account. Its methods are safe for concurrent use.
+type Account struct {
+	cfg  Config
+	log  *slog.Logger
+	m    *metrics
+	now  func() time.Time
+	scan *scanner
+
+	mu      sync.Mutex
+	ring    []api.Event
+	next    int // ring index of the next event
+	seq     uint64
+	cg      *MemoryCgroup
+	cgErr   error
+	last    MemorySample
+	sampled bool
+	mem     api.Memory
+	prev    map[procKey]procInfo
+	recent  []vanished
+	pending []pendingOOM
+	scanErr error
+}
+
+// vanished is a process that is gone (or a zombie) since the last snapshot.
+type vanished struct {
+	procInfo
+	at         time.Time
+	attributed bool
+}
+
+// pendingOOM is a rise of the OOM counter still looking for its victims.
+type pendingOOM struct {
+	n   uint64
+	at  time.Time
+	mem api.Memory
+}
+
+// New prepares an account: it finds the memory cgroup (its absence is
+// kept as Memory.Error, not an error: the processes are still watched) and
+// registers the metrics.
+func New(cfg Config) (*Account, error) {
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Capacity <= 0 {
+		cfg.Capacity = DefaultCapacity
+	}
+	if cfg.ProcSelfCgroup == "" {
+		cfg.ProcSelfCgroup = "/proc/self/cgroup"
+	}
+	if cfg.Proc == "" {
+		cfg.Proc = DefaultProc
+	}
+	if cfg.RootPID == 0 {
+		cfg.RootPID = os.Getpid()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	a := &Account{cfg: cfg, log: log, now: cfg.Now, scan: newScanner(cfg.Proc, cfg.RootPID),
+		ring: make([]api.Event, 0, cfg.Capacity)}
+	a.cg, a.cgErr = FindMemoryCgroup(cfg.CgroupRoot, cfg.ProcSelfCgroup)
+	if a.cg != nil {
+		// The baseline: OOM kills before the agent started are not its.
+		if s, err := a.cg.Read(); err == nil {
+			a.last, a.sampled = s, true
+		} else {
+			a.cgErr = err
+		}
+	}
+	a.mem = a.memory(a.last, false)
+	m, err := newMetrics(cfg.Registry, a.gauges)
+	if err != nil {
+		return nil, err
+	}
+	a.m = m
+	return a, nil
+}
+
+// Cgroup describes the memory cgroup the account reads, or why none.
+func (a *Account) Cgroup() string {
+	if a.cg == nil {
+		return "none: " + a.cgErr.Error()
+	}
+	return fmt.Sprintf("%s (cgroup v%d)", a.cg.Dir, a.cg.Version)
+}
+
+// Run reads the cgroup and the processes every Interval until ctx ends.
+func (a *Account) Run(ctx context.Context) {
+	a.log.Info("account of the pod started", "memory_cgroup", a.Cgroup(), "interval", a.cfg.Interval, "capacity", a.cfg.Capacity)
+	t := time.NewTicker(a.cfg.Interval)
+	defer t.Stop()
+	a.Poll()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			a.Poll()
+		}
+	}
+}
+
+// Poll takes one reading: the memory cgroup first, then the processes.
+func (a *Account) Poll() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.now()
+
+	var sample MemorySample
+	ok := false
+	if a.cg != nil {
+		s, err := a.cg.Read()
+		switch {
+		case err != nil && a.cgErr == nil:
+			a.cgErr = err
+			a.log.Warn("cannot read the memory cgroup; OOM kills are not counted until it reads again", "cgroup", a.cg.Dir, "err", err)
+		case err == nil:
+			if a.cgErr != nil {
+				a.log.Info("memory cgroup readable again", "cgroup", a.cg.Dir)
+			}
+			a.cgErr = nil
+			sample, ok = s, true
+		}
+	}
+
+	cur, err := a.scan.snapshot()
+	if err != nil {
+		if a.scanErr == nil {
+			a.log.Warn("cannot list the processes; rank exits are not recorded until it works again", "err", err)
+		}
+		a.scanErr = err
+		cur = a.prev
+	} else {
+		a.scanErr = nil
+	}
+	a.recent = append(a.recent, a.vanishedSince(cur, now)...)
+	a.prev = cur
+
+	if ok {
+		atLimit := a.sampled && sample.AtLimit > a.last.AtLimit ||
+			sample.Limit > 0 && sample.Peak >= sample.Limit-sample.Limit/50
+		if a.sampled && sample.OOMKills > a.last.OOMKills {
+			n := sample.OOMKills - a.last.OOMKills
+			a.m.oomKills.Add(float64(n))
+			a.pending = append(a.pending, pendingOOM{n: n, at: now, mem: a.memory(sample, atLimit)})
+		}
+		a.last, a.sampled = sample, true
+		a.mem = a.memory(sample, false)
+	} else {
+		a.mem = a.memory(a.last, false)
+	}
+	a.attribute(now)
+}
+
+// vanishedSince compares a snapshot with the previous one: processes gone,
+// and processes that turned into zombies (whose status is then known).
+func (a *Account) vanishedSince(cur map[procKey]procInfo, now time.Time) []vanished {
+	var out []vanished
+	for k, p := range a.prev {
+		if p.zombie {
+			continue // reported when it turned into one
+		}
+		q, ok := cur[k]
+		switch {
+		case !ok:
+			out = append(out, vanished{procInfo: p, at: now})
+		case q.zombie:
+			q.rssBytes = max(q.rssBytes, p.rssBytes)
+			q.leader = p.leader
+			out = append(out, vanished{procInfo: q, at: now})
+		}
+	}
+	slices.SortFunc(out, func(x, y vanished) int { return x.key.pid - y.key.pid })
+	return out
+}
+
+// attribute names the victims of pending OOM kills among the processes
+// that vanished around them, records OOM kills left without a victim once
+// oomVictimWait has passed, and records the rank exits that no OOM kill
+// claimed once they are an interval old.
+func (a *Account) attribute(now time.Time) {
+	slack := a.cfg.Interval + 100*time.Millisecond
+	for i := range a.pending {
+		p := &a.pending[i]
+		for p.n > 0 {
+			best := -1
+			for j, v := range a.recent {
+				if v.attributed || v.at.Before(p.at.Add(-slack)) || !maybeOOMVictim(v.procInfo) {
+					continue
+				}
+				if best < 0 || v.rssBytes > a.recent[best].rssBytes {
+					best = j
+				}
+			}
+			if best < 0 {
+				break
+			}
+			a.recent[best].attributed = true
+			a.recordOOM(p, &a.recent[best].procInfo)
+			p.n--
+		}
+		if p.n > 0 && now.Sub(p.at) >= oomVictimWait {
+			for ; p.n > 0; p.n-- {
+				a.recordOOM(p, nil)
+			}
+		}
+	}
+	a.pending = slices.DeleteFunc(a.pending, func(p pendingOOM) bool { return p.n == 0 })
+
+	keep := a.recent[:0]
+	for _, v := range a.recent {
+		known := v.exitCode >= 0 && !maybeOOMVictim(v.procInfo)
+		if !known && now.Sub(v.at) < a.cfg.Interval && !v.attributed {
+			keep = append(keep, v) // an OOM kill may still claim it
+			continue
+		}
+		if !v.attributed && v.rank >= 0 && v.leader {
+			a.recordRankExit(v.procInfo, v.at)
+		}
+	}
+	a.recent = keep
+}
+
+// maybeOOMVictim: the OOM killer sends SIGKILL, so a process seen exiting
+// otherwise was not its victim.
+func maybeOOMVictim(p procInfo) bool {
+	if p.exitCode < 0 {
+		return true
+	}
+	_, sig, _ := waitStatus(p.exitCode)
+	return sig == syscall.SIGKILL
+}
+
+func (a *Account) recordOOM(p *pendingOOM, victim *procInfo) {
+	mem := p.mem
+	ev := api.Event{Time: p.at, Kind: api.KindOOMKill, Rank: -1, ExitCode: -1, Signal: "SIGKILL", Memory: &mem}
+	who := "a process of this pod"
+	if victim != nil {
+		ev.PID, ev.Comm, ev.Rank, ev.RSSBytes = victim.key.pid, victim.comm, victim.rank, victim.rssBytes
+		who = describe(victim.rank, victim.key.pid, victim.comm)
+		a.m.rankExits.WithLabelValues("oom").Inc()
+	}
+	ev.Message = "OOM: " + who + " was killed by the kernel's OOM killer " + oomWhere(mem)
+	a.record(ev, slog.LevelError, "oom_kills", mem.OOMKills, "limit_bytes", mem.LimitBytes, "usage_bytes", mem.UsageBytes,
+		"peak_bytes", mem.PeakBytes, "at_limit", mem.AtLimit, "rss_bytes", ev.RSSBytes)
+}
+
+// oomWhere says where the memory ran out.
+func oomWhere(m api.Memory) string {
+	switch {
+	case m.LimitBytes == 0:
+		return fmt.Sprintf("with no memory limit on its cgroup (usage %s): the node ran out of memory", api.FormatBytes(m.UsageBytes))
+	case m.AtLimit:
+		return fmt.Sprintf("at the memory limit of %s (usage %s, peak %s)", api.FormatBytes(m.LimitBytes),
+			api.FormatBytes(m.UsageBytes), api.FormatBytes(m.PeakBytes))
+	}
+	return fmt.Sprintf("below the memory limit of %s (usage %s): the node ran out of memory", api.FormatBytes(m.LimitBytes),
+		api.FormatBytes(m.UsageBytes))
+}
+
+func (a *Account) recordRankExit(p procInfo, at time.Time) {
+	ev := api.Event{Time: at, Kind: api.KindRankExit, PID: p.key.pid, Comm: p.comm, Rank: p.rank, ExitCode: -1, RSSBytes: p.rssBytes}
+	level := slog.LevelDebug
+	who := describe(p.rank, p.key.pid, p.comm)
+	reason := "unknown"
+	switch {
+	case p.exitCode < 0:
+		ev.Message = who + " exited (its status was not seen: its parent collected it first)"
+	default:
+		code, sig, core := waitStatus(p.exitCode)
+		switch {
+		case sig != 0:
+			ev.Signal, ev.CoreDumped = SignalName(sig), core
+			ev.Message = who + " died of " + ev.Signal
+			if core {
+				ev.Message += " (core dumped)"
+			}
+			reason = signalLabel(ev.Signal)
+			level = slog.LevelError
+		case code != 0:
+			ev.ExitCode = code
+			ev.Message = fmt.Sprintf("%s exited with status %d", who, code)
+			reason = "exit"
+			level = slog.LevelError
+		default:
+			ev.ExitCode = 0
+			ev.Message = who + " exited with status 0"
+			reason = ""
+		}
+	}
+	if reason != "" {
+		a.m.rankExits.WithLabelValues(reason).Inc()
+	}
+	a.record(ev, level)
+}
+
+func describe(rank, pid int, comm string) string {
+	if rank >= 0 {
+		return fmt.Sprintf("rank %d (pid %d, %s)", rank, pid, comm)
+	}
+	return fmt.Sprintf("process %d (%s)", pid, comm)
+}
+
+// SessionExited records the end of an SSH session's command when it failed
+// (a non-zero status or a signal), and counts every end.
+func (a *Account) SessionExited(e SessionExit) {
+	reason := ""
+	switch {
+	case e.Signal != 0:
+		reason = signalLabel(SignalName(e.Signal))
+	case e.ExitCode != 0:
+		reason = "exit"
+	}
+	if reason == "" {
+		return
+	}
+	a.m.sessionExits.WithLabelValues(reason).Inc()
+	cmd := e.Command
+	if len(cmd) > maxCommand {
+		cmd = cmd[:maxCommand] + "..."
+	}
+	ev := api.Event{Time: a.now(), Kind: api.KindSessionExit, PID: e.PID, Rank: -1, ExitCode: e.ExitCode,
+		CoreDumped: e.CoreDumped, Session: e.Session, Command: cmd}
+	level := slog.LevelWarn
+	if e.Signal != 0 {
+		ev.ExitCode = -1
+		ev.Signal = SignalName(e.Signal)
+		ev.Message = fmt.Sprintf("ssh session %s (%s) ended by %s", e.Session, firstWord(cmd), ev.Signal)
+	} else {
+		ev.Message = fmt.Sprintf("ssh session %s (%s) exited with status %d", e.Session, firstWord(cmd), e.ExitCode)
+	}
+	if e.Aborted {
+		ev.Message += " after its client went away"
+		level = slog.LevelInfo
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.record(ev, level)
+}
+
+// GPU records a GPU error.
+func (a *Account) GPU(e gpu.Event) {
+	kind := api.KindGPUXid
+	label := "xid"
+	if e.Kind == gpu.EventDoubleBitECC {
+		kind, label = api.KindGPUECC, "ecc_dbe"
+	}
+	a.m.gpuErrors.WithLabelValues(label).Inc()
+	at := e.Time
+	if at.IsZero() {
+		at = a.now()
+	}
+	ev := api.Event{Time: at, Kind: kind, Rank: -1, ExitCode: -1, Message: e.Message(),
+		GPU: &api.GPUEvent{Index: e.Index, UUID: e.UUID, Xid: e.Xid, GPUInstance: e.GPUInstance, ComputeInstance: e.ComputeInstance}}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.record(ev, slog.LevelError)
+}
+
+func firstWord(s string) string {
+	f := strings.Fields(s)
+	if len(f) == 0 {
+		return "no command"
+	}
+	return f[0]
+}
+
+// record appends ev to the ring and logs it. a.mu is held.
+func (a *Account) record(ev api.Event, level slog.Level, attrs ...any) {
+	a.seq++
+	ev.Seq = a.seq
+	if len(a.ring) < a.cfg.Capacity {
+		a.ring = append(a.ring, ev)
+	} else {
+		a.ring[a.next] = ev
+	}
+	a.next = (a.next + 1) % a.cfg.Capacity
+	args := []any{"kind", ev.Kind, "seq", ev.Seq}
+	if ev.PID != 0 {
+		args = append(args, "pid", ev.PID, "comm", ev.Comm)
+	}
+	if ev.Rank >= 0 {
+		args = append(args, "rank", ev.Rank)
+	}
+	if ev.Signal != "" {
+		args = append(args, "signal", ev.Signal, "core_dumped", ev.CoreDumped)
+	} else if ev.ExitCode >= 0 {
+		args = append(args, "exit_code", ev.ExitCode)
+	}
+	a.log.Log(context.Background(), level, ev.Message, append(args, attrs...)...)
+}
+
+// Events returns the events recorded at or after since (all of them for
+// the zero time), oldest first, with the memory cgroup as it is now.
+func (a *Account) Events(since time.Time) api.Events {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := api.Events{Hostname: a.cfg.Hostname, Now: a.now(), Since: since, Memory: a.mem, Events: []api.Event{}}
+	if n := uint64(len(a.ring)); a.seq > n {
+		out.Dropped = a.seq - n
+	}
+	start := 0
+	if len(a.ring) == a.cfg.Capacity {
+		start = a.next // the oldest entry
+	}
+	for i := range a.ring {
+		ev := a.ring[(start+i)%len(a.ring)]
+		if !ev.Time.Before(since) {
+			out.Events = append(out.Events, ev)
+		}
+	}
+	return out
+}
+
+// memory is the api view of a sample. a.mu is held (or a is being built).
+func (a *Account) memory(s MemorySample, atLimit bool) api.Memory {
+	if a.cg == nil {
+		msg := "no memory cgroup"
+		if a.cgErr != nil {
+			msg = a.cgErr.Error()
+		}
+		return api.Memory{Error: msg}
+	}
+	m := api.Memory{Cgroup: a.cg.Dir, Version: a.cg.Version, LimitBytes: s.Limit, UsageBytes: s.Usage, PeakBytes: s.Peak,
+		OOMKills: s.OOMKills, AtLimit: atLimit}
+	if a.cgErr != nil {
+		m.Error = a.cgErr.Error()
+	}
+	return m
+}
+
+// gauges returns the memory limit and usage for the metrics.
+func (a *Account) gauges() (limit, usage float64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return float64(a.mem.LimitBytes), float64(a.mem.UsageBytes)
+}

@@ -1,0 +1,308 @@
+package account
+
+import (
+	"bytes"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/podmpi/podmpi/agent/worker/api"
+	"github.com/podmpi/podmpi/gpu"
+)
+
+// rig is an account over a fake /proc and a fixture cgroup v1, with a
+// clock the test moves.
+type rig struct {
+	t    *testing.T
+	proc *fakeProc
+	cg   string // the cgroup dir
+	reg  *prometheus.Registry
+	log  *bytes.Buffer
+	a    *Account
+
+	mu  sync.Mutex
+	now time.Time
+}
+
+const rigInterval = 500 * time.Millisecond
+
+func newRig(t *testing.T, capacity int) *rig {
+	t.Helper()
+	dir := tree(t, v1Files("/job", "209715200\n", "1048576\n", "1048576\n", "0\n", "0"))
+	r := &rig{t: t, proc: newFakeProc(t), cg: filepath.Join(dir, "sys", "memory", "job"), reg: prometheus.NewRegistry(),
+		log: &bytes.Buffer{}, now: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)}
+	r.proc.write(1, "worker-agent", 'S', 0, 10, 0)
+	var err error
+	r.a, err = New(Config{
+		CgroupRoot: filepath.Join(dir, "sys"), ProcSelfCgroup: filepath.Join(dir, "proc", "cgroup"), Proc: r.proc.dir,
+		RootPID: 1, Interval: rigInterval, Capacity: capacity, Hostname: "w-0", Registry: r.reg,
+		Logger: slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Now: func() time.Time {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return r.now
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// tick moves the clock by one interval and polls.
+func (r *rig) tick() {
+	r.mu.Lock()
+	r.now = r.now.Add(rigInterval)
+	r.mu.Unlock()
+	r.a.Poll()
+}
+
+// cgroup sets the cgroup's counters.
+func (r *rig) cgroup(usage, failcnt, oomKills int) {
+	r.t.Helper()
+	for file, v := range map[string]string{
+		"memory.usage_in_bytes": strconv.Itoa(usage),
+		"memory.failcnt":        strconv.Itoa(failcnt),
+		"memory.oom_control":    "oom_kill_disable 0\nunder_oom 0\noom_kill " + strconv.Itoa(oomKills),
+	} {
+		if err := os.WriteFile(filepath.Join(r.cg, file), []byte(v+"\n"), 0o644); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+}
+
+func (r *rig) events() []api.Event { return r.a.Events(time.Time{}).Events }
+
+// job writes orted (10) with two ranks: 11 (rank 0, small) and 12 (rank 1, large).
+func (r *rig) job() {
+	r.proc.write(10, "orted", 'S', 1, 100, 0)
+	r.proc.write(11, "train", 'R', 10, 1000, 0, "OMPI_COMM_WORLD_RANK=0")
+	r.proc.write(12, "train", 'R', 10, 40000, 0, "OMPI_COMM_WORLD_RANK=1")
+}
+
+func TestOOMKillNamesTheLargestVanishedRank(t *testing.T) {
+	r := newRig(t, 0)
+	r.job()
+	r.tick()
+	// The OOM killer takes rank 1; orted then kills rank 0 too.
+	r.proc.remove(12)
+	r.proc.remove(11)
+	r.cgroup(209715200, 12, 1)
+	r.tick()
+	r.tick() // rank 0's exit is recorded once no OOM kill claims it
+	evs := r.events()
+	if len(evs) != 2 {
+		t.Fatalf("events = %+v, want the OOM kill and rank 0's exit", evs)
+	}
+	oom := evs[0]
+	if oom.Kind != api.KindOOMKill || oom.Rank != 1 || oom.PID != 12 || oom.Signal != "SIGKILL" || oom.Memory == nil {
+		t.Fatalf("first event = %+v, want rank 1's OOM kill", oom)
+	}
+	if !oom.Memory.AtLimit || oom.Memory.LimitBytes != 200<<20 || oom.Memory.OOMKills != 1 || oom.Memory.Version != 1 {
+		t.Errorf("memory = %+v, want at the 200 MiB limit, 1 kill, v1", *oom.Memory)
+	}
+	for _, want := range []string{"OOM: rank 1 (pid 12, train)", "at the memory limit of 200 MiB"} {
+		if !strings.Contains(oom.Message, want) {
+			t.Errorf("message %q lacks %q", oom.Message, want)
+		}
+	}
+	if evs[1].Kind != api.KindRankExit || evs[1].Rank != 0 || evs[1].ExitCode != -1 || evs[1].Signal != "" {
+		t.Errorf("second event = %+v, want rank 0's exit with unknown status", evs[1])
+	}
+	if !strings.Contains(r.log.String(), "level=ERROR msg=\"OOM: rank 1") {
+		t.Errorf("no ERROR log line for the OOM kill:\n%s", r.log)
+	}
+	if got := testutil.ToFloat64(r.a.m.oomKills); got != 1 {
+		t.Errorf("podmpi_worker_oom_kills_total = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(r.a.m.rankExits.WithLabelValues("oom")); got != 1 {
+		t.Errorf("rank exits{oom} = %v, want 1", got)
+	}
+}
+
+func TestOOMKillBeforeTheVictimVanishes(t *testing.T) {
+	r := newRig(t, 0)
+	r.job()
+	r.tick()
+	r.cgroup(209715200, 3, 1) // counted while rank 1 still frees its memory
+	r.tick()
+	if evs := r.events(); len(evs) != 0 {
+		t.Fatalf("events before the victim vanished: %+v", evs)
+	}
+	r.proc.remove(12)
+	r.tick()
+	evs := r.events()
+	if len(evs) != 1 || evs[0].Rank != 1 || evs[0].Kind != api.KindOOMKill {
+		t.Fatalf("events = %+v, want rank 1's OOM kill", evs)
+	}
+}
+
+func TestOOMKillVanishedBeforeTheCounter(t *testing.T) {
+	// Killed between the cgroup read and the process scan: the vanish is
+	// seen one reading before the counter.
+	r := newRig(t, 0)
+	r.job()
+	r.tick()
+	r.proc.remove(12)
+	r.tick()
+	r.cgroup(209715200, 1, 1)
+	r.tick()
+	evs := r.events()
+	if len(evs) != 1 || evs[0].Rank != 1 || evs[0].Kind != api.KindOOMKill {
+		t.Fatalf("events = %+v, want rank 1's OOM kill", evs)
+	}
+}
+
+func TestOOMKillWithoutVictim(t *testing.T) {
+	r := newRig(t, 0)
+	r.job()
+	r.tick()
+	r.cgroup(100, 0, 2) // something outside the agent's tree, below the limit
+	for range 4 {
+		r.tick()
+	}
+	if evs := r.events(); len(evs) != 0 {
+		t.Fatalf("recorded before %v: %+v", oomVictimWait, evs)
+	}
+	r.tick()
+	evs := r.events()
+	if len(evs) != 2 {
+		t.Fatalf("events = %+v, want two OOM kills without a victim", evs)
+	}
+	for _, ev := range evs {
+		if ev.Rank != -1 || ev.PID != 0 || ev.Memory.AtLimit || !strings.Contains(ev.Message, "below the memory limit of 200 MiB") ||
+			!strings.Contains(ev.Message, "the node ran out of memory") {
+			t.Errorf("event = %+v; want no victim and the node named", ev)
+		}
+	}
+}
+
+func TestRankCrashSeenAsZombie(t *testing.T) {
+	r := newRig(t, 0)
+	r.job()
+	r.tick()
+	r.proc.write(12, "train", 'Z', 10, 0, int(syscall.SIGSEGV)|0x80, "OMPI_COMM_WORLD_RANK=1")
+	r.tick()
+	evs := r.events()
+	if len(evs) != 1 {
+		t.Fatalf("events = %+v, want rank 1's crash at once", evs)
+	}
+	ev := evs[0]
+	if ev.Kind != api.KindRankExit || ev.Rank != 1 || ev.Signal != "SIGSEGV" || !ev.CoreDumped || ev.ExitCode != -1 ||
+		ev.Message != "rank 1 (pid 12, train) died of SIGSEGV (core dumped)" {
+		t.Errorf("event = %+v", ev)
+	}
+	// Reaped later: not recorded twice.
+	r.proc.remove(12)
+	r.tick()
+	r.tick()
+	if n := len(r.events()); n != 1 {
+		t.Errorf("%d events after the zombie was reaped, want 1", n)
+	}
+	if got := testutil.ToFloat64(r.a.m.rankExits.WithLabelValues("SIGSEGV")); got != 1 {
+		t.Errorf("rank exits{SIGSEGV} = %v", got)
+	}
+}
+
+func TestRankExitNonZeroAndChildNotRecorded(t *testing.T) {
+	r := newRig(t, 0)
+	r.job()
+	r.proc.write(13, "sh", 'S', 11, 10, 0, "OMPI_COMM_WORLD_RANK=0") // rank 0's own child
+	r.tick()
+	r.proc.remove(13)
+	r.proc.write(11, "train", 'Z', 10, 0, 3<<8, "OMPI_COMM_WORLD_RANK=0")
+	r.tick()
+	r.tick()
+	evs := r.events()
+	if len(evs) != 1 || evs[0].Rank != 0 || evs[0].ExitCode != 3 || evs[0].Message != "rank 0 (pid 11, train) exited with status 3" {
+		t.Fatalf("events = %+v; want only rank 0's exit 3 (its child is not a rank of its own)", evs)
+	}
+}
+
+func TestSessionExitsAndGPU(t *testing.T) {
+	r := newRig(t, 0)
+	r.a.SessionExited(SessionExit{Session: "c1/s2", Command: "orted -mca ess env", PID: 77, ExitCode: 0})
+	r.a.SessionExited(SessionExit{Session: "c1/s3", Command: "hydra_pmi_proxy --control-port x", PID: 78, ExitCode: -1, Signal: syscall.SIGKILL})
+	r.a.SessionExited(SessionExit{Session: "c1/s4", Command: "orted", PID: 79, ExitCode: 1, Aborted: true})
+	r.a.GPU(gpu.Event{Kind: gpu.EventXid, Index: 2, UUID: "GPU-x", Xid: 79, GPUInstance: -1, ComputeInstance: -1})
+	r.a.GPU(gpu.Event{Kind: gpu.EventDoubleBitECC, Index: 3, UUID: "GPU-y", GPUInstance: 1, ComputeInstance: 0})
+	evs := r.events()
+	if len(evs) != 4 {
+		t.Fatalf("events = %+v; want 2 session exits (status 0 is not one) and 2 GPU errors", evs)
+	}
+	if evs[0].Message != "ssh session c1/s3 (hydra_pmi_proxy) ended by SIGKILL" || evs[0].Signal != "SIGKILL" {
+		t.Errorf("session event = %+v", evs[0])
+	}
+	if !strings.Contains(evs[1].Message, "exited with status 1 after its client went away") {
+		t.Errorf("aborted session event = %+v", evs[1])
+	}
+	if evs[2].Kind != api.KindGPUXid || evs[2].GPU.Xid != 79 || !strings.Contains(evs[2].Message, "fallen off the bus") {
+		t.Errorf("xid event = %+v", evs[2])
+	}
+	if evs[3].Kind != api.KindGPUECC || evs[3].GPU.GPUInstance != 1 || !strings.Contains(evs[3].Message, "double-bit ECC") {
+		t.Errorf("ecc event = %+v", evs[3])
+	}
+	if got := testutil.ToFloat64(r.a.m.sessionExits.WithLabelValues("SIGKILL")); got != 1 {
+		t.Errorf("session exits{SIGKILL} = %v", got)
+	}
+	if got := testutil.ToFloat64(r.a.m.gpuErrors.WithLabelValues("ecc_dbe")); got != 1 {
+		t.Errorf("gpu errors{ecc_dbe} = %v", got)
+	}
+}
+
+func TestRingIsBounded(t *testing.T) {
+	r := newRig(t, 4)
+	for i := range 10 {
+		r.a.SessionExited(SessionExit{Session: "s" + strconv.Itoa(i), Command: "orted", ExitCode: 1})
+	}
+	got := r.a.Events(time.Time{})
+	if got.Dropped != 6 || len(got.Events) != 4 {
+		t.Fatalf("dropped %d, kept %d; want 6 and 4", got.Dropped, len(got.Events))
+	}
+	for i, ev := range got.Events {
+		if ev.Seq != uint64(7+i) || ev.Session != "s"+strconv.Itoa(6+i) {
+			t.Errorf("event %d = seq %d %s, want the last four in order", i, ev.Seq, ev.Session)
+		}
+	}
+	if got.Hostname != "w-0" || got.Memory.LimitBytes != 200<<20 || got.Memory.Cgroup != r.cg {
+		t.Errorf("document = %+v", got)
+	}
+}
+
+func TestEventsSince(t *testing.T) {
+	r := newRig(t, 0)
+	r.a.SessionExited(SessionExit{Session: "old", Command: "orted", ExitCode: 1})
+	r.tick()
+	since := r.a.now()
+	r.a.SessionExited(SessionExit{Session: "new", Command: "orted", ExitCode: 1})
+	evs := r.a.Events(since).Events
+	if len(evs) != 1 || evs[0].Session != "new" {
+		t.Fatalf("Events(since) = %+v, want only the new one", evs)
+	}
+}
+
+func TestNoCgroup(t *testing.T) {
+	p := newFakeProc(t)
+	dir := t.TempDir()
+	a, err := New(Config{CgroupRoot: dir, ProcSelfCgroup: filepath.Join(dir, "none"), Proc: p.dir, RootPID: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Poll()
+	m := a.Events(time.Time{}).Memory
+	if m.Version != 0 || !strings.Contains(m.Error, "no memory cgroup under") {
+		t.Fatalf("memory = %+v; want the reason there is none", m)
+	}
+	if !strings.HasPrefix(a.Cgroup(), "none: ") {
+		t.Errorf("Cgroup() = %q", a.Cgroup())
+	}
+}

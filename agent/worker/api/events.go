@@ -1,0 +1,130 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+)
+
+// EventsPath is where worker-agent serves its account of the pod: what
+// happened to the processes it started since a given time.
+const EventsPath = "/events"
+
+// MaxEventsBytes bounds the /events body a client reads.
+const MaxEventsBytes = 4 << 20
+
+// Event kinds. A worker-agent records one event per thing that happened;
+// the launcher reads them after a failed job and decides the root cause.
+const (
+	// KindOOMKill: the kernel's OOM killer killed a process of the pod's
+	// memory cgroup (its oom_kill counter rose). PID, Rank and RSSBytes
+	// name the victim when the agent saw which of its processes vanished;
+	// Memory holds the limit and usage at that time.
+	KindOOMKill = "oom-kill"
+	// KindRankExit: an MPI rank started below the agent's sessions (a
+	// process whose environment names its rank) is gone. Signal and
+	// ExitCode are known only when the agent saw it as a zombie before its
+	// parent reaped it; otherwise ExitCode is -1 and Signal "".
+	KindRankExit = "rank-exit"
+	// KindSessionExit: the command of an SSH session (orted, prted,
+	// hydra_pmi_proxy) ended with a non-zero status or a signal.
+	KindSessionExit = "session-exit"
+	// KindGPUXid: NVML reported a critical Xid error on a GPU.
+	KindGPUXid = "gpu-xid"
+	// KindGPUECC: NVML reported a double-bit (uncorrectable) ECC error.
+	KindGPUECC = "gpu-ecc-dbe"
+)
+
+// Event is one entry of the account. Unknown numbers are -1 (Rank,
+// ExitCode) or 0 (PID, RSSBytes).
+type Event struct {
+	// Seq numbers events from 1 in the order they were recorded.
+	Seq  uint64    `json:"seq"`
+	Time time.Time `json:"time"`
+	Kind string    `json:"kind"`
+	// PID and Comm name the process (the rank, or the session's command).
+	PID  int    `json:"pid,omitempty"`
+	Comm string `json:"comm,omitempty"`
+	// Rank is the MPI rank from the process's environment
+	// (OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK); -1 when unknown.
+	Rank int `json:"rank"`
+	// ExitCode is the exit status; -1 when the process died of a signal
+	// or the status is unknown.
+	ExitCode int `json:"exitCode"`
+	// Signal is the signal that ended the process ("SIGSEGV"), or "".
+	Signal     string `json:"signal,omitempty"`
+	CoreDumped bool   `json:"coreDumped,omitempty"`
+	// RSSBytes is the process's resident memory when last seen.
+	RSSBytes uint64 `json:"rssBytes,omitempty"`
+	// Memory is the memory cgroup's state at the event (KindOOMKill).
+	Memory *Memory `json:"memory,omitempty"`
+	// GPU names the device of a GPU event.
+	GPU *GPUEvent `json:"gpu,omitempty"`
+	// Session is the SSH session id and Command its command line
+	// (shortened), for KindSessionExit.
+	Session string `json:"session,omitempty"`
+	Command string `json:"command,omitempty"`
+	// Message is the event as one sentence, as the agent logged it.
+	Message string `json:"message"`
+}
+
+// Memory is the state of the pod's memory cgroup.
+type Memory struct {
+	// Cgroup is the directory the agent reads ("" when none was found).
+	Cgroup string `json:"cgroup"`
+	// Version is 1 or 2 (cgroup v1 or v2); 0 when no cgroup was found.
+	Version int `json:"version"`
+	// LimitBytes is the tightest memory limit from the cgroup up to the
+	// root; 0 means no limit.
+	LimitBytes uint64 `json:"limitBytes"`
+	// UsageBytes is the current usage; PeakBytes the highest usage the
+	// kernel recorded (0 when it does not say).
+	UsageBytes uint64 `json:"usageBytes"`
+	PeakBytes  uint64 `json:"peakBytes,omitempty"`
+	// OOMKills is the cgroup's oom_kill counter.
+	OOMKills uint64 `json:"oomKills"`
+	// AtLimit is true when the cgroup itself hit its limit (v2's oom or
+	// max events rose, v1's failcnt rose, or the peak reached the limit):
+	// an OOM kill then came from the limit, not from the node running
+	// out of memory.
+	AtLimit bool `json:"atLimit,omitempty"`
+	// Error says why the cgroup could not be read, when it could not.
+	Error string `json:"error,omitempty"`
+}
+
+// GPUEvent is the device and code of a GPU event.
+type GPUEvent struct {
+	Index int    `json:"index"`
+	UUID  string `json:"uuid"`
+	// Xid is the Xid code (KindGPUXid).
+	Xid uint64 `json:"xid,omitempty"`
+	// GPUInstance and ComputeInstance name a MIG device; -1 otherwise.
+	GPUInstance     int `json:"gpuInstance"`
+	ComputeInstance int `json:"computeInstance"`
+}
+
+// Events is the /events document.
+type Events struct {
+	Hostname string `json:"hostname"`
+	// Now is the agent's clock when it answered; Since the start of the
+	// window asked for (the zero time: everything kept).
+	Now   time.Time `json:"now"`
+	Since time.Time `json:"since"`
+	// Memory is the memory cgroup as it is now.
+	Memory Memory `json:"memory"`
+	// Dropped counts events the agent no longer keeps (its account is a
+	// ring of the last events); when it is not 0, the oldest ones of the
+	// window may be missing.
+	Dropped uint64  `json:"dropped"`
+	Events  []Event `json:"events"`
+}
+
+// DecodeEvents parses a /events body. Unknown keys are ignored.
+func DecodeEvents(r io.Reader) (Events, error) {
+	var ev Events
+	if err := json.NewDecoder(io.LimitReader(r, MaxEventsBytes)).Decode(&ev); err != nil {
+		return Events{}, fmt.Errorf("decoding worker-agent %s: %w", EventsPath, err)
+	}
+	return ev, nil
+}
