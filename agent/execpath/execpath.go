@@ -19,6 +19,13 @@ import (
 // working directory). The lookup uses this process's effective uid and gid
 // (worker-agent's SSH sessions share them).
 func Look(file, path string) string {
+	return LookFunc(file, path, nil)
+}
+
+// LookFunc is Look, skipping every match for which skip returns true: the
+// mpirun shim finds the real mpirun after itself with it. A nil skip skips
+// nothing.
+func LookFunc(file, path string, skip func(p string) bool) string {
 	if file == "" || filepath.Base(file) != file {
 		return ""
 	}
@@ -30,11 +37,25 @@ func Look(file, path string) string {
 		if !filepath.IsAbs(p) {
 			continue
 		}
-		if isExecutable(p) {
+		if isExecutable(p) && (skip == nil || !skip(p)) {
 			return p
 		}
 	}
 	return ""
+}
+
+// SameFile reports whether the paths a and b name the same file, following
+// symlinks (a podmpi name linked to the launcher is the launcher).
+func SameFile(a, b string) bool {
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	fb, err := os.Stat(b)
+	if err != nil {
+		return false
+	}
+	return os.SameFile(fa, fb)
 }
 
 // isExecutable mirrors os/exec's findExecutable on Linux.

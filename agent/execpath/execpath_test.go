@@ -68,3 +68,32 @@ func FuzzLook(f *testing.F) {
 		}
 	})
 }
+
+func TestLookFuncAndSameFile(t *testing.T) {
+	t.Parallel()
+	shim, real := t.TempDir(), t.TempDir()
+	self := filepath.Join(shim, "launcher")
+	for _, p := range []string{self, filepath.Join(real, "mpirun")} {
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// bin/mpirun -> launcher, as make build links it.
+	if err := os.Symlink("launcher", filepath.Join(shim, "mpirun")); err != nil {
+		t.Fatal(err)
+	}
+	path := shim + ":" + real
+	if got := Look("mpirun", path); got != filepath.Join(shim, "mpirun") {
+		t.Fatalf("Look = %q", got)
+	}
+	notSelf := func(p string) bool { return SameFile(p, self) }
+	if got := LookFunc("mpirun", path, notSelf); got != filepath.Join(real, "mpirun") {
+		t.Fatalf("LookFunc skipping the launcher = %q, want the real one", got)
+	}
+	if got := LookFunc("mpirun", shim, notSelf); got != "" {
+		t.Fatalf("LookFunc with only the shim on PATH = %q, want none", got)
+	}
+	if SameFile(filepath.Join(real, "mpirun"), self) || SameFile("/nonexistent", self) || !SameFile(filepath.Join(shim, "mpirun"), self) {
+		t.Fatal("SameFile")
+	}
+}

@@ -37,45 +37,123 @@ type Options struct {
 	ConnectionAttempts int
 	// ConnectTimeout is -o ConnectTimeout; 0 when not given.
 	ConnectTimeout time.Duration
+	// Version is -V: print the version and exit.
+	Version bool
+	// Ignored lists the options accepted without effect, for debug lines.
+	Ignored []string
+	// Warnings are forwarding requests this client does not honour (-A,
+	// -X, -Y, -o ForwardAgent=yes, ...), one line each.
+	Warnings []string
 }
 
-// Flags without an argument that are accepted. Their ssh(1) meaning either
-// is this client's only behaviour or does not apply to it:
+// The letters of OpenSSH's ssh(1) command line, by what this client does
+// with them. Every letter OpenSSH knows is here; a letter it does not know
+// is a usage error, as in OpenSSH.
 //
-//	-x, -a   no X11 / agent forwarding: never offered
-//	-X       X11 forwarding (Open MPI adds it with --xterm): not supported, ignored
-//	-T, -t   no / forced PTY: mpirun's daemons need none; no PTY is ever requested
-//	-C       compression: ignored
-//	-n, -q, -v  see Options
-const noArgFlags = "xXaTtCnqv"
+// Flags without an argument:
+//
+//	-n, -q, -v       see Options
+//	-x, -a, -T, -C   no X11 / agent forwarding, no PTY: this client's only
+//	                 behaviour; compression: x/crypto has none
+//	-1 -2 -4 -6 -g -k -K -M -t -y
+//	                 accepted without effect (a debug line with -v): protocol
+//	                 and address-family choices, GSSAPI, multiplexing master,
+//	                 a PTY (never requested: MPI daemons need none), syslog
+//	-A, -X, -Y       agent / X11 forwarding requests: not supported; one
+//	                 warning line on stderr (unless -q), then the command runs
+//	                 without them (Open MPI adds -X for --xterm)
+//	-V               prints this client's version and exits 0
+//	-f -N -s -G      refused: background after auth, no command, subsystem,
+//	                 print the configuration change what ssh is asked to do
+//
+// Flags with an argument:
+//
+//	-p port, -i identity, -l user, -o option   see Options
+//	-F configfile    accepted: no ssh_config is ever read
+//	-b -c -e -m -B -E -I -S -P
+//	                 accepted without effect (a debug line with -v): bind
+//	                 address and interface, cipher and MAC lists (x/crypto
+//	                 decides, following FIPS mode), escape character, log file,
+//	                 PKCS#11 provider (the job key is always used), control
+//	                 socket, tag
+//	-L -R -D -W -w -J -O -Q
+//	                 refused: port, stdio and tunnel forwarding, jump hosts,
+//	                 multiplexing control commands and queries would change
+//	                 what the connection does, and this client does none of
+//	                 them
+const (
+	noArgFlags     = "nqvxaTC" + "1246gkKMty" + "AXY" + "V" + "fNsG"
+	argFlags       = "pilo" + "F" + "bcemBEISP" + "LRDWwJOQ"
+	ignoredNoArg   = "1246gkKMty"
+	warnedNoArg    = "AXY"
+	refusedNoArg   = "fNsG"
+	ignoredWithArg = "bcemBEISP"
+	refusedWithArg = "LRDWwJOQ"
+)
 
-// Flags with an argument: -p port, -i identity, -l user, -o option and
-// -F configfile (accepted and ignored: no ssh_config is read).
-const argFlags = "pilo" + "F"
+// flagMeaning names what a refused, warned or ignored letter asks for.
+var flagMeaning = map[byte]string{
+	'f': "going to the background after authentication", 'N': "a connection without a remote command",
+	's': "a subsystem", 'G': "printing the configuration",
+	'L': "local port forwarding", 'R': "remote port forwarding", 'D': "dynamic (SOCKS) port forwarding",
+	'W': "stdio forwarding", 'w': "tunnel device forwarding", 'J': "a jump host",
+	'O': "a multiplexing control command", 'Q': "a query of supported algorithms",
+	'A': "agent forwarding", 'X': "X11 forwarding", 'Y': "trusted X11 forwarding",
+	'1': "protocol 1", '2': "protocol 2", '4': "IPv4 only", '6': "IPv6 only", 'g': "remote hosts on forwarded ports",
+	'k': "no GSSAPI delegation", 'K': "GSSAPI authentication", 'M': "a multiplexing master", 't': "a pseudo-terminal",
+	'y': "logging to syslog", 'b': "a bind address", 'c': "a cipher list", 'e': "an escape character",
+	'm': "a MAC list", 'B': "a bind interface", 'E': "a log file", 'I': "a PKCS#11 provider", 'S': "a control socket",
+	'P': "a tag",
+}
 
 // ignoredOptions are -o keys accepted without effect. They tune OpenSSH
 // behaviour that this client does not have (known_hosts files, passwords,
 // agents, multiplexing, logging) or that x/crypto decides (algorithms,
-// which follow FIPS mode).
+// which follow FIPS mode). Keys in no list are ignored too, with a debug
+// line under -v; only the keys of refusedOptions and warnedOptions are
+// looked at more closely.
 var ignoredOptions = map[string]bool{
 	"userknownhostsfile": true, "globalknownhostsfile": true, "loglevel": true, "batchmode": true,
 	"passwordauthentication": true, "kbdinteractiveauthentication": true, "challengeresponseauthentication": true,
 	"pubkeyauthentication": true, "preferredauthentications": true, "identitiesonly": true,
 	"gssapiauthentication": true, "hostbasedauthentication": true, "numberofpasswordprompts": true,
 	"checkhostip": true, "hashknownhosts": true, "updatehostkeys": true, "verifyhostkeydns": true,
-	"visualhostkey": true, "forwardagent": true, "forwardx11": true, "forwardx11trusted": true,
-	"compression": true, "tcpkeepalive": true, "serveraliveinterval": true, "serveralivecountmax": true,
+	"visualhostkey": true, "compression": true, "tcpkeepalive": true, "serveraliveinterval": true, "serveralivecountmax": true,
 	"controlmaster": true, "controlpath": true, "controlpersist": true, "requesttty": true,
 	"addressfamily": true, "addkeystoagent": true, "identityagent": true,
 	"kexalgorithms": true, "ciphers": true, "macs": true, "hostkeyalgorithms": true,
 	"pubkeyacceptedalgorithms": true, "pubkeyacceptedkeytypes": true, "escapechar": true,
 	"sendenv": true, "setenv": true, "exitonforwardfailure": true, "clearallforwardings": true,
+	"gatewayports": true, "localcommand": true, "tunneldevice": true, "bindaddress": true, "bindinterface": true,
+}
+
+// refusedOptions are -o keys that would change where the client connects or
+// what it does there; the value that means "off" is accepted. A key with
+// value "" is refused whatever its value.
+var refusedOptions = map[string]struct{ off, what string }{
+	"hostname":                {"", "another host name than the one given"},
+	"proxycommand":            {"none", "a proxy command"},
+	"proxyjump":               {"none", "a jump host"},
+	"localforward":            {"", "local port forwarding"},
+	"remoteforward":           {"", "remote port forwarding"},
+	"dynamicforward":          {"", "dynamic (SOCKS) port forwarding"},
+	"tunnel":                  {"no", "tunnel device forwarding"},
+	"remotecommand":           {"none", "a remote command from the configuration"},
+	"sessiontype":             {"default", "a session without the given command"},
+	"permitlocalcommand":      {"no", "running a local command"},
+	"forkafterauthentication": {"no", "going to the background after authentication"},
+}
+
+// warnedOptions are forwarding requests this client cannot honour: with
+// "yes" they get one warning line on stderr (unless -q), as -A and -X do.
+var warnedOptions = map[string]string{
+	"forwardagent": "agent forwarding", "forwardx11": "X11 forwarding", "forwardx11trusted": "trusted X11 forwarding",
 }
 
 // handledOptions are -o keys with an effect.
 var handledOptions = map[string]bool{
 	"port": true, "user": true, "identityfile": true, "connectionattempts": true,
-	"connecttimeout": true, "stricthostkeychecking": true,
+	"connecttimeout": true, "stricthostkeychecking": true, "stdinnull": true,
 }
 
 // UsageError is a command line this client cannot accept.
@@ -102,7 +180,11 @@ func usagef(format string, args ...any) error {
 //   - for -l/user@/-o User, -p/-o Port and every -o key the first value
 //     wins, as in OpenSSH.
 //
-// Unknown flags and -o keys are errors (*UsageError) naming the option.
+// Letters OpenSSH does not know, and options that would change what the
+// connection does (forwarding, jump hosts, another host name), are errors
+// (*UsageError) naming the option; options OpenSSH knows that have no
+// meaning here are listed in Ignored, forwarding requests in Warnings (see
+// the letters above and ignoredOptions). -V needs no host.
 func ParseArgs(args []string) (Options, error) {
 	o := Options{Options: map[string]string{}, ConnectionAttempts: 1}
 	i := 0
@@ -137,6 +219,8 @@ func ParseArgs(args []string) (Options, error) {
 		for j := 1; j < len(a); j++ {
 			c := a[j]
 			switch {
+			case strings.IndexByte(refusedNoArg, c) >= 0 || strings.IndexByte(refusedWithArg, c) >= 0:
+				return Options{}, usagef("option -%c (%s) is refused: podmpi's ssh client runs one command on a worker and does no forwarding", c, flagMeaning[c])
 			case strings.IndexByte(noArgFlags, c) >= 0:
 				o.flag(c)
 			case strings.IndexByte(argFlags, c) >= 0:
@@ -153,10 +237,13 @@ func ParseArgs(args []string) (Options, error) {
 				}
 				j = len(a)
 			default:
-				return Options{}, usagef("unsupported option -%s; podmpi rsh accepts -x -X -a -T -t -C -n -q -v, -p port, -i file, -l user, -o key=value, -F file, [user@]host and a command", printable(string(c)))
+				return Options{}, usagef("unknown option -%s (OpenSSH has none either); podmpi's ssh client takes OpenSSH's options: -p port, -i file, -l user, -o Key=Value, [user@]host and a command", printable(string(c)))
 			}
 		}
 		i++
+	}
+	if !hostSeen && o.Version {
+		return o, nil
 	}
 	if !hostSeen {
 		return Options{}, usagef("no host given; usage: rsh [options] [user@]host [options] command ...")
@@ -166,13 +253,19 @@ func ParseArgs(args []string) (Options, error) {
 }
 
 func (o *Options) flag(c byte) {
-	switch c {
-	case 'n':
+	switch {
+	case c == 'n':
 		o.NoStdin = true
-	case 'q':
+	case c == 'q':
 		o.Quiet = true
-	case 'v':
+	case c == 'v':
 		o.Verbose++
+	case c == 'V':
+		o.Version = true
+	case strings.IndexByte(warnedNoArg, c) >= 0:
+		o.Warnings = append(o.Warnings, fmt.Sprintf("-%c: %s is not supported; running the command without it", c, flagMeaning[c]))
+	case strings.IndexByte(ignoredNoArg, c) >= 0:
+		o.Ignored = append(o.Ignored, fmt.Sprintf("-%c (%s)", c, flagMeaning[c]))
 	}
 }
 
@@ -199,6 +292,8 @@ func (o *Options) option(c byte, val string) error {
 		return o.setOption(val)
 	case 'F':
 		// No ssh_config is ever read; accepting -F keeps "-F /dev/null" working.
+	default:
+		o.Ignored = append(o.Ignored, fmt.Sprintf("-%c %s (%s)", c, printable(val), flagMeaning[c]))
 	}
 	return nil
 }
@@ -256,8 +351,8 @@ func (o *Options) setOption(arg string) error {
 	if val == "" {
 		return usagef("-o %s: missing value", printable(s[:k]))
 	}
-	if !handledOptions[key] && !ignoredOptions[key] {
-		return usagef("-o %s: unsupported option; podmpi rsh honours Port, User, IdentityFile, ConnectionAttempts, ConnectTimeout, StrictHostKeyChecking and ignores OpenSSH-only ones such as UserKnownHostsFile, LogLevel, BatchMode", printable(s[:k]))
+	if r, ok := refusedOptions[key]; ok && (r.off == "" || !strings.EqualFold(val, r.off)) {
+		return usagef("-o %s=%s (%s) is refused: podmpi's ssh client connects only to the host given and does no forwarding", printable(s[:k]), printable(val), r.what)
 	}
 	if _, seen := o.Options[key]; seen {
 		if key == "identityfile" {
@@ -292,6 +387,12 @@ func (o *Options) setOption(arg string) error {
 			return usagef("-o ConnectTimeout=%s: %v", printable(val), err)
 		}
 		o.ConnectTimeout = d
+	case "stdinnull":
+		b, ok := sshBool(val)
+		if !ok {
+			return usagef("-o StdinNull=%s: want yes or no", printable(val))
+		}
+		o.NoStdin = o.NoStdin || b
 	case "stricthostkeychecking":
 		switch strings.ToLower(val) {
 		case "yes", "no", "ask", "accept-new", "off", "true", "false":
@@ -299,8 +400,28 @@ func (o *Options) setOption(arg string) error {
 			return usagef("-o StrictHostKeyChecking=%s: want yes, no, accept-new, ask or off", printable(val))
 		}
 	}
+	if what, ok := warnedOptions[key]; ok {
+		if b, _ := sshBool(val); b {
+			o.Warnings = append(o.Warnings, fmt.Sprintf("-o %s=%s: %s is not supported; running the command without it", printable(s[:k]), printable(val), what))
+		}
+	} else if !handledOptions[key] && !ignoredOptions[key] {
+		if _, refused := refusedOptions[key]; !refused {
+			o.Ignored = append(o.Ignored, fmt.Sprintf("-o %s=%s (unknown to podmpi's ssh client)", printable(s[:k]), printable(val)))
+		}
+	}
 	o.Options[key] = val
 	return nil
+}
+
+// sshBool reads an OpenSSH yes/no value.
+func sshBool(v string) (value, ok bool) {
+	switch strings.ToLower(v) {
+	case "yes", "true":
+		return true, true
+	case "no", "false":
+		return false, true
+	}
+	return false, false
 }
 
 func parsePort(s string) (int, error) {

@@ -15,7 +15,21 @@
 //	podmpi-rsh: <host>:<port>: <phase>: <cause>; hint: <hint>
 //
 // It needs no passwd entry, no $HOME and no ~/.ssh, so it works under the
-// random UID of OpenShift's restricted SCC.
+// random UID of OpenShift's restricted SCC. Linked as ssh first on PATH
+// (make build lays out bin/ so), it is the ssh of horovodrun, of plain
+// mpirun and mpiexec, and of anyone who types ssh in a pod.
+//
+// # Waiting for late workers
+//
+// A worker that does not resolve or does not accept yet (a pod scheduled
+// late, an agent still starting, a load-shedding refusal) is retried with
+// jittered backoff (sshclient.Retry, the loop of the launcher's probe) up to
+// PODMPI_SSH_WAIT (default 2m), with one progress line on stderr every 5 s
+// (none with -q). -o ConnectionAttempts=N and -o ConnectTimeout=S shorten
+// the wait, never lengthen it: at most N attempts, and at most N x S in all
+// (see runner.retry). PODMPI_SSH_WAIT=0 turns waiting off: ConnectionAttempts
+// attempts one second apart, as OpenSSH. Permanent failures (auth, host key,
+// handshake with something that is not worker-agent) end at once.
 //
 // # Configuration
 //
@@ -28,6 +42,7 @@
 //	PODMPI_SSH_USER                      login name when no -l / user@ (default $USER, else mpiuser)
 //	PODMPI_SSH_CONNECT_TIMEOUT           per-attempt connect timeout, "10" or "10s" (default 10s; -o ConnectTimeout wins)
 //	PODMPI_SSH_INSECURE_IGNORE_HOST_KEY  "true" accepts any host key (debugging only; warns unless -q)
+//	PODMPI_SSH_WAIT                      how long to wait for a late worker, "120" or "2m" (default 2m; 0: no waiting)
 //
 // # Host key checking
 //
@@ -49,7 +64,10 @@
 // daemon either way, and 128+n keeps the signal visible in Hydra's "EXIT
 // CODE" and in logs. 255 stays reserved for "could not run the command",
 // and covers bad arguments too (ssh(1) does the same, and mpirun reports the
-// agent's status as the daemon's), with a "podmpi-rsh: usage: ..." line.
+// agent's status as the daemon's), with a "podmpi-rsh: usage: ..." line. A
+// remote status 127 (the remote shell found no such program: orted not on
+// the worker's PATH) is passed through after a diagnosis line in the
+// probe's form (phase remote-command, the program, the fix).
 //
 // # Signals
 //
@@ -80,7 +98,9 @@ import (
 	"github.com/podmpi/podmpi/agent/cli"
 	"github.com/podmpi/podmpi/agent/exitcode"
 	"github.com/podmpi/podmpi/agent/sshclient"
+	"github.com/podmpi/podmpi/agent/version"
 	"github.com/podmpi/podmpi/jobkey"
+	"github.com/podmpi/podmpi/mpi"
 )
 
 // Environment twins read by Main.
@@ -90,6 +110,7 @@ var (
 	EnvUser           = cli.EnvName("ssh.user")
 	EnvConnectTimeout = cli.EnvName("ssh.connect-timeout")
 	EnvInsecure       = cli.EnvName("ssh.insecure-ignore-host-key")
+	EnvWait           = cli.EnvName("ssh.wait")
 )
 
 // DefaultPort is worker-agent's SSH port (Trainer v2's and mpi-operator's 2222).
@@ -99,9 +120,16 @@ const DefaultPort = 2222
 // after forwarding a signal before it closes the connection.
 const SignalGrace = 10 * time.Second
 
-// retryDelay separates connection attempts (-o ConnectionAttempts), like
-// OpenSSH's one second.
+// DefaultWait is how long a worker that does not resolve or accept yet is
+// waited for when PODMPI_SSH_WAIT is not set.
+const DefaultWait = 2 * time.Minute
+
+// retryDelay separates connection attempts (-o ConnectionAttempts) when
+// waiting is off (PODMPI_SSH_WAIT=0), like OpenSSH's one second.
 const retryDelay = time.Second
+
+// progressEvery spaces the progress lines while the client waits.
+const progressEvery = 5 * time.Second
 
 const prefix = "podmpi-rsh: "
 
@@ -112,7 +140,8 @@ func Main(ctx context.Context, args []string, env func(string) (string, bool), s
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
-	r := runner{env: env, stdin: stdin, stdout: stdout, stderr: stderr, sigs: sigs, grace: SignalGrace, retryDelay: retryDelay}
+	r := runner{env: env, stdin: stdin, stdout: stdout, stderr: stderr, sigs: sigs, grace: SignalGrace, retryDelay: retryDelay,
+		progressEvery: progressEvery}
 	return r.run(ctx, args)
 }
 
@@ -123,6 +152,13 @@ type runner struct {
 	sigs           <-chan os.Signal
 	grace          time.Duration
 	retryDelay     time.Duration
+	// backoff and maxBackoff shape the waiting (sshclient.Retry defaults
+	// when zero); progressEvery spaces its progress lines.
+	backoff, maxBackoff time.Duration
+	progressEvery       time.Duration
+	// quiet and command are -q and the remote command of this run.
+	quiet   bool
+	command string
 }
 
 func (r *runner) lookup(name string) string {
@@ -151,6 +187,21 @@ func (r *runner) run(ctx context.Context, args []string) int {
 		r.line("usage: %v", err)
 		return int(exitcode.RemoteShell)
 	}
+	if opts.Version {
+		fmt.Fprintf(r.stderr, "podmpi %s: ssh-compatible client (OpenSSH's command line; job key, pinned host key)\n", version.Get())
+		return 0
+	}
+	if opts.Verbose > 0 {
+		for _, ig := range opts.Ignored {
+			r.line("debug: ignoring %s: no effect in podmpi's client", ig)
+		}
+	}
+	if !opts.Quiet {
+		for _, w := range opts.Warnings {
+			r.line("warning: %s", w)
+		}
+	}
+	r.quiet, r.command = opts.Quiet, opts.Command
 	port := opts.Port
 	if port == 0 {
 		port = DefaultPort
@@ -178,7 +229,11 @@ func (r *runner) run(ctx context.Context, args []string) int {
 		r.line("warning: %s=true: the host key of %s is not verified", EnvInsecure, opts.Host)
 	}
 
-	client, f := r.dial(ctx, opts, port, cfg)
+	retry, f := r.retry(opts, port)
+	if f != nil {
+		return r.fail(f)
+	}
+	client, f := r.dial(ctx, opts, port, cfg, retry)
 	if f != nil {
 		return r.fail(f)
 	}
@@ -238,28 +293,76 @@ func (r *runner) config(opts Options, port int) (sshclient.Config, *sshclient.Fa
 	return cfg, nil
 }
 
-// dial makes up to opts.ConnectionAttempts attempts, retrying transient
-// failures retryDelay apart.
-func (r *runner) dial(ctx context.Context, opts Options, port int, cfg sshclient.Config) (*ssh.Client, *sshclient.Failure) {
-	for n := 1; ; n++ {
-		client, f := sshclient.Dial(ctx, opts.Host, port, cfg)
-		if f == nil {
-			return client, nil
+// retry is how the client waits for a worker that does not resolve or
+// accept yet (transient failures; see sshclient.Retry):
+//
+//   - PODMPI_SSH_WAIT (default DefaultWait) bounds the wait. The command
+//     line can shorten it, never lengthen it, as OpenSSH's own options bound
+//     OpenSSH: -o ConnectionAttempts=N allows at most N attempts, and -o
+//     ConnectTimeout=S (which also bounds each attempt, as in OpenSSH) caps
+//     the whole wait at N x S (N = 1 when not given). A caller that passes
+//     them (Horovod's pre-flight: ConnectTimeout=10, retried by Horovod
+//     itself; Trainer's ConnectionAttempts=10) has said how long it waits.
+//   - PODMPI_SSH_WAIT=0 is OpenSSH's behaviour: ConnectionAttempts attempts,
+//     one second apart.
+func (r *runner) retry(opts Options, port int) (sshclient.Retry, *sshclient.Failure) {
+	wait := DefaultWait
+	if v := r.lookup(EnvWait); v != "" {
+		d, err := parseSeconds(v)
+		if err != nil {
+			return sshclient.Retry{}, &sshclient.Failure{Host: opts.Host, Port: port, Phase: sshclient.PhaseConfig,
+				Cause: fmt.Errorf("%s: %w", EnvWait, err), Hint: "set it to how long to wait for a worker, e.g. 2m, or 0 to try ConnectionAttempts times only"}
 		}
-		if n >= opts.ConnectionAttempts || !f.Transient() || ctx.Err() != nil {
-			return nil, f
+		wait = d
+	}
+	if wait == 0 {
+		return sshclient.Retry{MaxAttempts: opts.ConnectionAttempts, Initial: r.retryDelay, Fixed: true}, nil
+	}
+	if opts.ConnectTimeout > 0 {
+		wait = min(wait, time.Duration(opts.ConnectionAttempts)*opts.ConnectTimeout)
+	}
+	rt := sshclient.Retry{Deadline: time.Now().Add(wait), Initial: r.backoff, Max: r.maxBackoff}
+	if _, given := opts.Options["connectionattempts"]; given {
+		rt.MaxAttempts = opts.ConnectionAttempts
+	}
+	return rt, nil
+}
+
+// dial connects, retrying transient failures as rt says, with a progress
+// line on stderr every progressEvery while it waits (unless -q) and one
+// line per retry under -v.
+func (r *runner) dial(ctx context.Context, opts Options, port int, cfg sshclient.Config, rt sshclient.Retry) (*ssh.Client, *sshclient.Failure) {
+	start := time.Now()
+	lastProgress := start
+	limit := "no time limit"
+	if !rt.Deadline.IsZero() {
+		limit = rt.Deadline.Sub(start).Round(time.Second).String()
+	}
+	rt.OnAttempt = func(n int, f *sshclient.Failure, _, next time.Duration) {
+		if f == nil || next == 0 {
+			return
 		}
-		if opts.Verbose > 0 {
-			r.line("attempt %d of %d: %s; retrying", n, opts.ConnectionAttempts, f.Error())
-		}
-		t := time.NewTimer(r.retryDelay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, f
-		case <-t.C:
+		switch {
+		case opts.Verbose > 0:
+			r.line("attempt %d: %s; retrying in %s", n, f.Error(), next.Round(time.Millisecond))
+		case !opts.Quiet && r.progressEvery > 0 && time.Since(lastProgress) >= r.progressEvery:
+			lastProgress = time.Now()
+			r.line("waiting for %s: %s: %s (attempt %d, %s of %s)", net.JoinHostPort(opts.Host, strconv.Itoa(port)),
+				f.Phase, f.CauseText(), n, time.Since(start).Round(time.Second), limit)
 		}
 	}
+	var client *ssh.Client
+	n, f := rt.Do(ctx, func(actx context.Context) *sshclient.Failure {
+		c, f := sshclient.Dial(actx, opts.Host, port, cfg)
+		client = c
+		return f
+	})
+	if f != nil && n > 1 {
+		g := *f
+		g.Cause = fmt.Errorf("%w (gave up after %d attempts in %s)", f.Cause, n, time.Since(start).Round(time.Millisecond))
+		return nil, &g
+	}
+	return client, f
 }
 
 var sshSignals = map[os.Signal]ssh.Signal{
@@ -331,10 +434,38 @@ func (r *runner) exitStatus(host string, port int, err error) int {
 		if sig := ee.Signal(); sig != "" {
 			r.line("%s: remote command killed by signal %s", net.JoinHostPort(host, strconv.Itoa(port)), sig)
 		}
+		if ee.ExitStatus() == int(exitcode.CommandNotFound) && !r.quiet {
+			prog := commandName(r.command)
+			r.line("%s", (&sshclient.Failure{Host: host, Port: port, Phase: sshclient.PhaseRemoteCommand,
+				Cause: fmt.Errorf("%s not found: the remote shell exited with status 127", prog),
+				Hint:  fmt.Sprintf("%s is not on the PATH of worker-agent on %s; install it (the MPI) in the worker image or set PATH in the worker container", prog, host)}).Error())
+		}
 		return ee.ExitStatus()
 	case errors.As(err, &missing):
 		return r.fail(&sshclient.Failure{Host: host, Port: port, Phase: sshclient.PhaseRemoteCommand, Cause: err,
 			Hint: "the session ended without an exit status: the connection was lost or worker-agent stopped"})
 	}
 	return r.fail(sshclient.Classify(host, port, sshclient.PhaseRemoteCommand, err))
+}
+
+// commandName names the program a remote command runs, for the exit-127
+// line: the MPI daemon it names when it names one (Open MPI prefixes
+// orted with PATH settings), else its first word that is not a variable
+// assignment.
+func commandName(cmd string) string {
+	for _, d := range mpi.AllDaemons() {
+		if strings.Contains(cmd, d) {
+			return d
+		}
+	}
+	for _, w := range strings.Fields(cmd) {
+		w = strings.Trim(w, `"'`)
+		if k, _, ok := strings.Cut(w, "="); ok && k != "" && !strings.ContainsAny(k, "/ ") {
+			continue
+		}
+		if w != "" {
+			return printable(w)
+		}
+	}
+	return "the command"
 }

@@ -47,8 +47,10 @@ func newFixture(t *testing.T) fixture {
 	return fixture{key: k, dir: dir, srv: srv}
 }
 
+// env is the client's environment: the fixture's auth dir and no waiting
+// (PODMPI_SSH_WAIT=0: a failure is reported at once), then extra pairs.
 func (f fixture) env(extra ...string) func(string) (string, bool) {
-	m := map[string]string{EnvAuthDir: f.dir}
+	m := map[string]string{EnvAuthDir: f.dir, EnvWait: "0"}
 	for i := 0; i+1 < len(extra); i += 2 {
 		m[extra[i]] = extra[i+1]
 	}
@@ -172,7 +174,8 @@ func TestFailuresExit255WithOneLine(t *testing.T) {
 			"podmpi-rsh: 127.0.0.1:" + strconv.Itoa(wrongHost.Port) + ": host-key: ", []string{ssh.FingerprintSHA256(other.Public()), ssh.FingerprintSHA256(f.key.Public())}},
 		{"auth", f.env(), []string{"-p", strconv.Itoa(wrongClient.Port), "127.0.0.1", "true"},
 			"podmpi-rsh: 127.0.0.1:" + strconv.Itoa(wrongClient.Port) + ": auth: ", []string{"authorized_keys does not hold this job's key"}},
-		{"usage", f.env(), []string{"-A", "127.0.0.1", "true"}, "podmpi-rsh: usage: unsupported option -A", nil},
+		{"usage", f.env(), []string{"-L", "1:h:2", "127.0.0.1", "true"}, "podmpi-rsh: usage: option -L (local port forwarding) is refused", nil},
+		{"bad wait env", f.env(EnvWait, "soon"), []string{"-p", f.port(), "127.0.0.1", "true"}, "podmpi-rsh: 127.0.0.1:" + f.port() + ": config: PODMPI_SSH_WAIT: ", nil},
 		{"no command", f.env(), []string{"-p", f.port(), "127.0.0.1"}, "podmpi-rsh: 127.0.0.1:" + f.port() + ": config: no remote command", nil},
 		{"no auth dir", f.env(EnvAuthDir, filepath.Join(t.TempDir(), "absent")), []string{"-p", f.port(), "127.0.0.1", "true"},
 			"podmpi-rsh: 127.0.0.1:" + f.port() + ": config: find auth dir ", []string{"hint: mount the job's SSH Secret"}},
@@ -220,8 +223,11 @@ func TestConnectionAttempts(t *testing.T) {
 	dir := sshtest.WriteAuthDir(t, k)
 	port := sshtest.FreePort(t)
 	env := func(n string) (string, bool) {
-		if n == EnvAuthDir {
+		switch n {
+		case EnvAuthDir:
 			return dir, true
+		case EnvWait:
+			return "0", true // OpenSSH's way: ConnectionAttempts only
 		}
 		return "", false
 	}
@@ -245,7 +251,7 @@ func TestConnectionAttempts(t *testing.T) {
 	if code != 0 || out.String() != "up\n" {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
 	}
-	if !strings.Contains(errb.String(), "attempt 1 of 100: 127.0.0.1:"+strconv.Itoa(port)+": tcp-refused") {
+	if !strings.Contains(errb.String(), "attempt 1: 127.0.0.1:"+strconv.Itoa(port)+": tcp-refused") {
 		t.Fatalf("-v did not report the retries: %q", errb.String())
 	}
 }

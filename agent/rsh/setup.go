@@ -6,8 +6,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -22,8 +24,15 @@ const Name = "podmpi-rsh"
 
 // Names are the program names (argv[0] without its directory) under which
 // the launcher and worker-agent binaries run Main instead of their own
-// command line: Name, and ssh for images that link podmpi there.
+// command line: Name, and ssh. make build links both to the launcher in
+// bin/ (the images' /opt/podmpi/bin), so that with that directory first on
+// PATH every ssh that mpirun, Hydra, Intel MPI, horovodrun or a person
+// starts is this client. This is the one list of client names; the launcher
+// owns the list of its mpirun/mpiexec names.
 var Names = []string{Name, "ssh"}
+
+// binaries are the file names of podmpi's two programs (make build's bin/).
+var binaries = []string{"launcher", "worker-agent"}
 
 // IsName reports whether argv0 is one of Names.
 func IsName(argv0 string) bool {
@@ -67,55 +76,101 @@ const unsafePathChars = " \t\r\n:;\"'`$\\"
 // os.Executable()). tmpDir "" means os.TempDir(). It returns the symlink's
 // absolute path, its directory, and a cleanup that removes both.
 func Setup(self, tmpDir string) (rshPath, rshDir string, cleanup func(), err error) {
+	dir, cleanup, err := setup(self, tmpDir, []string{Name})
+	if err != nil {
+		return "", "", nil, err
+	}
+	return filepath.Join(dir, Name), dir, cleanup, nil
+}
+
+// setup is Setup for every name of names.
+func setup(self, tmpDir string, names []string) (string, func(), error) {
 	if !filepath.IsAbs(self) {
-		return "", "", nil, fmt.Errorf("setting up %s: binary path %q is not absolute", Name, self)
+		return "", nil, fmt.Errorf("setting up %s: binary path %q is not absolute", Name, self)
 	}
 	if fi, err := os.Stat(self); err != nil {
-		return "", "", nil, fmt.Errorf("setting up %s: binary: %w", Name, err)
+		return "", nil, fmt.Errorf("setting up %s: binary: %w", Name, err)
 	} else if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
-		return "", "", nil, fmt.Errorf("setting up %s: binary %s is not an executable file (mode %s)", Name, self, fi.Mode())
+		return "", nil, fmt.Errorf("setting up %s: binary %s is not an executable file (mode %s)", Name, self, fi.Mode())
 	}
 	if tmpDir == "" {
 		tmpDir = os.TempDir()
 	}
-	tmpDir, err = filepath.Abs(tmpDir)
+	tmpDir, err := filepath.Abs(tmpDir)
 	if err != nil {
-		return "", "", nil, fmt.Errorf("setting up %s: temp dir: %w", Name, err)
+		return "", nil, fmt.Errorf("setting up %s: temp dir: %w", Name, err)
 	}
 	if strings.ContainsAny(tmpDir, unsafePathChars) {
-		return "", "", nil, fmt.Errorf("setting up %s: temp dir %q contains a space, ':' or quote, which MPI parameters cannot carry; set TMPDIR to a plain path such as /tmp", Name, tmpDir)
+		return "", nil, fmt.Errorf("setting up %s: temp dir %q contains a space, ':' or quote, which MPI parameters cannot carry; set TMPDIR to a plain path such as /tmp", Name, tmpDir)
 	}
 	dir, err := os.MkdirTemp(tmpDir, "podmpi-")
 	if err != nil {
-		return "", "", nil, fmt.Errorf("setting up %s: creating a private dir in %s (is it writable? with readOnlyRootFilesystem mount an emptyDir there): %w", Name, tmpDir, err)
+		return "", nil, fmt.Errorf("setting up %s: creating a private dir in %s (is it writable? with readOnlyRootFilesystem mount an emptyDir there): %w", Name, tmpDir, err)
 	}
-	cleanup = func() { _ = os.RemoveAll(dir) }
+	cleanup := func() { _ = os.RemoveAll(dir) }
 	if err := os.Chmod(dir, 0o700); err != nil {
 		cleanup()
-		return "", "", nil, fmt.Errorf("setting up %s: chmod %s: %w", Name, dir, err)
+		return "", nil, fmt.Errorf("setting up %s: chmod %s: %w", Name, dir, err)
 	}
-	p := filepath.Join(dir, Name)
-	if err := os.Symlink(self, p); err != nil {
-		cleanup()
-		return "", "", nil, fmt.Errorf("setting up %s: symlink %s -> %s: %w", Name, p, self, err)
+	for _, n := range names {
+		p := filepath.Join(dir, n)
+		if err := os.Symlink(self, p); err != nil {
+			cleanup()
+			return "", nil, fmt.Errorf("setting up %s: symlink %s -> %s: %w", Name, p, self, err)
+		}
 	}
-	return p, dir, cleanup, nil
+	return dir, cleanup, nil
 }
 
-// OnPath makes sure the PATH in env finds Name: when it does not (an image
-// that does not ship podmpi's bin directory), it links Name to self in a
-// private directory (Setup) and puts that first on PATH. It returns the new
-// environment, the directory added ("" when none was needed) and a cleanup.
+// OnPath makes sure the PATH in env finds this client first under every
+// one of Names: worker-agent's sessions then run it for Open MPI's tree
+// spawn and for anything else that calls ssh, never an OpenSSH the image
+// happens to have. When a name is missing from PATH or finds another
+// program first (an image without podmpi's bin directory first on PATH), it
+// links every name to self in a private directory (Setup) and puts that
+// first on PATH. It returns the new environment, the directory added (""
+// when none was needed) and a cleanup.
 func OnPath(env []string, self string) ([]string, string, func(), error) {
 	path := Getenv(env, "PATH")
-	if execpath.Look(Name, path) != "" {
+	if onPath(path, self) {
 		return env, "", func() {}, nil
 	}
-	_, dir, cleanup, err := Setup(self, "")
+	dir, cleanup, err := setup(self, "", Names)
 	if err != nil {
 		return nil, "", nil, err
 	}
 	return Setenv(env, "PATH", PrependPath(dir, path)), dir, cleanup, nil
+}
+
+// onPath reports whether every one of Names is found first on path as a
+// podmpi binary.
+func onPath(path, self string) bool {
+	for _, n := range Names {
+		p := execpath.Look(n, path)
+		if p == "" || !isPodmpi(p, self) {
+			return false
+		}
+	}
+	return true
+}
+
+// isPodmpi reports whether the program at p is podmpi: self, or one of
+// podmpi's binaries in the directory self lives in (make build's bin/, the
+// images' /opt/podmpi/bin: ssh there is a link to the launcher while
+// worker-agent runs), symlinks followed.
+func isPodmpi(p, self string) bool {
+	if execpath.SameFile(p, self) {
+		return true
+	}
+	rp, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return false
+	}
+	rs, err := filepath.EvalSymlinks(self)
+	if err != nil {
+		return false
+	}
+	return filepath.Dir(rp) == filepath.Dir(rs) && slices.Contains(binaries, filepath.Base(rp))
 }
 
 // Getenv returns the value of name in env ("" when unset); the last entry
@@ -149,6 +204,8 @@ type Settings struct {
 	Port     int
 	User     string
 	Insecure bool
+	// Wait is PODMPI_SSH_WAIT; nil leaves it unset.
+	Wait *time.Duration
 }
 
 // Env returns the variables that carry s, in a fixed order, leaving out
@@ -166,6 +223,9 @@ func (s Settings) Env() [][2]string {
 	}
 	if s.Insecure {
 		out = append(out, [2]string{EnvInsecure, "true"})
+	}
+	if s.Wait != nil {
+		out = append(out, [2]string{EnvWait, s.Wait.String()})
 	}
 	return out
 }

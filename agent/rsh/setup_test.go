@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSetup(t *testing.T) {
@@ -94,8 +95,9 @@ func TestNamesAndSettings(t *testing.T) {
 			t.Errorf("IsName(%q) = %v", argv0, !want)
 		}
 	}
-	got := Settings{AuthDir: "/etc/mpi-ssh", Port: 2222, User: "mpiuser", Insecure: true}.Env()
-	want := [][2]string{{EnvPort, "2222"}, {EnvAuthDir, "/etc/mpi-ssh"}, {EnvUser, "mpiuser"}, {EnvInsecure, "true"}}
+	wait := 90 * time.Second
+	got := Settings{AuthDir: "/etc/mpi-ssh", Port: 2222, User: "mpiuser", Insecure: true, Wait: &wait}.Env()
+	want := [][2]string{{EnvPort, "2222"}, {EnvAuthDir, "/etc/mpi-ssh"}, {EnvUser, "mpiuser"}, {EnvInsecure, "true"}, {EnvWait, "1m30s"}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("Env() = %v, want %v", got, want)
 	}
@@ -104,5 +106,71 @@ func TestNamesAndSettings(t *testing.T) {
 	}
 	if env := Setenv([]string{"A=1", "B=2", "A=3"}, "A", "4"); fmt.Sprint(env) != "[B=2 A=4]" {
 		t.Errorf("Setenv = %v", env)
+	}
+}
+
+// TestOnPathShadowsOpenSSH: an image whose PATH finds an OpenSSH ssh first
+// gets a private dir with every client name in front of it; an image with
+// podmpi's bin dir first (ssh and podmpi-rsh linked to the launcher next to
+// worker-agent) is left alone.
+func TestOnPathShadowsOpenSSH(t *testing.T) {
+	usr := t.TempDir()
+	if err := os.WriteFile(filepath.Join(usr, "ssh"), []byte("#!/bin/sh\necho openssh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	self := filepath.Join(bin, "worker-agent")
+	for _, b := range []string{"worker-agent", "launcher"} {
+		if err := os.WriteFile(filepath.Join(bin, b), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range Names {
+		if err := os.Symlink("launcher", filepath.Join(bin, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// podmpi-rsh found (in bin, last), but ssh is OpenSSH's first.
+	env, dir, cleanup, err := OnPath([]string{"PATH=" + usr + ":" + bin}, self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	if dir == "" || Getenv(env, "PATH") != dir+":"+usr+":"+bin {
+		t.Fatalf("OnPath = %q, dir %q", env, dir)
+	}
+	for _, n := range Names {
+		if target, err := os.Readlink(filepath.Join(dir, n)); err != nil || target != self {
+			t.Errorf("%s -> %q, %v", n, target, err)
+		}
+	}
+	// podmpi's bin dir first: nothing to do.
+	env, dir, cleanup2, err := OnPath([]string{"PATH=" + bin + ":" + usr}, self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup2()
+	if dir != "" || Getenv(env, "PATH") != bin+":"+usr {
+		t.Fatalf("podmpi's bin first: OnPath added %q: %q", dir, env)
+	}
+	// A same-named file in self's directory that is not a podmpi binary
+	// does not count.
+	other := t.TempDir()
+	otherSelf := filepath.Join(other, "worker-agent")
+	if err := os.WriteFile(otherSelf, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range Names {
+		if err := os.WriteFile(filepath.Join(other, n), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, dir, cleanup3, err := OnPath([]string{"PATH=" + other}, otherSelf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup3()
+	if dir == "" {
+		t.Fatal("ssh and podmpi-rsh files that are not podmpi's were taken for it")
 	}
 }
