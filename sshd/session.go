@@ -353,6 +353,7 @@ func (sess *session) start(shell bool, cmdline string) {
 		}
 		s.m.startFailed()
 		s.log.Error("ssh session could not start its command", append(attrs, "shell", s.cfg.Shell, "err", err, "exit_code", code)...)
+		defer sess.exited(SessionExit{Session: sess.id, Command: logCmd, ExitCode: int(code)})
 		_, _ = fmt.Fprintf(sess.ch.Stderr(), "worker-agent: cannot start %s: %v\r\n", s.cfg.Shell, err)
 		_ = sess.ch.CloseWrite()
 		_, _ = sess.ch.SendRequest("exit-status", false, ssh.Marshal(exitStatusMsg{code}))
@@ -366,12 +367,25 @@ func (sess *session) start(shell bool, cmdline string) {
 	sess.mu.Unlock()
 	s.m.sessionStarted()
 	s.log.Info("ssh session started", append(attrs, "pid", cmd.Process.Pid)...)
-	go sess.wait(cmd, stdinW, parentR, time.Now(), attrs)
+	go sess.wait(cmd, stdinW, parentR, time.Now(), logCmd, attrs)
+}
+
+// exited reports the end of the session's command to Config.OnSessionExit.
+func (sess *session) exited(e SessionExit) {
+	if sess.s.cfg.OnSessionExit == nil {
+		return
+	}
+	select {
+	case <-sess.aborted:
+		e.Aborted = true
+	default:
+	}
+	sess.s.cfg.OnSessionExit(e)
 }
 
 // wait streams the session's I/O, waits for the command, sends its exit
 // status and cleans up the process group.
-func (sess *session) wait(cmd *exec.Cmd, stdinW *os.File, outputs []*os.File, start time.Time, attrs []any) {
+func (sess *session) wait(cmd *exec.Cmd, stdinW *os.File, outputs []*os.File, start time.Time, logCmd string, attrs []any) {
 	s := sess.s
 	defer close(sess.runDone)
 
@@ -431,8 +445,10 @@ func (sess *session) wait(cmd *exec.Cmd, stdinW *os.File, outputs []*os.File, st
 	dur := time.Since(start)
 	_ = sess.ch.CloseWrite()
 	var code int
+	exit := SessionExit{Session: sess.id, Command: logCmd, PID: cmd.Process.Pid, Duration: dur}
 	if ws.Signaled() {
 		sig := ws.Signal()
+		exit.ExitCode, exit.Signal, exit.CoreDumped = -1, sig, ws.CoreDump()
 		_, _ = sess.ch.SendRequest("exit-signal", false, ssh.Marshal(exitSignalMsg{
 			Signal: signalName(sig), CoreDumped: ws.CoreDump(), Error: "", Lang: "",
 		}))
@@ -440,6 +456,7 @@ func (sess *session) wait(cmd *exec.Cmd, stdinW *os.File, outputs []*os.File, st
 		code = -1
 	} else {
 		code = ws.ExitStatus()
+		exit.ExitCode = code
 		_, _ = sess.ch.SendRequest("exit-status", false, ssh.Marshal(exitStatusMsg{uint32(code)}))
 		attrs = append(attrs, "exit_code", code)
 	}
@@ -450,6 +467,7 @@ func (sess *session) wait(cmd *exec.Cmd, stdinW *os.File, outputs []*os.File, st
 		attrs = append(attrs, "wait_err", waitErr)
 	}
 	s.log.Info("ssh session ended", append(attrs, "duration", dur.Round(time.Millisecond))...)
+	sess.exited(exit)
 
 	sess.cleanupGroup()
 	sess.mu.Lock()

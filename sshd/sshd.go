@@ -56,7 +56,9 @@
 //     curves, AES and HMAC-SHA2.
 //
 // Every connection and session is audit-logged on the caller's slog.Logger
-// (never key material or environment values) and counted in Metrics.
+// (never key material or environment values) and counted in Metrics; the end
+// of each session's command (status or signal, and whether the server ended
+// it) also goes to Config.OnSessionExit.
 package sshd
 
 import (
@@ -115,6 +117,25 @@ type Config struct {
 	ShutdownGrace        time.Duration // 0 -> 10s: SIGTERM -> SIGKILL for sessions on Shutdown (capped by its ctx)
 	Logger               *slog.Logger  // nil -> discard
 	Metrics              *Metrics      // nil -> none
+	// OnSessionExit, when set, is called once per session whose command
+	// started or failed to start, after its exit status was sent. It must
+	// not block.
+	OnSessionExit func(SessionExit)
+}
+
+// SessionExit is how one session's command ended.
+type SessionExit struct {
+	Session string // the session id of the logs ("c3/s4")
+	Command string // the command line, shortened as in the logs; "(shell)" for a shell session
+	PID     int    // 0 when the command did not start
+	// ExitCode is the exit status; -1 when Signal ended the command.
+	ExitCode   int
+	Signal     syscall.Signal
+	CoreDumped bool
+	// Aborted is true when the server ended the session itself: its client
+	// went away or the server is shutting down.
+	Aborted  bool
+	Duration time.Duration
 }
 
 func (c *Config) applyDefaults() {

@@ -956,3 +956,70 @@ func TestSessionEnvWithoutPasswdEntry(t *testing.T) {
 		t.Errorf("home %q, want %q", id.home, dir)
 	}
 }
+
+// TestOnSessionExit: every session's end reaches Config.OnSessionExit with
+// its status or signal, after the status was sent; a session the server
+// ends because its client went away is marked Aborted; a command that
+// cannot start is reported with its 127.
+func TestOnSessionExit(t *testing.T) {
+	t.Parallel()
+	exits := make(chan SessionExit, 8)
+	ts := startServer(t, func(c *Config) { c.OnSessionExit = func(e SessionExit) { exits <- e } })
+	c := ts.dial(t)
+	next := func() SessionExit {
+		t.Helper()
+		select {
+		case e := <-exits:
+			return e
+		case <-time.After(10 * time.Second):
+			t.Fatal("no session exit reported")
+		}
+		return SessionExit{}
+	}
+	if r := run(t, c, "exit 3", nil); r.code != 3 {
+		t.Fatalf("exit 3: %+v", r)
+	}
+	if e := next(); e.ExitCode != 3 || e.Signal != 0 || e.Command != "exit 3" || e.PID <= 0 || e.Aborted || e.Session == "" {
+		t.Errorf("exit 3 reported as %+v", e)
+	}
+	if r := run(t, c, "kill -SEGV $$", nil); r.signal != "SEGV" {
+		t.Fatalf("kill -SEGV: %+v", r)
+	}
+	if e := next(); e.ExitCode != -1 || e.Signal != syscall.SIGSEGV {
+		t.Errorf("SIGSEGV reported as %+v", e)
+	}
+
+	// The client goes away: the server terminates the group.
+	tcp, err := net.Dial("tcp", ts.addr)
+	must(t, err)
+	sc, chans, reqs, err := ssh.NewClientConn(tcp, ts.addr, clientConfig(ts.keys.signer, ts.keys.pub))
+	must(t, err)
+	c2 := ssh.NewClient(sc, chans, reqs)
+	defer c2.Close()
+	startPIDs(t, c2, "echo $$; exec sleep 1000", 1)
+	must(t, tcp.(*net.TCPConn).SetLinger(0))
+	must(t, tcp.Close())
+	if e := next(); !e.Aborted || e.Signal != syscall.SIGTERM {
+		t.Errorf("aborted session reported as %+v", e)
+	}
+}
+
+func TestOnSessionExitStartFailure(t *testing.T) {
+	t.Parallel()
+	exits := make(chan SessionExit, 1)
+	ts := startServer(t, func(c *Config) {
+		c.Shell = "/nonexistent/sh"
+		c.OnSessionExit = func(e SessionExit) { exits <- e }
+	})
+	if r := run(t, ts.dial(t), "true", nil); r.code != 127 {
+		t.Fatalf("run with a missing shell: %+v", r)
+	}
+	select {
+	case e := <-exits:
+		if e.ExitCode != 127 || e.PID != 0 || e.Command != "true" {
+			t.Errorf("start failure reported as %+v", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no session exit reported")
+	}
+}
