@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/podmpi/podmpi/agent/worker/api"
 )
 
 // maxMetricsInFlight bounds concurrent /metrics scrapes.
@@ -18,6 +20,7 @@ func (w *Worker) newMux() http.Handler {
 	mux.HandleFunc("GET /healthz", w.healthz)
 	mux.HandleFunc("GET /readyz", w.readyz)
 	mux.HandleFunc("GET /info", w.info)
+	mux.HandleFunc("GET "+api.EventsPath, w.events)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(w.reg, promhttp.HandlerOpts{
 		ErrorLog:            promLogger{w},
 		Registry:            w.reg,
@@ -30,7 +33,7 @@ func (w *Worker) newMux() http.Handler {
 
 func (w *Worker) index(rw http.ResponseWriter, _ *http.Request) {
 	rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	_, _ = rw.Write([]byte("worker-agent\n\n/healthz  liveness\n/readyz   readiness (503 with the reasons when not ready)\n/info     JSON: slots, GPUs, MPI daemons, host key, version\n/metrics  Prometheus metrics\n"))
+	_, _ = rw.Write([]byte("worker-agent\n\n/healthz  liveness\n/readyz   readiness (503 with the reasons when not ready)\n/info     JSON: slots, GPUs, MPI daemons, host key, version\n/events   JSON: OOM kills, rank and session exits, GPU errors (?since=RFC 3339 time)\n/metrics  Prometheus metrics\n"))
 }
 
 func (w *Worker) healthz(rw http.ResponseWriter, _ *http.Request) {
@@ -58,6 +61,29 @@ func (w *Worker) info(rw http.ResponseWriter, _ *http.Request) {
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(w.Info()); err != nil {
 		w.log.Debug("writing /info", "err", err)
+	}
+}
+
+func (w *Worker) events(rw http.ResponseWriter, r *http.Request) {
+	rw.Header().Set("Cache-Control", "no-store")
+	if w.cfg.Account == nil {
+		http.Error(rw, "this worker-agent keeps no account of its pod", http.StatusNotFound)
+		return
+	}
+	var since time.Time
+	if v := r.URL.Query().Get("since"); v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			http.Error(rw, "since: want an RFC 3339 time such as 2025-01-02T03:04:05Z", http.StatusBadRequest)
+			return
+		}
+		since = t
+	}
+	rw.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(rw)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(w.cfg.Account.Events(since)); err != nil {
+		w.log.Debug("writing /events", "err", err)
 	}
 }
 

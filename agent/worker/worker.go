@@ -15,6 +15,10 @@
 //	          SSH sessions get, uid/gid, auth dir, host key and derived host
 //	          key fingerprints, SSH address and build version (see [Info];
 //	          the launcher reads these keys)
+//	/events   JSON: the account of the pod (package account): OOM kills
+//	          with the memory limit and usage, rank and session exits, GPU
+//	          errors, since ?since=<RFC 3339 time> (see [api.Events]; the
+//	          launcher reads it after a failed job)
 //	/metrics  Prometheus exposition of a dedicated registry
 //
 // The HTTP server is unauthenticated, so it is bounded: at most
@@ -44,6 +48,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/podmpi/podmpi/agent/version"
+	"github.com/podmpi/podmpi/agent/worker/account"
 	"github.com/podmpi/podmpi/gpu"
 )
 
@@ -137,6 +142,12 @@ type Config struct {
 	// Listening, when set, is called once by Run after the SSH and HTTP
 	// addresses are bound and before serving starts: the end of startup.
 	Listening func()
+	// Account is the account of the pod served on /events; Run keeps it
+	// up to date while it serves. nil serves 404 there.
+	Account *account.Account
+	// GPUEvents, when set, watches the detected GPUs for Xid and
+	// double-bit ECC errors into Account once detection found some.
+	GPUEvents gpu.EventWatcher
 }
 
 // Worker is a running worker-agent: readiness state, /info and /metrics.
@@ -310,6 +321,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		}()
 	}
 
+	if acct := w.cfg.Account; acct != nil {
+		wg.Go(func() { acct.Run(serveCtx) })
+	}
 	detectCtx, cancelDetect := context.WithTimeout(ctx, w.cfg.DetectTimeout)
 	defer cancelDetect()
 	wg.Add(1)
@@ -317,7 +331,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		defer wg.Done()
 		if err := w.Detect(detectCtx); err != nil && ctx.Err() == nil {
 			errc <- err
+			return
 		}
+		w.watchGPUs(serveCtx)
 	}()
 
 	var runErr error
@@ -387,6 +403,21 @@ func (w *Worker) Detect(ctx context.Context) error {
 		w.log.Info("gpu detection note", "note", n)
 	}
 	return nil
+}
+
+// watchGPUs records the GPU errors of the detected GPUs into the account
+// until ctx ends, when there are GPUs, an account and a watcher.
+func (w *Worker) watchGPUs(ctx context.Context) {
+	w.mu.Lock()
+	inv := w.inv
+	w.mu.Unlock()
+	if w.cfg.Account == nil || w.cfg.GPUEvents == nil || inv.Count() == 0 || inv.Source != gpu.SourceNVML {
+		return
+	}
+	w.log.Info("watching GPU errors (Xid, double-bit ECC)", "gpus", inv.Count())
+	if err := w.cfg.GPUEvents.Watch(ctx, inv.Devices, w.cfg.Account.GPU); err != nil && ctx.Err() == nil {
+		w.log.Warn("GPU errors are not watched; the account will not name a failing GPU", "err", err)
+	}
 }
 
 // Readiness returns whether the worker is ready and, if not, why.

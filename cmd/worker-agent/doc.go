@@ -12,10 +12,18 @@
 //	/info     JSON: hostname, slots, GPUs, MPI daemons on PATH, uid/gid,
 //	          auth dir, host key and derived host key fingerprints, SSH
 //	          address, version
+//	/events   JSON: the account of the pod since ?since=<RFC 3339 time>:
+//	          OOM kills (with the memory limit and usage), rank exits,
+//	          failed sessions, GPU Xid and double-bit ECC errors; the
+//	          launcher reads it after a failed job (package
+//	          agent/worker/account)
 //	/metrics  Prometheus: mpi_worker_ssh_* (connections, auth failures by
 //	          reason, active sessions, session durations, exit codes),
 //	          mpi_worker_gpus, mpi_worker_slots, mpi_worker_ready,
-//	          mpi_worker_build_info, go_* and process_*
+//	          mpi_worker_build_info, podmpi_worker_oom_kills_total,
+//	          podmpi_worker_memory_{limit,usage}_bytes,
+//	          podmpi_worker_{session,rank}_exits_total{reason},
+//	          podmpi_worker_gpu_errors_total{kind}, go_* and process_*
 //
 // Usage:
 //
@@ -52,6 +60,10 @@
 //	--slots                   PODMPI_SLOTS                   auto, gpu, cpu or N (default auto: one per GPU, else 1)
 //	--gpu.detect              PODMPI_GPU_DETECT              auto, nvml or none (default auto)
 //	--gpu.detect-timeout      PODMPI_GPU_DETECT_TIMEOUT      deadline of GPU detection (default 2m)
+//	--account.cgroup-root     PODMPI_ACCOUNT_CGROUP_ROOT     cgroup mount point the account of the pod reads its memory
+//	                                                         cgroup below (default /sys/fs/cgroup)
+//	--account.interval        PODMPI_ACCOUNT_INTERVAL        how often the account reads the memory cgroup and the
+//	                                                         processes below the agent (default 500ms)
 //	--shutdown.grace          PODMPI_SHUTDOWN_GRACE          time sessions get after SIGTERM (default 25s, within
 //	                                                         the pod's default 30s terminationGracePeriodSeconds)
 //	--log.format              PODMPI_LOG_FORMAT              auto (JSON in Kubernetes), json or text (default auto)

@@ -26,6 +26,7 @@ import (
 	"github.com/podmpi/podmpi/agent/rsh"
 	"github.com/podmpi/podmpi/agent/version"
 	"github.com/podmpi/podmpi/agent/worker"
+	"github.com/podmpi/podmpi/agent/worker/account"
 	"github.com/podmpi/podmpi/gpu"
 	"github.com/podmpi/podmpi/jobkey"
 	"github.com/podmpi/podmpi/sshd"
@@ -130,6 +131,8 @@ type options struct {
 	shutdownGrace time.Duration
 	log           cli.LogFlags
 	detectTimeout time.Duration
+	cgroupRoot    string
+	acctInterval  time.Duration
 }
 
 func (o *options) getenv(k string) string {
@@ -164,12 +167,14 @@ func (o *options) register(fs *pflag.FlagSet) {
 	fs.IntVar(&o.maxSessions, "ssh.max-sessions", sshd.DefaultMaxSessions, "open session channels per connection")
 	fs.DurationVar(&o.keepAlive, "ssh.keepalive-interval", sshd.DefaultKeepAliveInterval, "interval of keepalive probes to idle clients (0 disables them)")
 	fs.DurationVar(&o.killGrace, "ssh.kill-grace", sshd.DefaultKillGrace, "SIGTERM to SIGKILL delay for a session's processes when its client goes away")
-	fs.StringVar(&o.webListen, "web.listen-address", ":9022", "HTTP listen address for /healthz, /readyz, /info and /metrics (empty disables)")
+	fs.StringVar(&o.webListen, "web.listen-address", ":9022", "HTTP listen address for /healthz, /readyz, /info, /events and /metrics (empty disables)")
 	fs.IntVar(&o.webMaxConns, "web.max-connections", worker.DefaultWebMaxConnections, "HTTP connections open at once; at the limit the oldest idle one is closed for a new one")
 	fs.StringVar(&o.slots, "slots", gpu.SlotsAuto, "MPI slots this worker offers: auto (one per GPU, else 1), gpu (one per GPU, none is an error), cpu (the cgroup CPU quota) or N")
 	fs.StringVar(&o.gpuDetect, "gpu.detect", gpu.ModeAuto, "GPU detection: auto (NVML when available, else CPU-only), nvml (NVML required) or none")
 	fs.DurationVar(&o.shutdownGrace, "shutdown.grace", worker.DefaultShutdownGrace, "on SIGTERM, how long running sessions get before they are killed (keep it below the pod's terminationGracePeriodSeconds, 30s by default)")
 	fs.DurationVar(&o.detectTimeout, "gpu.detect-timeout", worker.DefaultDetectTimeout, "deadline of GPU detection; a hung NVML call then stops the agent")
+	fs.StringVar(&o.cgroupRoot, "account.cgroup-root", account.DefaultCgroupRoot, "where the cgroup file systems are mounted: the account of the pod reads its memory cgroup (OOM kills, limit, usage) below it")
+	fs.DurationVar(&o.acctInterval, "account.interval", account.DefaultInterval, "how often the account of the pod reads the memory cgroup and the processes below the agent")
 	o.log.Register(fs)
 }
 
@@ -180,7 +185,7 @@ func newRootCmd(o *options) *cobra.Command {
 		Long: `worker-agent runs in every worker pod of an MPI job (Kubeflow Trainer v2,
 mpi-operator). It serves SSH for mpirun's remote daemons (orted, prted,
 hydra_pmi_proxy) as any UID, authenticating with the job's mounted key, and
-HTTP /healthz, /readyz, /info and /metrics.
+HTTP /healthz, /readyz, /info, /events and /metrics.
 
 Every flag has a PODMPI_* environment variable twin, shown in brackets.
 
@@ -231,6 +236,7 @@ const (
 	maxFlagAuthTries   = 128 // x/crypto ends a connection after 128 auth messages anyway
 	maxFlagSessions    = 10000
 	maxFlagConnections = 100000
+	maxAccountInterval = time.Minute
 )
 
 // validate checks the flags that cobra cannot.
@@ -253,6 +259,7 @@ func (o *options) validate() (gpu.SlotPolicy, error) {
 		{"--ssh.kill-grace", o.killGrace, false},
 		{"--shutdown.grace", o.shutdownGrace, false},
 		{"--gpu.detect-timeout", o.detectTimeout, false},
+		{"--account.interval", o.acctInterval, false},
 	} {
 		if d.v < 0 || (d.v == 0 && !d.zero) {
 			return gpu.SlotPolicy{}, usagef("%s=%s: must be a positive duration such as 30s", d.name, d.v)
@@ -278,6 +285,12 @@ func (o *options) validate() (gpu.SlotPolicy, error) {
 		if n.v < 1 || n.v > n.max {
 			return gpu.SlotPolicy{}, usagef("%s=%d: must be between 1 and %d", n.name, n.v, n.max)
 		}
+	}
+	if o.acctInterval < account.MinInterval || o.acctInterval > maxAccountInterval {
+		return gpu.SlotPolicy{}, usagef("--account.interval=%s: must be between %s and %s", o.acctInterval, account.MinInterval, maxAccountInterval)
+	}
+	if o.cgroupRoot == "" || !filepath.IsAbs(o.cgroupRoot) {
+		return gpu.SlotPolicy{}, usagef("--account.cgroup-root=%q: must be an absolute path such as %s", o.cgroupRoot, account.DefaultCgroupRoot)
 	}
 	if o.shell == "" || !filepath.IsAbs(o.shell) {
 		return gpu.SlotPolicy{}, usagef("--ssh.shell=%q: must be an absolute path such as /bin/sh", o.shell)
@@ -363,6 +376,21 @@ func (o *options) serve(ctx context.Context) error {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	hostname, _ := os.Hostname()
+	acct, err := account.New(account.Config{
+		CgroupRoot: o.cgroupRoot,
+		Interval:   o.acctInterval,
+		Hostname:   hostname,
+		Logger:     heldLogger.With("component", "account"),
+		Registry:   reg,
+	})
+	if err != nil {
+		return &failure{code: exitcode.Internal, err: err, hint: "please report this with the log"}
+	}
+	var gpuEvents gpu.EventWatcher
+	if !strings.EqualFold(strings.TrimSpace(o.gpuDetect), gpu.ModeNone) {
+		gpuEvents = gpu.NewNVMLEventWatcher()
+	}
 	begin, rate, full := o.startups()
 	keepAlive := o.keepAlive
 	if keepAlive == 0 {
@@ -387,12 +415,15 @@ func (o *options) serve(ctx context.Context) error {
 		ShutdownGrace:        o.shutdownGrace,
 		Logger:               heldLogger.With("component", "sshd"),
 		Metrics:              sshd.NewMetrics(reg),
+		OnSessionExit: func(e sshd.SessionExit) {
+			acct.SessionExited(account.SessionExit{Session: e.Session, Command: e.Command, PID: e.PID,
+				ExitCode: e.ExitCode, Signal: e.Signal, CoreDumped: e.CoreDumped, Aborted: e.Aborted})
+		},
 	})
 	if err != nil {
 		return keyFailure(err)
 	}
 
-	hostname, _ := os.Hostname()
 	w, err := worker.New(worker.Config{
 		SSH:               srv,
 		SSHAddress:        o.sshListen,
@@ -412,6 +443,8 @@ func (o *options) serve(ctx context.Context) error {
 		Version:           vi,
 		Registry:          reg,
 		Logger:            log,
+		Account:           acct,
+		GPUEvents:         gpuEvents,
 		Listening: func() {
 			held.release(true)
 			if os.Geteuid() == 0 {

@@ -1,7 +1,9 @@
 // Package api is worker-agent's HTTP API as one set of types: the /info
 // document the worker serves (agent/worker) and the launcher reads when it
-// asks each worker for its slots (agent/launcher/slots). Both sides use
-// these types, so a field renamed on one side is renamed on the other.
+// asks each worker for its slots (agent/launcher/slots), and the /events
+// document (the account of the pod: OOM kills, rank and session exits, GPU
+// errors) the launcher reads after a failed job. Both sides use these
+// types, so a field renamed on one side is renamed on the other.
 //
 // It depends only on leaves (the gpu package's Device type, without NVML
 // when built without cgo, as the launcher is): the launcher links it without
