@@ -64,8 +64,41 @@ var launcherOptions = map[string]int{
 // program ("python train.py -n 5") are not mpirun's. Contexts separated by
 // ":" (MPMD) are each read.
 func NPOption(argv []string) string {
+	found := ""
+	eachOption(argv, func(o option) bool {
+		switch launcherOptions[o.name] {
+		case optCount, optIndirect:
+			found = argv[o.index]
+			return false
+		}
+		if o.name == "map-by" && len(o.values) > 0 && strings.HasPrefix(strings.ToLower(o.values[0]), "ppr:") {
+			found = argv[o.index]
+			return false
+		}
+		return true
+	})
+	return found
+}
+
+// option is one launcher option of a command line: the index of its word,
+// its name without leading dashes and "=value", and its values (attached
+// after "=", or the following words), with the index of the first value's
+// word (== index when attached).
+type option struct {
+	index      int
+	name       string
+	values     []string
+	valueIndex int
+	attached   bool
+}
+
+// eachOption calls fn for every option of an MPI launcher command (IsMPIRun)
+// up to the program of each app context, in order, until fn returns false.
+// Options not in launcherOptions are taken as flags without a value; a
+// value missing at the end of argv is left out of values.
+func eachOption(argv []string, fn func(option) bool) {
 	if !IsMPIRun(argv) {
-		return ""
+		return
 	}
 	inProgram := false
 	for i := 1; i < len(argv); i++ {
@@ -88,31 +121,28 @@ func NPOption(argv []string) string {
 		}
 		name := strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
 		name, value, attached := strings.Cut(name, "=")
-		kind := launcherOptions[name]
-		switch kind {
-		case optCount, optIndirect:
-			return a
-		case optValue, optValue2:
-			if name == "map-by" {
-				v := value
-				if !attached && i+1 < len(argv) {
-					v = argv[i+1]
-				}
-				if strings.HasPrefix(strings.ToLower(v), "ppr:") {
-					return a
-				}
-			}
-			n := 1
-			if kind == optValue2 {
-				n = 2
-			}
-			if attached {
-				n--
-			}
-			i += n
+		o := option{index: i, name: name, valueIndex: i, attached: attached}
+		n := 0
+		switch launcherOptions[name] {
+		case optCount, optIndirect, optValue:
+			n = 1
+		case optValue2:
+			n = 2
 		}
+		if attached {
+			o.values = append(o.values, value)
+			n = max(n-1, 0)
+		} else if n > 0 {
+			o.valueIndex = i + 1
+		}
+		for k := 1; k <= n && i+k < len(argv); k++ {
+			o.values = append(o.values, argv[i+k])
+		}
+		if !fn(o) {
+			return
+		}
+		i += n
 	}
-	return ""
 }
 
 // CommandHasNP reports whether an MPI launcher command already fixes its
