@@ -43,6 +43,8 @@
 //	PODMPI_SSH_CONNECT_TIMEOUT           per-attempt connect timeout, "10" or "10s" (default 10s; -o ConnectTimeout wins)
 //	PODMPI_SSH_INSECURE_IGNORE_HOST_KEY  "true" accepts any host key (debugging only; warns unless -q)
 //	PODMPI_SSH_WAIT                      how long to wait for a late worker, "120" or "2m" (default 2m; 0: no waiting)
+//	PODMPI_RSH_FAILURE_DIR               directory where each remote command that cannot be run (exit 255) leaves a JSON
+//	                                     record (FailureRecord); the launcher sets it for mpirun and reads them
 //
 // # Host key checking
 //
@@ -178,6 +180,11 @@ func (r *runner) line(format string, args ...any) {
 
 func (r *runner) fail(f *sshclient.Failure) int {
 	r.line("%s", f.Error())
+	if dir := r.lookup(EnvFailureDir); dir != "" {
+		if err := WriteFailureRecord(dir, newFailureRecord(f, r.command, time.Now())); err != nil {
+			r.line("could not leave the failure record in %s (%s): %v", dir, EnvFailureDir, err)
+		}
+	}
 	return int(exitcode.RemoteShell)
 }
 

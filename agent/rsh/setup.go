@@ -206,6 +206,9 @@ type Settings struct {
 	Insecure bool
 	// Wait is PODMPI_SSH_WAIT; nil leaves it unset.
 	Wait *time.Duration
+	// FailureDir is where the client leaves a record of each remote
+	// command it cannot run (EnvFailureDir); "" leaves it unset.
+	FailureDir string
 }
 
 // Env returns the variables that carry s, in a fixed order, leaving out
@@ -226,6 +229,9 @@ func (s Settings) Env() [][2]string {
 	}
 	if s.Wait != nil {
 		out = append(out, [2]string{EnvWait, s.Wait.String()})
+	}
+	if s.FailureDir != "" {
+		out = append(out, [2]string{EnvFailureDir, s.FailureDir})
 	}
 	return out
 }
