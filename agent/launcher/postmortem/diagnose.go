@@ -1,0 +1,660 @@
+// Package postmortem decides what killed an MPI job after it started, from
+// what the launcher can learn once mpirun has failed: every worker-agent's
+// account of its pod (its /events: OOM kills with the memory limit, rank
+// and session exits, GPU errors), which workers did not answer at all, what
+// mpirun itself printed about the failed rank (Collector), and the records
+// podmpi-rsh leaves when it cannot start a daemon.
+//
+// The rules, in order:
+//
+//  1. An OOM kill beats everything, and the SIGKILL it caused (mpirun's
+//     "exited on signal 9") is the same failure, not another one.
+//  2. A GPU's hardware error (a double-bit ECC error, an Xid that is not the
+//     program's own) comes next.
+//  3. A daemon that could not be started (podmpi-rsh's record) and a worker
+//     whose agent does not answer at all (pod deleted, evicted, node lost).
+//  4. A rank that crashed (SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE, ...).
+//  5. A rank killed by SIGKILL without an OOM kill, a rank that exited with
+//     a non-zero status, a daemon mpirun lost.
+//  6. The rest (SIGTERM, SIGINT, failed sessions) is the cascade that
+//     follows a failure; it is listed, never named the cause.
+//
+// Within a rule, the first failure in time wins: the aborts that follow it
+// come later. A launcher stopped by SIGTERM names that as the cause unless
+// one of rules 1-4 found something.
+package postmortem
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/podmpi/podmpi/agent/rsh"
+	"github.com/podmpi/podmpi/agent/worker/api"
+	"github.com/podmpi/podmpi/gpu"
+)
+
+// Causes: the kind of a Finding, and the values of the launcher's
+// root-cause metric label.
+const (
+	CauseOOM     = "oom"
+	CauseGPU     = "gpu"
+	CauseLaunch  = "launch"
+	CauseGone    = "gone"
+	CauseCrash   = "crash"
+	CauseKilled  = "killed"
+	CauseExit    = "exit"
+	CauseDaemon  = "daemon"
+	CauseCascade = "cascade"
+	CauseStopped = "stopped"
+	CauseUnknown = "unknown"
+)
+
+// Causes lists every cause.
+var Causes = []string{CauseOOM, CauseGPU, CauseLaunch, CauseGone, CauseCrash, CauseKilled, CauseExit, CauseDaemon,
+	CauseCascade, CauseStopped, CauseUnknown}
+
+// Tiers of the rules above (lower wins).
+const (
+	tierOOM = iota
+	tierGPU
+	tierGone
+	tierCrash
+	tierFailed
+	tierCascade
+	tierInfo
+)
+
+// maxOthers bounds the other findings a Diagnosis lists.
+const maxOthers = 8
+
+// Worker is what one worker-agent said, or why it said nothing.
+type Worker struct {
+	Host string
+	// Events is its answer; nil when it gave none.
+	Events *api.Events
+	// Err says why it gave none (connection refused, timeout, ...).
+	Err error
+	// NoAccount is true when it answered that it keeps no account (an
+	// older worker-agent): it is there, it just cannot say.
+	NoAccount bool
+	// LostAt is when the launcher first saw it stop answering while mpirun
+	// ran; zero when it never did.
+	LostAt time.Time
+}
+
+// Outcome is how mpirun ended.
+type Outcome struct {
+	// Program is mpirun's name (argv[0]).
+	Program string
+	// ExitCode is mpirun's status (128+N after signal N).
+	ExitCode int
+	// Stopped is true when the launcher was told to stop (SIGTERM or
+	// SIGINT) and stopped mpirun.
+	Stopped bool
+	// StopSignal names that signal, when known; StoppedAt is when it came.
+	StopSignal string
+	StoppedAt  time.Time
+	// TimedOut is true when --mpirun.timeout stopped it.
+	TimedOut bool
+	// LaunchStopped is true when the launcher stopped mpirun because a
+	// daemon could not be started and mpirun did not exit on its own.
+	LaunchStopped bool
+	// WebPort is the worker-agents' HTTP port, for the messages.
+	WebPort int
+}
+
+// Input is everything Decide weighs.
+type Input struct {
+	Outcome  Outcome
+	Workers  []Worker
+	Reports  []Report
+	Launches []rsh.FailureRecord
+}
+
+// Finding is one failure found.
+type Finding struct {
+	Cause string
+	Time  time.Time
+	// Host is the worker as the hostfile names it ("" when unknown).
+	Host string
+	// Rank is -1 when unknown; PID 0.
+	Rank int
+	PID  int
+	// Signal that ended the process ("SIGSEGV"), or "".
+	Signal     string
+	CoreDumped bool
+	ExitCode   int // -1 when unknown or a signal
+	Memory     *api.Memory
+	// Sentence says what happened, with host, rank and the number that
+	// matters; Hint the fix.
+	Sentence string
+	Hint     string
+
+	tier   int
+	source string // "agent", "mpirun", "rsh", "launcher"
+	comm   string // the process's command name, when the agent saw it
+	rss    uint64 // its resident memory when last seen
+}
+
+// Diagnosis is the decision.
+type Diagnosis struct {
+	// Root is the root cause; nil when nothing explains the failure.
+	Root *Finding
+	// Others are the other findings, rules first, then time; at most
+	// maxOthers (Omitted counts the rest).
+	Others  []Finding
+	Omitted int
+	// Answered and Silent count the workers that gave an account and
+	// those that did not answer.
+	Answered, Silent int
+}
+
+// Cause is the root cause's kind, CauseUnknown without one.
+func (d Diagnosis) Cause() string {
+	if d.Root == nil {
+		return CauseUnknown
+	}
+	return d.Root.Cause
+}
+
+// Summary is the diagnosis as one line: the root cause and its fix.
+func (d Diagnosis) Summary() string {
+	if d.Root == nil {
+		return fmt.Sprintf("root cause unknown: no worker-agent reported an OOM kill, a crashed rank or a GPU error (%d answered, %d did not); "+
+			"hint: read mpirun's output above for the first rank that failed", d.Answered, d.Silent)
+	}
+	s := "root cause: " + d.Root.Sentence
+	if d.Root.Hint != "" {
+		s += "; hint: " + d.Root.Hint
+	}
+	return s
+}
+
+// Lines are the other findings, one line each.
+func (d Diagnosis) Lines() []string {
+	var out []string
+	for _, f := range d.Others {
+		out = append(out, "also: "+f.Sentence)
+	}
+	if d.Omitted > 0 {
+		out = append(out, fmt.Sprintf("also: %d more (see the launcher's log)", d.Omitted))
+	}
+	return out
+}
+
+// Decide weighs in and returns the diagnosis.
+func Decide(in Input) Diagnosis {
+	hosts := make([]string, 0, len(in.Workers))
+	for _, w := range in.Workers {
+		hosts = append(hosts, w.Host)
+	}
+	var fs []Finding
+	var d Diagnosis
+	for _, w := range in.Workers {
+		switch {
+		case w.Events != nil:
+			d.Answered++
+			fs = append(fs, fromEvents(w.Host, *w.Events)...)
+		case w.NoAccount:
+			d.Answered++
+		default:
+			d.Silent++
+			fs = append(fs, gone(w, in.Outcome.WebPort))
+		}
+	}
+	for _, r := range in.Launches {
+		fs = append(fs, launch(r, hosts))
+	}
+	for _, r := range in.Reports {
+		if f, ok := fromReport(r, hosts, in.Outcome.Program); ok {
+			fs = append(fs, f)
+		}
+	}
+	fs = merge(fs)
+	if o := in.Outcome; o.Stopped {
+		for i := range fs {
+			f := &fs[i]
+			late := f.Time.IsZero() || !o.StoppedAt.IsZero() && !f.Time.Before(o.StoppedAt)
+			if (f.Cause == CauseGone || f.Cause == CauseLaunch) && late {
+				f.Cause, f.tier = CauseCascade, tierCascade
+				f.Sentence += " (after the launcher was told to stop: its pod is likely being deleted too)"
+			}
+		}
+	}
+	slices.SortStableFunc(fs, func(a, b Finding) int {
+		switch {
+		case a.tier != b.tier:
+			return a.tier - b.tier
+		case a.Time.IsZero() != b.Time.IsZero():
+			if a.Time.IsZero() {
+				return 1 // a time nobody knows comes after the known ones
+			}
+			return -1
+		}
+		return a.Time.Compare(b.Time)
+	})
+	var rest []Finding
+	for i := range fs {
+		switch {
+		case fs[i].tier == tierInfo:
+		case d.Root == nil && fs[i].tier < tierCascade:
+			d.Root = &fs[i]
+		default:
+			rest = append(rest, fs[i])
+		}
+	}
+	// Stopped from outside: only a real failure before it is the cause.
+	if in.Outcome.Stopped && (d.Root == nil || d.Root.tier > tierCrash) {
+		if d.Root != nil {
+			rest = append([]Finding{*d.Root}, rest...)
+		}
+		sig := in.Outcome.StopSignal
+		if sig == "" {
+			sig = "SIGTERM"
+		}
+		d.Root = &Finding{Cause: CauseStopped, Rank: -1, ExitCode: -1, source: "launcher",
+			Sentence: fmt.Sprintf("the launcher received %s and stopped %s: the pod is being deleted (the job was deleted, suspended or "+
+				"preempted, or restarted after a failure elsewhere in it)", sig, orMPIRun(in.Outcome.Program)),
+			Hint: "kubectl get events --sort-by=.lastTimestamp in the job's namespace says who deleted the pod; no worker-agent reported an OOM kill, a crash or a GPU error before it"}
+	}
+	if d.Root == nil {
+		// Nothing but the first rank to end, whose status nobody saw.
+		for i := range fs {
+			if fs[i].tier == tierInfo && fs[i].Rank >= 0 {
+				f := fs[i]
+				f.Sentence = "the first rank to end was " + f.Sentence
+				f.Hint = orMPIRun(in.Outcome.Program) + " exited with " + strconv.Itoa(in.Outcome.ExitCode) +
+					" and printed no rank's failure; read that rank's last output above (a Python exception, an MPI error)"
+				d.Root = &f
+				break
+			}
+		}
+	}
+	if len(rest) > maxOthers {
+		d.Omitted = len(rest) - maxOthers
+		rest = rest[:maxOthers]
+	}
+	d.Others = rest
+	return d
+}
+
+func orMPIRun(p string) string {
+	if p == "" {
+		return "mpirun"
+	}
+	return p
+}
+
+// fromEvents turns a worker's account into findings.
+func fromEvents(host string, ev api.Events) []Finding {
+	var out []Finding
+	for _, e := range ev.Events {
+		f := Finding{Time: e.Time, Host: host, Rank: e.Rank, PID: e.PID, Signal: e.Signal, CoreDumped: e.CoreDumped,
+			ExitCode: e.ExitCode, Memory: e.Memory, source: "agent", comm: e.Comm, rss: e.RSSBytes}
+		switch e.Kind {
+		case api.KindOOMKill:
+			f.Cause, f.tier = CauseOOM, tierOOM
+			if f.Memory == nil {
+				m := ev.Memory
+				f.Memory = &m
+			}
+			f.Sentence, f.Hint = oomText(host, f.Rank, f.PID, f.comm, f.rss, *f.Memory)
+		case api.KindGPUXid, api.KindGPUECC:
+			f.Cause, f.tier = CauseGPU, tierGPU
+			f.Sentence = e.Message + " on " + host
+			switch {
+			case e.Kind == api.KindGPUECC:
+				f.Hint = "the GPU's memory failed: cordon the node (kubectl cordon), let the driver retire the page or reset the GPU, and rerun elsewhere"
+			case e.GPU != nil && gpu.XidFromProgram(e.GPU.Xid):
+				f.tier = tierCrash
+				f.Hint = "this Xid usually comes from the program's own GPU code (an illegal memory access): run the failing rank under compute-sanitizer"
+			default:
+				f.Hint = "a GPU or driver fault: check the node (nvidia-smi -q, the kernel log), cordon it and rerun elsewhere"
+			}
+		case api.KindRankExit:
+			f = rankEnd(f, host, f.comm)
+		case api.KindSessionExit:
+			f.Cause, f.tier = CauseCascade, tierCascade
+			f.Sentence = e.Message + " on " + host
+			if sig := sigNum(e.Signal); isCrash(sig) {
+				f.Cause, f.tier = CauseCrash, tierCrash
+				f.Hint = "the MPI daemon itself crashed: look at the worker's log and its core dump"
+			}
+		default:
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// rankEnd classifies a rank's end by its signal or status.
+func rankEnd(f Finding, host, comm string) Finding {
+	who := rankOn(f.Rank, f.PID, host)
+	if comm != "" {
+		who += " (" + comm + ")"
+	}
+	sig := sigNum(f.Signal)
+	switch {
+	case sig != 0:
+		f.Sentence = who + " died of " + describeSignal(sig)
+		if f.CoreDumped {
+			f.Sentence += ", core dumped"
+		}
+		switch {
+		case isCrash(sig):
+			f.Cause, f.tier, f.Hint = CauseCrash, tierCrash, crashHint(sig)
+		case sig == syscall.SIGKILL:
+			f.Cause, f.tier, f.Hint = CauseKilled, tierFailed, killHint
+		default:
+			f.Cause, f.tier = CauseCascade, tierCascade
+		}
+	case f.ExitCode > 0:
+		f.Cause, f.tier = CauseExit, tierFailed
+		f.Sentence = fmt.Sprintf("%s exited with status %d", who, f.ExitCode)
+		f.Hint = "the program itself failed: read that rank's last output above (a Python exception, an MPI error)"
+	default:
+		f.Cause, f.tier = CauseCascade, tierInfo
+		f.Sentence = who + " (its status was not seen)"
+	}
+	return f
+}
+
+const killHint = "SIGKILL without an OOM kill in its pod's cgroup: the node's OOM killer, a liveness probe, or someone's kill; " +
+	"kubectl get events and kubectl describe pod for the worker"
+
+// oomText is the sentence and hint of an OOM kill.
+func oomText(host string, rank, pid int, comm string, rss uint64, m api.Memory) (string, string) {
+	who := rankOn(rank, pid, host)
+	if rank < 0 && pid == 0 {
+		who = "a process on " + host + " (rank unknown)"
+	} else if comm != "" && rank < 0 {
+		who += " (" + comm + ")"
+	}
+	limit := api.FormatBytes(m.LimitBytes)
+	var sentence, hint string
+	switch {
+	case m.LimitBytes == 0:
+		sentence = fmt.Sprintf("OOM: %s was killed by the kernel's OOM killer with no memory limit on its pod (usage %s): the node ran out of memory",
+			who, api.FormatBytes(m.UsageBytes))
+		hint = "set resources.requests.memory and resources.limits.memory of the worker pods (equal, for Guaranteed QoS) so the scheduler reserves the memory; " +
+			"kubectl describe node shows what else uses it"
+	case m.AtLimit:
+		sentence = fmt.Sprintf("OOM: %s was killed by the kernel's OOM killer at its container's memory limit of %s", who, limit)
+		if m.PeakBytes > 0 {
+			sentence += fmt.Sprintf(" (peak usage %s)", api.FormatBytes(m.PeakBytes))
+		}
+		hint = fmt.Sprintf("raise resources.limits.memory of the worker pods above %s, or lower the per-rank batch size or the ranks per pod (slots)", limit)
+	default:
+		sentence = fmt.Sprintf("OOM: %s was killed by the kernel's OOM killer below its memory limit of %s (usage %s): the node ran out of memory",
+			who, limit, api.FormatBytes(m.UsageBytes))
+		hint = "the node is overcommitted: kubectl describe node and kubectl get events; give the worker pods memory requests equal to their limits (Guaranteed QoS)"
+	}
+	if rss > 0 {
+		hint += fmt.Sprintf("; the process used %s when last seen", api.FormatBytes(rss))
+	}
+	return sentence, hint
+}
+
+func rankOn(rank, pid int, host string) string {
+	switch {
+	case rank >= 0:
+		return fmt.Sprintf("rank %d on %s", rank, host)
+	case pid > 0:
+		return fmt.Sprintf("process %d on %s", pid, host)
+	}
+	return "a rank on " + host
+}
+
+// gone is a worker that did not answer.
+func gone(w Worker, port int) Finding {
+	f := Finding{Cause: CauseGone, tier: tierGone, Host: w.Host, Rank: -1, ExitCode: -1, Time: w.LostAt, source: "launcher"}
+	why := "no answer"
+	if w.Err != nil {
+		why = w.Err.Error()
+	}
+	f.Sentence = fmt.Sprintf("worker %s is gone: its worker-agent does not answer on port %d (%s)", w.Host, port, why)
+	if !w.LostAt.IsZero() {
+		f.Sentence += ", since " + w.LostAt.UTC().Format(time.TimeOnly) + " UTC"
+	}
+	f.Hint = "the pod was deleted, evicted or preempted, or its node was lost: kubectl get events --sort-by=.lastTimestamp, and " +
+		"kubectl describe pod for that worker (Evicted? OOMKilled? node NotReady?)"
+	return f
+}
+
+// launch is a daemon podmpi-rsh could not start.
+func launch(r rsh.FailureRecord, hosts []string) Finding {
+	host := matchHost(r.Host, hosts)
+	daemon := r.Daemon
+	if daemon == "" {
+		daemon = "the MPI daemon"
+	}
+	f := Finding{Cause: CauseLaunch, tier: tierGone, Time: r.Time, Host: host, Rank: -1, ExitCode: -1, source: "rsh",
+		Sentence: fmt.Sprintf("podmpi-rsh could not start %s on %s: %s: %s", daemon, net.JoinHostPort(host, strconv.Itoa(r.Port)), r.Phase, r.Cause),
+		Hint:     r.Hint}
+	return f
+}
+
+// fromReport turns one of mpirun's messages into a finding.
+func fromReport(r Report, hosts []string, program string) (Finding, bool) {
+	host := matchHost(r.Host, hosts)
+	f := Finding{Time: r.Time, Host: host, Rank: r.Rank, PID: r.PID, ExitCode: r.ExitCode, source: "mpirun"}
+	switch r.Kind {
+	case ReportSignal:
+		f.Signal = signalName(syscall.Signal(r.Signal))
+		f.ExitCode = -1
+		if r.PID == 0 || r.Rank >= 0 {
+			f.PID = 0 // Open MPI prints PID 0
+		}
+		return rankEnd(f, orUnknownHost(host), ""), true
+	case ReportExit:
+		if r.ExitCode <= 0 {
+			return f, false
+		}
+		return rankEnd(f, orUnknownHost(host), ""), true
+	case ReportDaemonLost:
+		f.Cause, f.tier = CauseDaemon, tierFailed
+		f.Sentence = fmt.Sprintf("%s lost contact with its MPI daemon on %s", orMPIRun(program), orUnknownHost(host))
+		f.Hint = "the daemon died or the network between the pods broke: read that worker's log and kubectl get events"
+		return f, true
+	case ReportDaemonFailed:
+		f.Cause, f.tier = CauseDaemon, tierFailed
+		f.Sentence = orMPIRun(program) + " could not start its MPI daemons: " + r.Line
+		f.Hint = "read podmpi-rsh's lines above; a daemon that cannot call back to the launcher points at a NetworkPolicy or a second network interface"
+		return f, true
+	}
+	return f, false
+}
+
+func orUnknownHost(h string) string {
+	if h == "" {
+		return "an unknown worker"
+	}
+	return h
+}
+
+// matchHost maps a node name as MPI printed it (short or full) to the
+// hostfile's name.
+func matchHost(name string, hosts []string) string {
+	if name == "" {
+		return ""
+	}
+	for _, h := range hosts {
+		if strings.EqualFold(h, name) {
+			return h
+		}
+	}
+	short, _, _ := strings.Cut(name, ".")
+	for _, h := range hosts {
+		if hs, _, _ := strings.Cut(h, "."); strings.EqualFold(hs, short) {
+			return h
+		}
+	}
+	return name
+}
+
+// merge folds findings about the same process into one: mpirun's report
+// of a rank and the agent's event for it, and the SIGKILL an OOM kill
+// caused (the OOM kill takes the rank from it when it had none).
+func merge(fs []Finding) []Finding {
+	var out []Finding
+	for _, f := range fs {
+		merged := false
+		for i := range out {
+			if sameProcess(out[i], f) {
+				out[i] = combine(out[i], f)
+				merged = true
+				break
+			}
+		}
+		if !merged {
+			out = append(out, f)
+		}
+	}
+	// An OOM kill without a rank on a host where mpirun reports a rank
+	// killed by SIGKILL: that is its victim.
+	for i := range out {
+		if out[i].Cause != CauseOOM || out[i].Rank >= 0 {
+			continue
+		}
+		for j := range out {
+			if out[j].Host == out[i].Host && out[j].Cause == CauseKilled && out[j].Rank >= 0 {
+				out[i].Rank, out[i].PID = out[j].Rank, max(out[i].PID, out[j].PID)
+				out[i].Sentence, out[i].Hint = oomText(out[i].Host, out[i].Rank, out[i].PID, out[i].comm, out[i].rss, *out[i].Memory)
+				out[j].tier = tierInfo // the same failure
+				break
+			}
+		}
+	}
+	return slices.DeleteFunc(out, func(f Finding) bool { return f.tier == tierInfo && f.Cause == CauseKilled })
+}
+
+func sameProcess(a, b Finding) bool {
+	if a.Host == "" || a.Host != b.Host || a.Cause == CauseGone || b.Cause == CauseGone || a.Cause == CauseLaunch || b.Cause == CauseLaunch ||
+		a.Cause == CauseGPU || b.Cause == CauseGPU || a.Cause == CauseDaemon || b.Cause == CauseDaemon {
+		return false
+	}
+	if a.source == "agent" && b.source == "agent" && (a.Cause == CauseCascade || b.Cause == CauseCascade) && (a.Rank < 0 || b.Rank < 0) {
+		return false
+	}
+	switch {
+	case a.PID > 0 && b.PID > 0:
+		return a.PID == b.PID
+	case a.Rank >= 0 && b.Rank >= 0:
+		return a.Rank == b.Rank
+	}
+	return false
+}
+
+// combine keeps the stronger of two findings about one process, with the
+// facts either one had.
+func combine(a, b Finding) Finding {
+	keep, other := a, b
+	if b.tier < a.tier || (b.tier == a.tier && b.source == "agent" && a.source != "agent") {
+		keep, other = b, a
+	}
+	if keep.Rank < 0 && other.Rank >= 0 {
+		keep.Rank = other.Rank
+	}
+	if keep.PID == 0 {
+		keep.PID = other.PID
+	}
+	keep.CoreDumped = keep.CoreDumped || other.CoreDumped
+	if keep.comm == "" {
+		keep.comm, keep.rss = other.comm, max(keep.rss, other.rss)
+	}
+	if keep.Signal == "" && other.Signal != "" && keep.Cause != CauseOOM {
+		keep.Signal = other.Signal
+	}
+	if !other.Time.IsZero() && (keep.Time.IsZero() || other.Time.Before(keep.Time)) {
+		keep.Time = other.Time
+	}
+	switch keep.Cause {
+	case CauseOOM:
+		keep.Sentence, keep.Hint = oomText(keep.Host, keep.Rank, keep.PID, keep.comm, keep.rss, *keep.Memory)
+	case CauseCrash, CauseKilled, CauseExit, CauseCascade:
+		if keep.source == "mpirun" || keep.tier == tierInfo {
+			keep = rankEnd(keep, keep.Host, keep.comm)
+		}
+	}
+	return keep
+}
+
+// crash signals: the process itself failed.
+func isCrash(sig syscall.Signal) bool {
+	switch sig {
+	case syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGABRT, syscall.SIGILL, syscall.SIGFPE, syscall.SIGSYS, syscall.SIGTRAP:
+		return true
+	}
+	return false
+}
+
+func crashHint(sig syscall.Signal) string {
+	const core = "look at its core dump (ulimit -c unlimited in the image, and the node's kernel.core_pattern) and its last output above"
+	switch sig {
+	case syscall.SIGBUS:
+		return "a bus error is most often /dev/shm too small for NCCL or MPI shared memory (mount an emptyDir with medium: Memory at /dev/shm), " +
+			"or a memory-mapped file that was truncated; " + core
+	case syscall.SIGABRT:
+		return "the program or a library aborted (a failed assertion, a CUDA or NCCL error, an uncaught C++ exception): " + core
+	case syscall.SIGILL:
+		return "the binary uses CPU instructions this node lacks (built for another CPU), or jumped into data: " + core
+	case syscall.SIGFPE:
+		return "an arithmetic fault (an integer division by zero): " + core
+	}
+	return "a crash in the program or a library it loads (CUDA, NCCL, a Python extension): " + core
+}
+
+var signalWords = map[syscall.Signal]string{
+	syscall.SIGSEGV: "segmentation fault", syscall.SIGBUS: "bus error", syscall.SIGABRT: "aborted", syscall.SIGILL: "illegal instruction",
+	syscall.SIGFPE: "arithmetic exception", syscall.SIGKILL: "killed", syscall.SIGTERM: "terminated", syscall.SIGINT: "interrupted",
+	syscall.SIGHUP: "hang-up", syscall.SIGPIPE: "broken pipe", syscall.SIGSYS: "bad system call", syscall.SIGTRAP: "trap",
+}
+
+// describeSignal is "signal 11 (SIGSEGV, segmentation fault)".
+func describeSignal(sig syscall.Signal) string {
+	s := fmt.Sprintf("signal %d (%s", int(sig), signalName(sig))
+	if w, ok := signalWords[sig]; ok {
+		s += ", " + w
+	}
+	return s + ")"
+}
+
+var signalNames = map[syscall.Signal]string{
+	syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT", syscall.SIGILL: "SIGILL",
+	syscall.SIGTRAP: "SIGTRAP", syscall.SIGABRT: "SIGABRT", syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE",
+	syscall.SIGKILL: "SIGKILL", syscall.SIGUSR1: "SIGUSR1", syscall.SIGSEGV: "SIGSEGV", syscall.SIGUSR2: "SIGUSR2",
+	syscall.SIGPIPE: "SIGPIPE", syscall.SIGALRM: "SIGALRM", syscall.SIGTERM: "SIGTERM", syscall.SIGXCPU: "SIGXCPU",
+	syscall.SIGXFSZ: "SIGXFSZ", syscall.SIGSYS: "SIGSYS",
+}
+
+func signalName(sig syscall.Signal) string {
+	if n, ok := signalNames[sig]; ok {
+		return n
+	}
+	return "SIG" + strconv.Itoa(int(sig))
+}
+
+// sigNum parses "SIGSEGV" (or "SEGV", "SIG11").
+func sigNum(name string) syscall.Signal {
+	if name == "" {
+		return 0
+	}
+	if !strings.HasPrefix(name, "SIG") {
+		name = "SIG" + name
+	}
+	for s, n := range signalNames {
+		if n == name {
+			return s
+		}
+	}
+	if n, err := strconv.Atoi(strings.TrimPrefix(name, "SIG")); err == nil && n > 0 && n < 65 {
+		return syscall.Signal(n)
+	}
+	return 0
+}
