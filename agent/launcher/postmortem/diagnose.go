@@ -75,9 +75,11 @@ const maxOthers = 8
 // Worker is what one worker-agent said, or why it said nothing.
 type Worker struct {
 	Host string
-	// Events is its answer; nil when it gave none.
+	// Events is its answer; nil when it gave none. With Err set, it is
+	// what it said before it stopped answering.
 	Events *api.Events
-	// Err says why it gave none (connection refused, timeout, ...).
+	// Err says why it does not answer (connection refused, timeout, ...);
+	// nil when it answered.
 	Err error
 	// NoAccount is true when it answered that it keeps no account (an
 	// older worker-agent): it is there, it just cannot say.
@@ -196,11 +198,11 @@ func Decide(in Input) Diagnosis {
 	var fs []Finding
 	var d Diagnosis
 	for _, w := range in.Workers {
-		switch {
-		case w.Events != nil:
-			d.Answered++
+		if w.Events != nil {
 			fs = append(fs, fromEvents(w.Host, *w.Events)...)
-		case w.NoAccount:
+		}
+		switch {
+		case w.Err == nil && (w.Events != nil || w.NoAccount):
 			d.Answered++
 		default:
 			d.Silent++
@@ -255,7 +257,7 @@ func Decide(in Input) Diagnosis {
 		}
 		sig := in.Outcome.StopSignal
 		if sig == "" {
-			sig = "SIGTERM"
+			sig = "SIGTERM or SIGINT"
 		}
 		d.Root = &Finding{Cause: CauseStopped, Rank: -1, ExitCode: -1, source: "launcher",
 			Sentence: fmt.Sprintf("the launcher received %s and stopped %s: the pod is being deleted (the job was deleted, suspended or "+

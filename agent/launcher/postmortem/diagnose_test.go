@@ -242,3 +242,13 @@ func TestMatchHost(t *testing.T) {
 		}
 	}
 }
+
+func TestLastWordsOfAWorkerThatWentQuiet(t *testing.T) {
+	w := answered(hostB, api.Event{Time: at(1), Kind: api.KindOOMKill, Rank: 2, PID: 7, ExitCode: -1, Memory: limitMem(true, 64<<20, 64<<20)})
+	w.Err, w.LostAt = errors.New("i/o timeout"), at(4)
+	d := Decide(Input{Workers: []Worker{w}})
+	wantRoot(t, d, CauseOOM, "rank 2 on "+hostB, "64 MiB")
+	if d.Silent != 1 || len(d.Others) != 1 || d.Others[0].Cause != CauseGone {
+		t.Errorf("silent %d, others %v; want the worker also named gone", d.Silent, d.Lines())
+	}
+}
