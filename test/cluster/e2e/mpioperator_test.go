@@ -184,4 +184,3 @@ func TestMPIOperator(t *testing.T) {
 		})
 	}
 }
-
