@@ -165,6 +165,16 @@ func TestChecksReject(t *testing.T) {
 		{"podmpi: worker runs sshd", mpijob, func(t *testing.T, o map[string]any) {
 			at(t, o, worker...)["command"] = []any{"/usr/sbin/sshd"}
 		}, "must run worker-agent"},
+		{"Trainer: no writable SDK home", ctr, func(t *testing.T, o map[string]any) {
+			c := at(t, o, node...)
+			var mounts []any
+			for _, m := range c["volumeMounts"].([]any) {
+				if m.(map[string]any)["mountPath"] != "/home/mpiuser" {
+					mounts = append(mounts, m)
+				}
+			}
+			c["volumeMounts"] = mounts
+		}, "/home/mpiuser must be an emptyDir mount"},
 		{"Trainer: container not named node", ctr, func(t *testing.T, o map[string]any) {
 			at(t, o, node...)["name"] = "worker"
 		}, `only into containers named "node"`},

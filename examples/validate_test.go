@@ -337,6 +337,26 @@ func checkRestricted(p podTemplate) []string {
 	return errs
 }
 
+// sdkHome is the Kubeflow SDK's DEFAULT_MPI_USER_HOME: its MPI command
+// writes the training function there, on the launcher and every node.
+const sdkHome = "/home/mpiuser"
+
+// mountsEmptyDir reports whether container c of pod spec ps mounts an
+// emptyDir volume at path.
+func mountsEmptyDir(ps corev1.PodSpec, c corev1.Container, path string) bool {
+	for _, m := range c.VolumeMounts {
+		if m.MountPath != path {
+			continue
+		}
+		for _, v := range ps.Volumes {
+			if v.Name == m.Name && v.EmptyDir != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // checkPodmpiRoles checks what podmpi's images and the operators need of the
 // launcher and worker containers.
 func checkPodmpiRoles(d document, p podTemplate) []string {
@@ -349,6 +369,9 @@ func checkPodmpiRoles(d document, p podTemplate) []string {
 	c := p.Spec.Spec.Containers[0]
 	if trainer && c.Name != "node" {
 		at("container %q: Trainer mounts the SSH Secret and hostfile only into containers named \"node\"", c.Name)
+	}
+	if trainer && !mountsEmptyDir(p.Spec.Spec, c, sdkHome) {
+		at("container %q: %s must be an emptyDir mount: the Kubeflow SDK's command writes the training function there on every rank, and the root is read-only", c.Name, sdkHome)
 	}
 	argv := append(append([]string{}, c.Command...), c.Args...)
 	switch p.Role {
