@@ -43,7 +43,11 @@ func RunJob(ctx context.Context, cfg Config) (exitcode.Code, error) {
 		l.log.Warn("metrics push failed", "err", err)
 	}
 	var f *Failure
-	if errors.As(runErr, &f) && f.Phase == PhaseMPIRun && f.Code != exitcode.MPIRunNotFound && f.Code != exitcode.MPIRunTimeout && f.Code != exitcode.Internal {
+	if errors.As(runErr, &f) && f.Phase == PhaseMPIRun && f.Code != exitcode.MPIRunNotFound && f.Code != exitcode.MPIRunTimeout &&
+		f.Code != exitcode.Internal && f.Code != exitcode.LaunchFailed {
+		if f.Diagnosis != nil {
+			return code, fmt.Errorf("%s exited with %d; %s", cfg.Command[0], code, f.Diagnosis.Summary())
+		}
 		return code, fmt.Errorf("%s exited with %d", cfg.Command[0], code)
 	}
 	return code, runErr

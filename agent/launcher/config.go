@@ -65,6 +65,14 @@ type Config struct {
 	MPIRunTimeout time.Duration
 	KillGrace     time.Duration
 
+	// DiagnosisTimeout bounds asking every worker-agent what happened
+	// after mpirun failed; DiagnosisWatch is how often they are asked
+	// while it runs (0: never); LaunchGrace how long mpirun may take to
+	// exit on its own after podmpi-rsh could not start a daemon.
+	DiagnosisTimeout time.Duration
+	DiagnosisWatch   time.Duration
+	LaunchGrace      time.Duration
+
 	WebAddr        string // /metrics while the launcher runs; "" turns it off
 	PushURL        string // Pushgateway to push the metrics to at the end
 	TerminationLog string // Kubernetes' termination message file
@@ -96,6 +104,9 @@ func Defaults() Config {
 		ProbeSSHSample:   128,
 		HostfilePath:     filepath.Join(os.TempDir(), "podmpi", "hostfile"),
 		KillGrace:        10 * time.Second,
+		DiagnosisTimeout: DefaultDiagnosisTimeout,
+		DiagnosisWatch:   DefaultDiagnosisWatch,
+		LaunchGrace:      DefaultLaunchGrace,
 		WebAddr:          ":9022",
 		TerminationLog:   "/dev/termination-log",
 		Log:              cli.LogFlags{Format: "auto", Level: "info"},
@@ -131,6 +142,9 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.MPIRunTimeout, "mpirun.timeout", c.MPIRunTimeout, "stop mpirun after this long (0: no limit)")
 	fs.DurationVar(&c.KillGrace, "mpirun.kill-grace", c.KillGrace, "after forwarding SIGTERM, wait this long before SIGKILL")
 	fs.BoolVar(&c.NoTreeSpawn, "mpirun.no-tree-spawn", c.NoTreeSpawn, "make mpirun start every remote daemon itself (Open MPI plm_rsh_no_tree_spawn)")
+	fs.DurationVar(&c.DiagnosisTimeout, "diagnosis.timeout", c.DiagnosisTimeout, "after mpirun fails, how long to ask every worker-agent what happened (/events) before naming the root cause")
+	fs.DurationVar(&c.DiagnosisWatch, "diagnosis.watch-interval", c.DiagnosisWatch, "while mpirun runs, how often every worker-agent is asked for its account, so that a worker that stops answering is seen when it happens (0: only after a failure)")
+	fs.DurationVar(&c.LaunchGrace, "diagnosis.launch-grace", c.LaunchGrace, "after podmpi-rsh could not start an MPI daemon, how long mpirun may take to exit on its own before the launcher stops it (exit 73)")
 	fs.StringVar(&c.WebAddr, "web.listen-address", c.WebAddr, "address for /metrics during init and while mpirun runs (empty: off)")
 	fs.StringVar(&c.PushURL, "metrics.push-url", c.PushURL, "Prometheus Pushgateway URL to push the metrics to at the end")
 	fs.StringVar(&c.TerminationLog, "termination-log", c.TerminationLog, "file for the root-cause message Kubernetes shows in the pod status")
@@ -213,6 +227,15 @@ func (c *Config) Validate() error {
 		bad("mpirun.timeout", c.MPIRunTimeout.String(), "a duration >= 0 (0: no limit)")
 	}
 	positive("mpirun.kill-grace", c.KillGrace)
+	if c.DiagnosisTimeout <= 0 || c.DiagnosisTimeout > maxDiagnosisTimeout {
+		bad("diagnosis.timeout", c.DiagnosisTimeout.String(), "a duration > 0 and at most "+maxDiagnosisTimeout.String())
+	}
+	if c.DiagnosisWatch < 0 || c.DiagnosisWatch > maxDiagnosisWatch || (c.DiagnosisWatch > 0 && c.DiagnosisWatch < time.Second) {
+		bad("diagnosis.watch-interval", c.DiagnosisWatch.String(), "0 (off) or a duration from 1s to "+maxDiagnosisWatch.String())
+	}
+	if c.LaunchGrace <= 0 || c.LaunchGrace > maxLaunchGrace {
+		bad("diagnosis.launch-grace", c.LaunchGrace.String(), "a duration > 0 and at most "+maxLaunchGrace.String())
+	}
 	if c.WebAddr != "" {
 		if err := checkListenAddress(c.WebAddr); err != nil {
 			bad("web.listen-address", strconv.Quote(c.WebAddr), "host:port with a port in 0..65535, e.g. :9022, or empty to turn it off ("+err.Error()+")")

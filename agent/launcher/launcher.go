@@ -24,6 +24,7 @@ import (
 	"github.com/podmpi/podmpi/agent/exitcode"
 	"github.com/podmpi/podmpi/agent/launcher/discovery"
 	"github.com/podmpi/podmpi/agent/launcher/mpirun"
+	"github.com/podmpi/podmpi/agent/launcher/postmortem"
 	"github.com/podmpi/podmpi/agent/launcher/probe"
 	"github.com/podmpi/podmpi/agent/launcher/slots"
 	"github.com/podmpi/podmpi/agent/sshclient"
@@ -39,6 +40,10 @@ type Failure struct {
 	Code  exitcode.Code
 	Err   error
 	Hint  string
+	// Diagnosis is what killed the job after mpirun started, when the
+	// launcher could tell (package postmortem); it goes first in the
+	// termination message.
+	Diagnosis *postmortem.Diagnosis
 }
 
 func (f *Failure) Error() string {
@@ -85,6 +90,8 @@ func New(cfg Config) (*Launcher, error) {
 	setDefault(&cfg.ProbeParallel, d.ProbeParallel)
 	setDefault(&cfg.HostfilePath, d.HostfilePath)
 	setDefault(&cfg.KillGrace, d.KillGrace)
+	setDefault(&cfg.DiagnosisTimeout, d.DiagnosisTimeout)
+	setDefault(&cfg.LaunchGrace, d.LaunchGrace)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -33,6 +33,9 @@ type Metrics struct {
 	ProbeLatency    *prometheus.GaugeVec
 	MPIRunExitCode  prometheus.Gauge
 	InitDuration    prometheus.Gauge
+	// RootCause is 1 for the cause the launcher named after a failed
+	// mpirun (postmortem.Causes), 0 for the others; absent before.
+	RootCause *prometheus.GaugeVec
 }
 
 // NewMetrics builds the launcher metrics on a fresh registry, with the Go
@@ -67,6 +70,10 @@ func NewMetrics() *Metrics {
 		InitDuration: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "mpi_launcher_init_duration_seconds", Help: "Time from launcher start to mpirun exec.",
 		}),
+		RootCause: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "podmpi_launcher_root_cause",
+			Help: "1 for the root cause the launcher named after mpirun failed (oom, gpu, launch, gone, crash, killed, exit, daemon, cascade, stopped, unknown), 0 for the others.",
+		}, []string{"cause"}),
 	}
 	bi := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "mpi_launcher_build_info", Help: "Build information of the launcher; always 1.",
@@ -75,7 +82,7 @@ func NewMetrics() *Metrics {
 	bi.WithLabelValues(v.Version, v.Commit, v.GoVersion).Set(1)
 	m.MPIRunExitCode.Set(-1)
 	reg.MustRegister(m.PhaseDuration, m.PhaseSuccess, m.WorkersExpected, m.WorkersResolved, m.WorkersReach,
-		m.ProbeLatency, m.MPIRunExitCode, m.InitDuration, bi,
+		m.ProbeLatency, m.MPIRunExitCode, m.InitDuration, m.RootCause, bi,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

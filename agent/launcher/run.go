@@ -14,6 +14,7 @@ import (
 	"github.com/podmpi/podmpi/agent/exitcode"
 	"github.com/podmpi/podmpi/agent/launcher/discovery"
 	"github.com/podmpi/podmpi/agent/launcher/mpirun"
+	"github.com/podmpi/podmpi/agent/launcher/postmortem"
 	"github.com/podmpi/podmpi/agent/launcher/slots"
 	"github.com/podmpi/podmpi/agent/rsh"
 )
@@ -63,6 +64,9 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 		},
 		NoTreeSpawn: cfg.NoTreeSpawn,
 	}
+	// What happens after mpirun starts is watched (postmortem.go).
+	pm := l.newWatch(ctx, p, rshDir)
+	w.Rsh.FailureDir = pm.failDir
 	if name, cidr, addr, multi, err := mpirun.PodInterface(); err == nil {
 		w.Iface, w.IfaceCIDR, w.LocalAddr, w.MultiNIC = name, cidr, addr, multi
 		if multi {
@@ -133,14 +137,16 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 	var res mpirun.RunResult
 	runErr := l.phase(PhaseMPIRun, func() error {
 		var err error
-		res, err = mpirun.Run(ctx, mpirun.RunOptions{
+		pm.start()
+		defer pm.stop()
+		res, err = mpirun.Run(pm.runCtx, mpirun.RunOptions{
 			Argv:      argv,
 			Env:       env,
 			Timeout:   cfg.MPIRunTimeout,
 			KillGrace: cfg.KillGrace,
 			Stdin:     cfg.Stdin,
-			Stdout:    cfg.Stdout,
-			Stderr:    cfg.Stderr,
+			Stdout:    pm.stdout,
+			Stderr:    pm.stderr,
 			Logger:    l.log,
 			Reap:      reap,
 		})
@@ -150,18 +156,27 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 		return err
 	})
 	l.m.MPIRunExitCode.Set(float64(res.ExitCode))
+	var diag *postmortem.Diagnosis
+	if !res.NotFound && (res.ExitCode != 0 || res.TimedOut || res.Canceled) {
+		diag = pm.diagnose(res, argv[0])
+	}
 	switch {
 	case res.NotFound:
 		return exitcode.MPIRunNotFound, &Failure{Phase: PhaseMPIRun, Code: exitcode.MPIRunNotFound, Err: runErr,
 			Hint: "install the MPI in the launcher image or put " + argv[0] + " on PATH"}
+	case pm.stoppedForLaunch():
+		return exitcode.LaunchFailed, &Failure{Phase: PhaseMPIRun, Code: exitcode.LaunchFailed, Diagnosis: diag,
+			Err: fmt.Errorf("podmpi-rsh could not start an MPI daemon and %s did not exit within --diagnosis.launch-grace=%s; the launcher stopped it",
+				argv[0], cfg.LaunchGrace),
+			Hint: "the root cause above names the worker, its port and the phase that failed; fix that worker (is worker-agent running and reachable on its SSH port?)"}
 	case res.TimedOut:
-		return exitcode.MPIRunTimeout, &Failure{Phase: PhaseMPIRun, Code: exitcode.MPIRunTimeout,
+		return exitcode.MPIRunTimeout, &Failure{Phase: PhaseMPIRun, Code: exitcode.MPIRunTimeout, Diagnosis: diag,
 			Err:  fmt.Errorf("%s ran longer than --mpirun.timeout=%s and was stopped", argv[0], cfg.MPIRunTimeout),
 			Hint: "raise --mpirun.timeout, or look for a rank that hangs (a worker that cannot call back, a second NIC)"}
 	case runErr != nil && res.ExitCode == 0:
 		return exitcode.Internal, &Failure{Phase: PhaseMPIRun, Code: exitcode.Internal, Err: runErr}
 	case res.ExitCode != 0:
-		return exitcode.Code(res.ExitCode), &Failure{Phase: PhaseMPIRun, Code: exitcode.Code(res.ExitCode),
+		return exitcode.Code(res.ExitCode), &Failure{Phase: PhaseMPIRun, Code: exitcode.Code(res.ExitCode), Diagnosis: diag,
 			Err:  fmt.Errorf("%s exited with %d", argv[0], res.ExitCode),
 			Hint: "the MPI job itself failed; mpirun's output above names the rank or daemon; the probe passed for every worker, so SSH and PATH were fine"}
 	}
@@ -193,10 +208,20 @@ func codeOf(err error) exitcode.Code {
 // at most 4 KiB (the kubelet's limit), phase first.
 func TerminationMessage(code exitcode.Code, err error) string {
 	var b strings.Builder
+	var f *Failure
+	diagnosed := errors.As(err, &f) && f.Diagnosis != nil
+	if diagnosed {
+		b.WriteString(f.Diagnosis.Summary() + "\n")
+	}
 	if err == nil {
 		fmt.Fprintf(&b, "podmpi launcher: job finished, exit code %d\n", code)
 	} else {
 		fmt.Fprintf(&b, "podmpi launcher failed (exit code %d): %v\n", code, err)
+	}
+	if diagnosed {
+		for _, line := range f.Diagnosis.Lines() {
+			b.WriteString(line + "\n")
+		}
 	}
 	s := b.String()
 	if len(s) > 4000 {

@@ -46,6 +46,9 @@
 //	--mpirun.timeout                PODMPI_MPIRUN_TIMEOUT                stop mpirun after this long (0: never)
 //	--mpirun.kill-grace             PODMPI_MPIRUN_KILL_GRACE             SIGTERM to SIGKILL grace (10s)
 //	--mpirun.no-tree-spawn          PODMPI_MPIRUN_NO_TREE_SPAWN          Open MPI: no tree spawn
+//	--diagnosis.timeout             PODMPI_DIAGNOSIS_TIMEOUT             after mpirun fails, deadline of asking every worker-agent what happened (5s)
+//	--diagnosis.watch-interval      PODMPI_DIAGNOSIS_WATCH_INTERVAL      how often worker-agents are asked while mpirun runs (5s; 0: never)
+//	--diagnosis.launch-grace        PODMPI_DIAGNOSIS_LAUNCH_GRACE        time mpirun gets to exit on its own after a daemon failed to start (5s)
 //	--web.listen-address            PODMPI_WEB_LISTEN_ADDRESS            /metrics address (:9022; empty: off)
 //	--metrics.push-url              PODMPI_METRICS_PUSH_URL              Pushgateway URL
 //	--termination-log               PODMPI_TERMINATION_LOG               termination message file (/dev/termination-log)
@@ -61,8 +64,17 @@
 // started as podmpi-rsh (or ssh, or launcher rsh) it first closes every
 // descriptor it inherited above stderr, as ssh(1) does.
 //
+// When mpirun fails after it started, the launcher asks every worker-agent
+// for its account of the pod (/events) and names the root cause first in
+// its log, its report and the termination message: an OOM kill with the
+// host, the rank and the memory limit, a crashed rank and its signal, a GPU
+// error, a worker that is gone, a daemon podmpi-rsh could not start (the
+// records it leaves in PODMPI_RSH_FAILURE_DIR); mpirun's exit code still
+// passes through.
+//
 // Exit codes: mpirun's own; 64 usage; 65 config; 66 discovery timeout; 67
 // probe failed; 68 command not found; 69 mpirun timeout; 71 internal; 72
-// slots unknown; 255 rsh could not reach the worker; 128+N when ended by
-// signal N.
+// slots unknown; 73 launch failed (a daemon could not be started and mpirun
+// did not exit on its own); 255 rsh could not reach the worker; 128+N when
+// ended by signal N.
 package main

@@ -128,7 +128,8 @@ worker and names the cause of each failure, then runs the command after "--"
 
 Exit codes: mpirun's own, or 64 usage, 65 config, 66 discovery timeout,
 67 probe failed, 68 command not found, 69 mpirun timeout, 71 internal,
-72 slots unknown, 128+N killed by signal N. See docs/troubleshooting.md.`,
+72 slots unknown, 73 launch failed, 128+N killed by signal N. See
+docs/troubleshooting.md.`,
 		Version:       version.Get().String(),
 		SilenceErrors: true,
 		SilenceUsage:  true,

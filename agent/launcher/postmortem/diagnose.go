@@ -218,6 +218,19 @@ func Decide(in Input) Diagnosis {
 		}
 	}
 	fs = merge(fs)
+	// A worker's own agent that recorded a failure before it went quiet
+	// saw that failure first: it beats the worker being gone.
+	for i := range fs {
+		if fs[i].Cause != CauseGone {
+			continue
+		}
+		for _, g := range fs {
+			if g.source == "agent" && g.Host == fs[i].Host && g.tier > tierGone && g.tier <= tierFailed {
+				fs[i].tier = tierFailed
+				break
+			}
+		}
+	}
 	if o := in.Outcome; o.Stopped {
 		for i := range fs {
 			f := &fs[i]

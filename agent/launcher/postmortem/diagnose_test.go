@@ -252,3 +252,14 @@ func TestLastWordsOfAWorkerThatWentQuiet(t *testing.T) {
 		t.Errorf("silent %d, others %v; want the worker also named gone", d.Silent, d.Lines())
 	}
 }
+
+func TestCrashBeforeTheWorkerWentQuiet(t *testing.T) {
+	w := answered(hostB, rankExit(1, 0, 9, "SIGBUS", -1))
+	w.Err, w.LostAt = errors.New("refused"), at(5)
+	d := Decide(Input{Workers: []Worker{w, answered(hostA, rankExit(6, 1, 10, "SIGABRT", -1))}})
+	wantRoot(t, d, CauseCrash, "rank 0 on "+hostB, "SIGBUS")
+	// Without its own last words, a lost worker beats the crashes elsewhere.
+	w = Worker{Host: hostB, Err: errors.New("refused"), LostAt: at(5)}
+	d = Decide(Input{Workers: []Worker{w, answered(hostA, rankExit(6, 1, 10, "SIGABRT", -1))}})
+	wantRoot(t, d, CauseGone, hostB)
+}

@@ -1,0 +1,449 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/podmpi/podmpi/agent/launcher/mpirun"
+	"github.com/podmpi/podmpi/agent/launcher/postmortem"
+	"github.com/podmpi/podmpi/agent/rsh"
+	"github.com/podmpi/podmpi/agent/worker/api"
+)
+
+// What happens after mpirun started: while it runs, the launcher watches
+// the records podmpi-rsh leaves when it cannot start a daemon (and stops an
+// mpirun that would wait for that daemon for ever) and asks every
+// worker-agent for its account of the pod now and then; when mpirun fails,
+// it asks them all once more and names the root cause (package postmortem)
+// first in its log, its report and the termination message.
+
+// Defaults of the diagnosis settings.
+const (
+	DefaultDiagnosisTimeout = 5 * time.Second
+	DefaultDiagnosisWatch   = 5 * time.Second
+	DefaultLaunchGrace      = 5 * time.Second
+)
+
+// Bounds of the diagnosis settings (Validate).
+const (
+	maxDiagnosisTimeout = 2 * time.Minute
+	maxDiagnosisWatch   = time.Hour
+	maxLaunchGrace      = 5 * time.Minute
+)
+
+// Timing of the watch while mpirun runs.
+const (
+	// recordPoll is how often the rsh failure records are looked at.
+	recordPoll = 250 * time.Millisecond
+	// askTimeout bounds one /events request.
+	askTimeout = 2 * time.Second
+	// sinceSlack moves the start of the window asked for back, for clocks
+	// of different nodes that do not quite agree.
+	sinceSlack = 2 * time.Second
+	// lostAfter is how many rounds in a row a worker must fail to answer
+	// before it is logged as lost.
+	lostAfter = 2
+	// maxRecords bounds the rsh failure records read.
+	maxRecords = 64
+	// maxEventsPerWorker bounds the events kept of one worker-agent.
+	maxEventsPerWorker = 2048
+)
+
+// errLaunchStopped is the cause of the context that stops mpirun after a
+// daemon could not be started.
+var errLaunchStopped = errors.New("podmpi-rsh could not start an MPI daemon and mpirun did not exit on its own")
+
+// workerState is what the launcher knows of one worker-agent.
+type workerState struct {
+	host      string
+	events    *api.Events          // the account so far, events merged
+	seen      map[eventKey]bool    // events already in it
+	agentNow  time.Time            // the agent's clock at its last answer
+	err       error                // the last failure to answer
+	fails     int                  // rounds in a row without an answer
+	lostAt    time.Time            // first failure of the current run of failures
+	logged    bool                 // its loss was logged
+	noAccount bool                 // it answered 404: it keeps no account
+}
+
+type eventKey struct {
+	seq  uint64
+	time int64
+}
+
+// watch is the diagnosis machinery of one mpirun run.
+type watch struct {
+	l         *Launcher
+	since     time.Time
+	failDir   string
+	collector *postmortem.Collector
+	stdout    io.Writer
+	stderr    io.Writer
+	client    *http.Client
+
+	runCtx    context.Context // mpirun's context: cancelled to stop it
+	cancel    context.CancelCauseFunc
+	stopWg    sync.WaitGroup
+	quit      context.CancelFunc
+	unwatchCtx func() bool
+
+	mu            sync.Mutex
+	workers       []*workerState
+	records       []rsh.FailureRecord
+	read          map[string]bool
+	launchStopped bool
+	stoppedAt     time.Time
+}
+
+// newWatch prepares the diagnosis of a run: the directory podmpi-rsh
+// leaves its failure records in (inside dir, the launcher's private one),
+// the workers to ask and mpirun's output streams, scanned as they pass.
+func (l *Launcher) newWatch(ctx context.Context, p *Prepared, dir string) *watch {
+	cfg := l.cfg
+	w := &watch{l: l, collector: postmortem.NewCollector(nil), read: make(map[string]bool)}
+	w.failDir = filepath.Join(dir, rsh.FailureDirName)
+	if err := os.Mkdir(w.failDir, 0o700); err != nil {
+		l.log.Warn("podmpi-rsh failures will not be watched while mpirun runs", "dir", w.failDir, "err", err)
+		w.failDir = ""
+	}
+	for i, h := range p.Hosts {
+		if i != p.Plan.SelfIndex {
+			w.workers = append(w.workers, &workerState{host: h.Name})
+		}
+	}
+	w.stdout = w.collector.Writer(cfg.Stdout)
+	w.stderr = w.stdout
+	if !sameWriter(cfg.Stdout, cfg.Stderr) {
+		w.stderr = w.collector.Writer(cfg.Stderr)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.DisableKeepAlives = true // one request per worker now and then: no idle descriptor per worker
+	tr.Proxy = nil
+	w.client = &http.Client{Transport: tr}
+	w.runCtx, w.cancel = context.WithCancelCause(ctx)
+	w.unwatchCtx = context.AfterFunc(ctx, func() {
+		w.mu.Lock()
+		w.stoppedAt = time.Now()
+		w.mu.Unlock()
+	})
+	return w
+}
+
+// start begins watching, with mpirun about to start now.
+func (w *watch) start() {
+	w.since = time.Now().Add(-sinceSlack)
+	ctx, quit := context.WithCancel(context.Background())
+	w.quit = quit
+	if w.failDir != "" {
+		w.stopWg.Go(func() { w.watchRecords(ctx) })
+	}
+	if w.l.cfg.DiagnosisWatch > 0 && len(w.workers) > 0 {
+		w.stopWg.Go(func() { w.watchWorkers(ctx) })
+	}
+}
+
+// stop ends the watch; mpirun has exited.
+func (w *watch) stop() {
+	if w.quit != nil {
+		w.quit()
+	}
+	w.stopWg.Wait()
+	w.cancel(nil)
+	w.unwatchCtx()
+	w.collector.Flush(w.stdout)
+	if w.stderr != w.stdout {
+		w.collector.Flush(w.stderr)
+	}
+}
+
+// watchRecords reads podmpi-rsh's failure records while mpirun runs: each
+// is logged at once, and when mpirun has not exited LaunchGrace after the
+// first one, it is stopped.
+func (w *watch) watchRecords(ctx context.Context) {
+	t := time.NewTicker(recordPoll)
+	defer t.Stop()
+	var deadline <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if n := w.readRecords(); n > 0 && deadline == nil {
+				grace := w.l.cfg.LaunchGrace
+				w.l.log.Error("an MPI daemon could not be started; mpirun is stopped unless it exits on its own",
+					"grace", grace, "kill_grace", w.l.cfg.KillGrace)
+				timer := time.NewTimer(grace)
+				defer timer.Stop()
+				deadline = timer.C
+			}
+		case <-deadline:
+			deadline = nil
+			w.mu.Lock()
+			w.launchStopped = true
+			w.mu.Unlock()
+			w.l.log.Error("mpirun did not exit after its daemon failed to start; stopping it (SIGTERM, then SIGKILL of its process tree)",
+				"grace", w.l.cfg.LaunchGrace, "kill_grace", w.l.cfg.KillGrace)
+			w.cancel(errLaunchStopped)
+		}
+	}
+}
+
+// readRecords reads the records not read yet, logs each, and returns how
+// many there were.
+func (w *watch) readRecords() int {
+	recs, names, err := rsh.ReadFailureRecords(w.failDir, maxRecords, w.snapshotRead())
+	if err != nil {
+		w.l.log.Warn("reading podmpi-rsh failure records", "dir", w.failDir, "err", err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, n := range names {
+		w.read[n] = true
+	}
+	room := maxRecords - len(w.records)
+	for i, r := range recs {
+		w.l.log.Error("podmpi-rsh could not start an MPI daemon", "host", r.Host, "port", r.Port, "phase", r.Phase,
+			"daemon", r.Daemon, "cause", r.Cause, "hint", r.Hint)
+		if i < room {
+			w.records = append(w.records, r)
+		}
+	}
+	return len(recs)
+}
+
+func (w *watch) snapshotRead() map[string]bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m := make(map[string]bool, len(w.read))
+	for k := range w.read {
+		m[k] = true
+	}
+	return m
+}
+
+// watchWorkers asks every worker-agent for its account every
+// DiagnosisWatch while mpirun runs, so that a worker that stops answering
+// is seen (and logged) when it happens, and what it said before is kept.
+func (w *watch) watchWorkers(ctx context.Context) {
+	t := time.NewTicker(w.l.cfg.DiagnosisWatch)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			w.askAll(ctx, w.l.cfg.DiagnosisWatch)
+			w.mu.Lock()
+			for _, s := range w.workers {
+				if s.fails >= lostAfter && !s.logged {
+					s.logged = true
+					w.l.log.Error("a worker-agent stopped answering while mpirun runs; its pod may be gone", "host", s.host,
+						"since", s.lostAt.UTC().Format(time.RFC3339), "err", s.err)
+				}
+			}
+			w.mu.Unlock()
+		}
+	}
+}
+
+// askAll asks every worker-agent (at most ProbeParallel at once) for its
+// account since the run started, within d.
+func (w *watch) askAll(ctx context.Context, d time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	sem := make(chan struct{}, max(w.l.cfg.ProbeParallel, 1))
+	var wg sync.WaitGroup
+	for _, s := range w.workers {
+		w.mu.Lock()
+		skip := s.noAccount
+		w.mu.Unlock()
+		if skip {
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			w.mu.Lock()
+			if s.events == nil && s.err == nil {
+				s.err = fmt.Errorf("not asked within %s", d)
+			}
+			w.mu.Unlock()
+			continue
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			w.ask(ctx, s)
+		})
+	}
+	wg.Wait()
+}
+
+// ask asks one worker-agent and merges its answer.
+func (w *watch) ask(ctx context.Context, s *workerState) {
+	w.mu.Lock()
+	since := w.since
+	if !s.agentNow.IsZero() {
+		since = s.agentNow.Add(-time.Second) // its own clock: only what is new
+	}
+	w.mu.Unlock()
+	u := "http://" + net.JoinHostPort(s.host, strconv.Itoa(w.l.cfg.WorkerWebPort)) + api.EventsPath + "?since=" +
+		url.QueryEscape(since.UTC().Format(time.RFC3339Nano))
+	ev, noAccount, err := w.get(ctx, u)
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case noAccount:
+		s.noAccount = true
+	case err != nil:
+		if s.fails == 0 {
+			s.lostAt = now
+		}
+		s.fails++
+		s.err = err
+	default:
+		if s.fails >= lostAfter && s.logged {
+			w.l.log.Info("a worker-agent answers again", "host", s.host, "after", now.Sub(s.lostAt).Round(time.Millisecond))
+		}
+		s.fails, s.err, s.lostAt, s.logged = 0, nil, time.Time{}, false
+		s.agentNow = ev.Now
+		if s.events == nil {
+			s.seen = make(map[eventKey]bool)
+			s.events = &api.Events{Hostname: ev.Hostname, Since: w.since, Events: []api.Event{}}
+		}
+		s.events.Now, s.events.Memory, s.events.Dropped = ev.Now, ev.Memory, ev.Dropped
+		for _, e := range ev.Events {
+			k := eventKey{e.Seq, e.Time.UnixNano()}
+			if !s.seen[k] && len(s.events.Events) < maxEventsPerWorker {
+				s.seen[k] = true
+				s.events.Events = append(s.events.Events, e)
+			}
+		}
+	}
+}
+
+// get fetches one /events document within askTimeout.
+func (w *watch) get(ctx context.Context, u string) (api.Events, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, askTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return api.Events{}, false, err
+	}
+	resp, err := w.client.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("no answer within %s", askTimeout)
+		}
+		return api.Events{}, false, err
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusNotFound:
+		return api.Events{}, true, nil
+	default:
+		return api.Events{}, false, fmt.Errorf("GET %s: %s", u, resp.Status)
+	}
+	ev, err := api.DecodeEvents(resp.Body)
+	return ev, false, err
+}
+
+// diagnose decides the root cause of a failed run: the last records, one
+// more round of questions to every worker-agent (DiagnosisTimeout), and
+// postmortem.Decide. It logs and reports the result and sets the
+// root-cause metric.
+func (w *watch) diagnose(res mpirun.RunResult, program string) *postmortem.Diagnosis {
+	if w.failDir != "" {
+		w.readRecords()
+	}
+	timeout := w.l.cfg.DiagnosisTimeout
+	start := time.Now()
+	w.askAll(context.Background(), timeout)
+	w.mu.Lock()
+	in := postmortem.Input{
+		Outcome: postmortem.Outcome{Program: program, ExitCode: res.ExitCode, TimedOut: res.TimedOut, LaunchStopped: w.launchStopped,
+			WebPort: w.l.cfg.WorkerWebPort},
+		Reports:  w.collector.Reports(),
+		Launches: append([]rsh.FailureRecord(nil), w.records...),
+	}
+	if !w.stoppedAt.IsZero() && !w.launchStopped {
+		in.Outcome.Stopped, in.Outcome.StoppedAt = true, w.stoppedAt
+	}
+	for _, s := range w.workers {
+		wk := postmortem.Worker{Host: s.host, NoAccount: s.noAccount}
+		if s.events != nil && s.fails == 0 {
+			wk.Events = s.events
+		} else if !s.noAccount {
+			wk.Err = s.err
+			if s.err == nil {
+				wk.Err = errors.New("no answer")
+			}
+			if s.logged {
+				wk.LostAt = s.lostAt
+			}
+			if s.events != nil {
+				// What it said before it went quiet still counts.
+				wk.Events = s.events
+			}
+		}
+		in.Workers = append(in.Workers, wk)
+	}
+	w.mu.Unlock()
+	d := postmortem.Decide(in)
+	log := w.l.log
+	attrs := []any{"cause", d.Cause(), "answered", d.Answered, "silent", d.Silent, "asked_in", time.Since(start).Round(time.Millisecond)}
+	if d.Root != nil {
+		attrs = append(attrs, "host", d.Root.Host, "rank", d.Root.Rank)
+	}
+	log.Error(d.Summary(), attrs...)
+	lines := d.Lines()
+	for _, line := range lines {
+		log.Warn(line)
+	}
+	w.l.report("== %s\n", d.Summary())
+	for _, line := range lines {
+		w.l.report("   %s\n", line)
+	}
+	for _, c := range postmortem.Causes {
+		v := 0.0
+		if c == d.Cause() {
+			v = 1
+		}
+		w.l.m.RootCause.WithLabelValues(c).Set(v)
+	}
+	return &d
+}
+
+// stoppedForLaunch reports whether the launcher stopped mpirun after a
+// failed daemon launch.
+func (w *watch) stoppedForLaunch() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.launchStopped
+}
+
+// sameWriter reports whether a and b are the same writer, so that the
+// output scanner uses one line buffer for both.
+func sameWriter(a, b io.Writer) (same bool) {
+	defer func() {
+		if recover() != nil { // not comparable
+			same = false
+		}
+	}()
+	return a == b
+}

@@ -1,0 +1,332 @@
+package launcher
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/podmpi/podmpi/agent/exitcode"
+	"github.com/podmpi/podmpi/agent/launcher/discovery"
+	"github.com/podmpi/podmpi/agent/launcher/postmortem"
+	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
+	"github.com/podmpi/podmpi/agent/worker/api"
+)
+
+// fakeAgent serves /events on 127.0.0.1 with the events the test sets.
+type fakeAgent struct {
+	port int
+	srv  *http.Server
+	asks atomic.Int32
+
+	mu     sync.Mutex
+	events []api.Event
+	since  []string
+}
+
+func startAgent(t *testing.T) *fakeAgent {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &fakeAgent{port: ln.Addr().(*net.TCPAddr).Port}
+	a.srv = &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != api.EventsPath {
+			http.NotFound(w, r)
+			return
+		}
+		a.asks.Add(1)
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.since = append(a.since, r.URL.Query().Get("since"))
+		_ = json.NewEncoder(w).Encode(api.Events{Hostname: "w", Now: time.Now(), Events: a.events,
+			Memory: api.Memory{Version: 1, LimitBytes: 200 << 20}})
+	})}
+	go func() { _ = a.srv.Serve(ln) }()
+	t.Cleanup(func() { a.srv.Close() })
+	return a
+}
+
+func (a *fakeAgent) set(evs ...api.Event) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.events = evs
+}
+
+// runJob runs the launcher over one worker, 127.0.0.1, whose agent listens
+// on webPort, with command as mpirun.
+func runJob(t *testing.T, webPort int, mod func(*Config), command ...string) (exitcode.Code, error, string, string, *Launcher) {
+	t.Helper()
+	cfg := Config{
+		Discovery:        discovery.Spec{Workers: []string{"127.0.0.1=2"}, Self: "launcher-not-listed"},
+		DiscoveryTimeout: 5 * time.Second,
+		Implementation:   "openmpi4",
+		WorkerWebPort:    webPort,
+		SkipProbe:        true,
+		Slots:            2,
+		HostfilePath:     filepath.Join(t.TempDir(), "hostfile"),
+		TempDir:          t.TempDir(),
+		Executable:       "/bin/true",
+		KillGrace:        time.Second,
+		DiagnosisTimeout: 3 * time.Second,
+		LaunchGrace:      300 * time.Millisecond,
+		Command:          command,
+	}
+	var out, logs, report sshtest.Buffer
+	cfg.Stdout, cfg.Stderr, cfg.Report = &out, &out, &report
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	if mod != nil {
+		mod(&cfg)
+	}
+	l, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	code, runErr := l.Run(ctx)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("output:\n%s\nreport:\n%s\nlog:\n%s", out.String(), report.String(), logs.String())
+		}
+	})
+	return code, runErr, out.String(), logs.String() + report.String(), l
+}
+
+// firstLine is the termination message's first line.
+func firstLine(code exitcode.Code, err error) string {
+	line, _, _ := strings.Cut(TerminationMessage(code, err), "\n")
+	return line
+}
+
+// recordScript writes a podmpi-rsh failure record the way the client does
+// (a JSON file in $PODMPI_RSH_FAILURE_DIR), then runs then.
+func recordScript(then string) []string {
+	rec := `{"time":"2025-01-02T03:04:05Z","host":"127.0.0.1","port":2222,"phase":"tcp-refused",` +
+		`"cause":"dial tcp 127.0.0.1:2222: connect: connection refused","hint":"nothing listens on port 2222 of 127.0.0.1","daemon":"orted",` +
+		`"line":"127.0.0.1:2222: tcp-refused: ...","pid":42}`
+	return []string{"sh", "-c", `test -d "$` + "PODMPI_RSH_FAILURE_DIR" + `" || exit 99; printf '%s\n' '` + rec + `' > "$PODMPI_RSH_FAILURE_DIR/42-1.json"; ` + then}
+}
+
+func TestLaunchFailureStopsAHangingMPIRun(t *testing.T) {
+	a := startAgent(t)
+	start := time.Now()
+	code, err, _, logs, _ := runJob(t, a.port, nil, recordScript("exec sleep 60")...)
+	if code != exitcode.LaunchFailed {
+		t.Fatalf("exit %d (%v), want %d", code, err, exitcode.LaunchFailed)
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("took %v", took)
+	}
+	first := firstLine(code, err)
+	for _, want := range []string{"root cause: podmpi-rsh could not start orted on 127.0.0.1:2222: tcp-refused", "hint: nothing listens on port 2222"} {
+		if !strings.Contains(first, want) {
+			t.Errorf("first line of the termination message lacks %q:\n%s", want, first)
+		}
+	}
+	msg := TerminationMessage(code, err)
+	if !strings.Contains(msg, "exit code 73") || !strings.Contains(msg, "did not exit within --diagnosis.launch-grace=300ms") {
+		t.Errorf("termination message:\n%s", msg)
+	}
+	if !strings.Contains(logs, `level=ERROR msg="podmpi-rsh could not start an MPI daemon" host=127.0.0.1 port=2222 phase=tcp-refused`) ||
+		!strings.Contains(logs, "stopping it") {
+		t.Errorf("log lacks the record and the stop:\n%s", logs)
+	}
+}
+
+func TestLaunchFailureMPIRunExitsOnItsOwn(t *testing.T) {
+	a := startAgent(t)
+	code, err, _, _, l := runJob(t, a.port, nil, recordScript("exit 1")...)
+	if code != 1 {
+		t.Fatalf("exit %d (%v), want mpirun's own 1", code, err)
+	}
+	if first := firstLine(code, err); !strings.Contains(first, "root cause: podmpi-rsh could not start orted on 127.0.0.1:2222") {
+		t.Errorf("first line: %s", first)
+	}
+	if v := testutil.ToFloat64(l.m.RootCause.WithLabelValues(postmortem.CauseLaunch)); v != 1 {
+		t.Errorf("podmpi_launcher_root_cause{cause=launch} = %v", v)
+	}
+}
+
+func TestDiagnosisNamesTheOOMKill(t *testing.T) {
+	a := startAgent(t)
+	a.set(api.Event{Seq: 1, Time: time.Now(), Kind: api.KindOOMKill, Rank: 3, PID: 77, Comm: "train", ExitCode: -1, Signal: "SIGKILL",
+		RSSBytes: 150 << 20, Memory: &api.Memory{Version: 1, LimitBytes: 200 << 20, UsageBytes: 200 << 20, PeakBytes: 200 << 20, OOMKills: 1, AtLimit: true}})
+	code, err, _, logs, _ := runJob(t, a.port, nil, "sh", "-c", "exit 137")
+	if code != 137 {
+		t.Fatalf("exit %d, want mpirun's 137 passed through", code)
+	}
+	first := firstLine(code, err)
+	for _, want := range []string{"OOM", "rank 3 on 127.0.0.1", "memory limit of 200 MiB"} {
+		if !strings.Contains(first, want) {
+			t.Errorf("first line lacks %q: %s", want, first)
+		}
+	}
+	if !strings.Contains(TerminationMessage(code, err), "exit code 137") || !strings.Contains(logs, "level=ERROR msg=\"root cause: OOM: rank 3") {
+		t.Errorf("error %v; log:\n%s", err, logs)
+	}
+	if !strings.Contains(logs, "== root cause: OOM") {
+		t.Errorf("report lacks the root cause:\n%s", logs)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.since) == 0 || a.since[0] == "" {
+		t.Fatalf("the agent was asked %v, want ?since=<the run's start>", a.since)
+	}
+	if since, err := time.Parse(time.RFC3339Nano, a.since[0]); err != nil || time.Since(since) > time.Minute {
+		t.Errorf("since = %q (%v)", a.since[0], err)
+	}
+}
+
+func TestDiagnosisGoneWorker(t *testing.T) {
+	port := sshtest.FreePort(t)
+	code, err, _, _, _ := runJob(t, port, nil, "sh", "-c", "exit 1")
+	if code != 1 {
+		t.Fatalf("exit %d", code)
+	}
+	first := firstLine(code, err)
+	for _, want := range []string{"worker 127.0.0.1 is gone", "port " + strconv.Itoa(port), "connection refused", "kubectl get events"} {
+		if !strings.Contains(first, want) {
+			t.Errorf("first line lacks %q: %s", want, first)
+		}
+	}
+}
+
+func TestDiagnosisFromMPIRunOutput(t *testing.T) {
+	a := startAgent(t)
+	out := "mpirun noticed that process rank 1 with PID 0 on node 127.0.0.1 exited on signal 11 (Segmentation fault).\n"
+	code, err, got, _, _ := runJob(t, a.port, nil, "sh", "-c", "printf '%s' '"+out+"' >&2; exit 139")
+	if code != 139 {
+		t.Fatalf("exit %d", code)
+	}
+	if got != out {
+		t.Errorf("mpirun's output changed on its way: %q", got)
+	}
+	if first := firstLine(code, err); !strings.Contains(first, "rank 1 on 127.0.0.1 died of signal 11 (SIGSEGV") {
+		t.Errorf("first line: %s", first)
+	}
+}
+
+func TestWatchSeesAWorkerStopAnswering(t *testing.T) {
+	a := startAgent(t)
+	a.set(api.Event{Seq: 1, Time: time.Now(), Kind: api.KindRankExit, Rank: 0, PID: 9, Signal: "SIGBUS", ExitCode: -1, Message: "rank 0 died"})
+	gone := filepath.Join(t.TempDir(), "agent-gone")
+	go func() {
+		// Once the agent has been asked, it goes away for good, and mpirun
+		// is told so (the marker file).
+		for a.asks.Load() == 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+		a.srv.Close()
+		_ = os.WriteFile(gone, nil, 0o644)
+	}()
+	// mpirun fails a second after the agent went away: the watch (every
+	// 200ms) has seen it fail to answer twice by then.
+	code, err, _, logs, _ := runJob(t, a.port, func(c *Config) { c.DiagnosisWatch = 200 * time.Millisecond },
+		"sh", "-c", `while [ ! -e "$0" ]; do sleep 0.05; done; sleep 1; exit 7`, gone)
+	if code != 7 {
+		t.Fatalf("exit %d (%v), want 7", code, err)
+	}
+	if !strings.Contains(logs, "a worker-agent stopped answering while mpirun runs") {
+		t.Errorf("log lacks the lost worker:\n%s", logs)
+	}
+	first := firstLine(code, err)
+	if !strings.Contains(first, "rank 0 on 127.0.0.1 died of signal 7 (SIGBUS") {
+		t.Errorf("what the agent said before it went quiet is not the root cause: %s", first)
+	}
+	if msg := TerminationMessage(code, err); !strings.Contains(msg, "also: worker 127.0.0.1 is gone") || !strings.Contains(msg, " UTC") {
+		t.Errorf("termination message:\n%s", msg)
+	}
+}
+
+func TestSuccessAsksNobody(t *testing.T) {
+	a := startAgent(t)
+	code, err, _, _, l := runJob(t, a.port, nil, "sh", "-c", "exit 0")
+	if code != 0 || err != nil {
+		t.Fatalf("exit %d, %v", code, err)
+	}
+	if n := a.asks.Load(); n != 0 {
+		t.Errorf("the agent was asked %d times after a successful run", n)
+	}
+	if strings.Contains(TerminationMessage(code, err), "root cause") {
+		t.Errorf("a successful run has a root cause")
+	}
+	if n := testutil.CollectAndCount(l.m.RootCause); n != 0 {
+		t.Errorf("root cause metric has %d series after a success", n)
+	}
+}
+
+// TestStoppedIsNamed: the launcher's context ends (SIGTERM) while mpirun
+// runs and nothing failed before: the stop is the root cause.
+func TestStoppedIsNamed(t *testing.T) {
+	a := startAgent(t)
+	started := filepath.Join(t.TempDir(), "started")
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() {
+		for {
+			if _, err := os.Stat(started); err == nil || ctx.Err() != nil {
+				cancel()
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	var out bytes.Buffer
+	l, _ := New(Config{
+		Discovery: discovery.Spec{Workers: []string{"127.0.0.1=1"}, Self: "x"}, DiscoveryTimeout: 5 * time.Second,
+		Implementation: "openmpi4", WorkerWebPort: a.port, SkipProbe: true, Slots: 1,
+		HostfilePath: filepath.Join(t.TempDir(), "hostfile"), TempDir: t.TempDir(), Executable: "/bin/true",
+		KillGrace: 500 * time.Millisecond, Command: []string{"sh", "-c", `: > "$0"; exec sleep 30`, started}, Stdout: &out, Stderr: &out,
+	})
+	code, err := l.Run(ctx)
+	if code == 0 {
+		t.Fatalf("exit 0 after the stop")
+	}
+	if first := firstLine(code, err); !strings.Contains(first, "the launcher received SIGTERM or SIGINT and stopped sh") {
+		t.Errorf("first line: %s", first)
+	}
+	if errors.Is(err, context.Canceled) {
+		t.Errorf("err = %v", err)
+	}
+}
+
+// TestRunJobNamesTheRootCause: the job's one-line error and the
+// termination log file both start with the root cause.
+func TestRunJobNamesTheRootCause(t *testing.T) {
+	a := startAgent(t)
+	a.set(api.Event{Seq: 1, Time: time.Now(), Kind: api.KindOOMKill, Rank: 1, PID: 7, ExitCode: -1,
+		Memory: &api.Memory{Version: 2, LimitBytes: 1 << 30, PeakBytes: 1 << 30, AtLimit: true}})
+	termLog := filepath.Join(t.TempDir(), "termination-log")
+	var out bytes.Buffer
+	code, err := RunJob(t.Context(), Config{
+		Discovery: discovery.Spec{Workers: []string{"127.0.0.1=1"}, Self: "x"}, DiscoveryTimeout: 5 * time.Second,
+		Implementation: "openmpi4", WorkerWebPort: a.port, SkipProbe: true, Slots: 1,
+		HostfilePath: filepath.Join(t.TempDir(), "hostfile"), TempDir: t.TempDir(), Executable: "/bin/true",
+		TerminationLog: termLog, Command: []string{"sh", "-c", "exit 137"}, Stdout: &out, Stderr: &out,
+	})
+	if code != 137 || err == nil || !strings.HasPrefix(err.Error(), "sh exited with 137; root cause: OOM: rank 1 on 127.0.0.1") {
+		t.Fatalf("RunJob = %d, %v", code, err)
+	}
+	b, rerr := os.ReadFile(termLog)
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	if !strings.HasPrefix(string(b), "root cause: OOM: rank 1 on 127.0.0.1 was killed by the kernel's OOM killer at its container's memory limit of 1 GiB") {
+		t.Errorf("termination log:\n%s", b)
+	}
+}
