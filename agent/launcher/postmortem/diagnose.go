@@ -141,6 +141,9 @@ type Finding struct {
 	source string // "agent", "mpirun", "rsh", "launcher"
 	comm   string // the process's command name, when the agent saw it
 	rss    uint64 // its resident memory when last seen
+	phase  string // a podmpi-rsh record's phase
+	cause  string // ... and its cause
+	port   int    // the port a gone worker did not answer on
 }
 
 // Diagnosis is the decision.
@@ -218,6 +221,7 @@ func Decide(in Input) Diagnosis {
 		}
 	}
 	fs = merge(fs)
+	fs = foldLaunches(fs)
 	// A worker's own agent that recorded a failure before it went quiet
 	// saw that failure first: it beats the worker being gone.
 	for i := range fs {
@@ -428,7 +432,7 @@ func rankOn(rank, pid int, host string) string {
 
 // gone is a worker that did not answer.
 func gone(w Worker, port int) Finding {
-	f := Finding{Cause: CauseGone, tier: tierGone, Host: w.Host, Rank: -1, ExitCode: -1, Time: w.LostAt, source: "launcher"}
+	f := Finding{Cause: CauseGone, tier: tierGone, Host: w.Host, Rank: -1, ExitCode: -1, Time: w.LostAt, source: "launcher", port: port}
 	why := "no answer"
 	if w.Err != nil {
 		why = w.Err.Error()
@@ -449,10 +453,51 @@ func launch(r rsh.FailureRecord, hosts []string) Finding {
 	if daemon == "" {
 		daemon = "the MPI daemon"
 	}
-	f := Finding{Cause: CauseLaunch, tier: tierGone, Time: r.Time, Host: host, Rank: -1, ExitCode: -1, source: "rsh",
-		Sentence: fmt.Sprintf("podmpi-rsh could not start %s on %s: %s: %s", daemon, net.JoinHostPort(host, strconv.Itoa(r.Port)), r.Phase, r.Cause),
+	verb := "start"
+	if r.Phase == "remote-command" {
+		verb = "run"
+	}
+	f := Finding{Cause: CauseLaunch, tier: tierGone, Time: r.Time, Host: host, Rank: -1, ExitCode: -1, source: "rsh", phase: r.Phase, cause: r.Cause,
+		Sentence: fmt.Sprintf("podmpi-rsh could not %s %s on %s: %s: %s", verb, daemon, net.JoinHostPort(host, strconv.Itoa(r.Port)), r.Phase, r.Cause),
 		Hint:     r.Hint}
 	return f
+}
+
+// foldLaunches joins what podmpi-rsh and a silent worker-agent say about
+// the same host into one finding: a daemon that never started (a connect,
+// handshake, key or auth phase) is the cause, and the silent agent says
+// more about it; a session lost mid-run (remote-command) on a host whose
+// agent is silent too is that host being gone.
+func foldLaunches(fs []Finding) []Finding {
+	drop := make([]bool, len(fs))
+	for i := range fs {
+		if fs[i].Cause != CauseGone {
+			continue
+		}
+		for j := range fs {
+			l := &fs[j]
+			if drop[j] || l.Cause != CauseLaunch || l.Host != fs[i].Host {
+				continue
+			}
+			if l.phase == "remote-command" {
+				if fs[i].Time.IsZero() || l.Time.Before(fs[i].Time) {
+					fs[i].Time = l.Time
+				}
+				fs[i].Sentence += "; podmpi-rsh: " + l.phase + ": " + l.cause
+				drop[j] = true
+			} else if !drop[i] {
+				l.Sentence += fmt.Sprintf("; its worker-agent does not answer on port %d either", fs[i].port)
+				drop[i] = true
+			}
+		}
+	}
+	out := fs[:0]
+	for i, f := range fs {
+		if !drop[i] {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // fromReport turns one of mpirun's messages into a finding.

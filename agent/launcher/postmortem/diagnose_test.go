@@ -166,10 +166,33 @@ func TestLaunchFailure(t *testing.T) {
 		Workers:  []Worker{answered(hostA), {Host: hostB, Err: errors.New("connection refused")}},
 		Launches: []rsh.FailureRecord{{Time: at(1), Host: hostB, Port: 2222, Phase: "tcp-refused", Cause: "dial tcp 10.0.0.3:2222: connect: connection refused", Hint: "nothing listens on port 2222", Daemon: "hydra_pmi_proxy"}},
 	})
-	wantRoot(t, d, CauseLaunch, "podmpi-rsh could not start hydra_pmi_proxy on "+hostB+":2222: tcp-refused", "hint: nothing listens")
-	if len(d.Others) != 1 || d.Others[0].Cause != CauseGone {
-		t.Errorf("others = %v; want the silent agent listed", d.Lines())
+	wantRoot(t, d, CauseLaunch, "podmpi-rsh could not start hydra_pmi_proxy on "+hostB+":2222: tcp-refused",
+		"its worker-agent does not answer on port 0 either", "hint: nothing listens")
+	if len(d.Others) != 0 || d.Silent != 1 {
+		t.Errorf("others = %v, silent %d; want the silent agent folded into the launch failure", d.Lines(), d.Silent)
 	}
+}
+
+// TestSessionLostOnAGoneWorker: a worker killed mid-job drops podmpi-rsh's
+// session (a remote-command record) and its agent is silent: it is gone.
+func TestSessionLostOnAGoneWorker(t *testing.T) {
+	d := Decide(Input{
+		Outcome: Outcome{WebPort: 9022},
+		Workers: []Worker{answered(hostA), {Host: hostB, Err: errors.New("connect: connection refused")}},
+		Launches: []rsh.FailureRecord{{Time: at(4), Host: hostB, Port: 2222, Phase: "remote-command", Daemon: "orted",
+			Cause: "wait: remote command exited without exit status or exit signal", Hint: "the session ended without an exit status"}},
+		Reports: []Report{{Time: at(5), Kind: ReportDaemonLost, Rank: -1, Host: "dg-node-0-1", ExitCode: -1}},
+	})
+	wantRoot(t, d, CauseGone, "worker "+hostB+" is gone", "podmpi-rsh: remote-command: wait: remote command exited without exit status", "kubectl get events")
+	for _, f := range d.Others {
+		if f.Cause == CauseLaunch {
+			t.Errorf("the lost session is listed on its own: %s", f.Sentence)
+		}
+	}
+	// The same record on a worker that still answers stays what it is.
+	d = Decide(Input{Workers: []Worker{answered(hostB)}, Launches: []rsh.FailureRecord{{Time: at(4), Host: hostB, Port: 2222,
+		Phase: "remote-command", Daemon: "orted", Cause: "x"}}})
+	wantRoot(t, d, CauseLaunch, "podmpi-rsh could not run orted on "+hostB+":2222")
 }
 
 func TestGPUErrorBeatsTheAbort(t *testing.T) {
