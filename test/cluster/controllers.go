@@ -12,10 +12,13 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // The controllers run on the host, out of cluster, as their released
@@ -208,6 +211,12 @@ func (c *Cluster) uninstall(ctx context.Context, name string) error {
 				} else {
 					rest = append(rest, o)
 				}
+			}
+			// The custom resources next, while the controller still runs
+			// to handle their finalizers; whatever still holds a finalizer
+			// after that is released, so that the CRDs can go.
+			if err := c.deleteCustomResources(ctx, rest); err != nil {
+				errs = append(errs, err)
 			}
 			for _, set := range [][]*unstructured.Unstructured{hooks, rest} {
 				if len(set) == 0 {
@@ -617,17 +626,74 @@ func (c *Cluster) stopControllers() error {
 	return errors.Join(errs...)
 }
 
-// secretExists reports whether a Secret exists (for tests of the wiring).
-func (c *Cluster) secretExists(ctx context.Context, ns, name string) (bool, error) {
-	cs, err := c.Client()
+// deleteCustomResources deletes every object of the CRDs among objs (all
+// namespaces), waits up to 60 s for them to go, then removes the
+// finalizers of those still there.
+func (c *Cluster) deleteCustomResources(ctx context.Context, objs []*unstructured.Unstructured) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.L.AdminKubeconfig())
 	if err != nil {
-		return false, err
+		return err
 	}
-	_, err = cs.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return false, nil
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
 	}
-	return err == nil, err
+	var gvrs []schema.GroupVersionResource
+	for _, o := range objs {
+		if o.GetKind() != "CustomResourceDefinition" {
+			continue
+		}
+		group, _, _ := unstructured.NestedString(o.Object, "spec", "group")
+		plural, _, _ := unstructured.NestedString(o.Object, "spec", "names", "plural")
+		versions, _, _ := unstructured.NestedSlice(o.Object, "spec", "versions")
+		for _, v := range versions {
+			m, _ := v.(map[string]any)
+			if storage, _ := m["storage"].(bool); storage {
+				name, _ := m["name"].(string)
+				gvrs = append(gvrs, schema.GroupVersionResource{Group: group, Version: name, Resource: plural})
+			}
+		}
+	}
+	left := func() []unstructured.Unstructured {
+		var out []unstructured.Unstructured
+		for _, gvr := range gvrs {
+			l, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+			if err == nil {
+				out = append(out, l.Items...)
+			}
+		}
+		return out
+	}
+	for _, gvr := range gvrs {
+		l, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			continue // the CRD is not there (any more)
+		}
+		for _, it := range l.Items {
+			_ = dyn.Resource(gvr).Namespace(it.GetNamespace()).Delete(ctx, it.GetName(), metav1.DeleteOptions{})
+		}
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for len(left()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+	}
+	var errs []error
+	for _, gvr := range gvrs {
+		l, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			continue
+		}
+		for _, it := range l.Items {
+			if len(it.GetFinalizers()) == 0 {
+				continue
+			}
+			c.logf("== %s %s/%s still has finalizers %v after 60 s: removing them", gvr.Resource, it.GetNamespace(), it.GetName(), it.GetFinalizers())
+			_, err := dyn.Resource(gvr).Namespace(it.GetNamespace()).Patch(ctx, it.GetName(), types.MergePatchType,
+				[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+			if err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
-
-var _ = corev1.SecretTypeOpaque
