@@ -239,6 +239,11 @@ func probeOne(ctx context.Context, t Target, deadline time.Time, check string, o
 		start := time.Now()
 		p, f := attempt(actx, t, check, opts)
 		path, latency = p, time.Since(start)
+		if f != nil && f.Phase == sshclient.PhaseTCPRefused && opts.Explain != nil {
+			if why := opts.Explain(ctx, t); why != nil {
+				return why // what answers there will not become a worker-agent
+			}
+		}
 		return f
 	})
 	if f != nil {
