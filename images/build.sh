@@ -61,7 +61,8 @@ ensure_base "$go_image"
 ensure_base "$build_image"
 for w in "${want[@]}"; do
 	case "$w" in
-	openmpi | mpich | horovod) ensure_base docker.io/library/debian:bookworm-slim ;;
+	openmpi | horovod) ensure_base docker.io/library/debian:bookworm-slim ;;
+	mpich) ensure_base docker.io/library/debian:trixie-slim ;;
 	esac
 done
 

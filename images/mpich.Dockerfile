@@ -1,5 +1,12 @@
-# podmpi runtime image with MPICH (Debian bookworm: MPICH 4.0.2, Hydra,
-# ch4:ucx).
+# podmpi runtime image with MPICH (Debian trixie: MPICH 4.2.1, Hydra,
+# ch4:ucx over UCX 1.18).
+#
+# Not bookworm: its MPICH 4.0.2 hangs in MPI_Finalize in about a third of
+# multi-pod runs. Its finalize closes every UCX endpoint and then waits in a
+# blocking PMI barrier; closing a UCX TCP endpoint that has sent anything
+# sends an empty PUT and waits for the peer's acknowledgement, which a peer
+# already in that barrier never sends. MPICH 4.2 no longer leaves a rank in
+# the barrier while others close (images/README.md, "MPICH: why trixie").
 #
 #   make images            (or: images/build.sh mpich)
 #
@@ -14,7 +21,7 @@
 # The binaries: the podmpi image (images/podmpi.Dockerfile), which
 # images/build.sh builds first and passes here.
 ARG PODMPI_IMAGE=localhost/podmpi/podmpi:latest
-ARG BASE_IMAGE=docker.io/library/debian:bookworm-slim
+ARG BASE_IMAGE=docker.io/library/debian:trixie-slim
 
 # ---- the binaries, from the binaries-only image: /opt/podmpi.
 FROM ${PODMPI_IMAGE} AS podmpi
@@ -64,7 +71,7 @@ ARG VERSION=devel
 ARG REVISION=unknown
 ARG CREATED=unknown
 LABEL org.opencontainers.image.title="podmpi-mpich" \
-      org.opencontainers.image.description="MPICH 4.0 (Hydra) runtime with podmpi worker-agent and launcher; no OpenSSH; non-root (1000:0), read-only-root ready" \
+      org.opencontainers.image.description="MPICH 4.2 (Hydra) runtime with podmpi worker-agent and launcher; no OpenSSH; non-root (1000:0), read-only-root ready" \
       org.opencontainers.image.source="https://github.com/podmpi/podmpi" \
       org.opencontainers.image.url="https://github.com/podmpi/podmpi/tree/main/images" \
       org.opencontainers.image.documentation="https://github.com/podmpi/podmpi/blob/main/images/README.md" \
@@ -73,14 +80,14 @@ LABEL org.opencontainers.image.title="podmpi-mpich" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.created="${CREATED}" \
-      org.opencontainers.image.base.name="docker.io/library/debian:bookworm-slim" \
+      org.opencontainers.image.base.name="docker.io/library/debian:trixie-slim" \
       io.podmpi.mpi="mpich"
 
-# UCX under a pod with all capabilities dropped and no-new-privileges:
-# cross-memory attach (part of "sm") needs ptrace rights between ranks, and
-# the posix shared-memory transport's default /proc/<pid>/fd link makes
-# MPI_Finalize hang (measured: every rank done, mpiexec waits forever);
-# file-name based /dev/shm segments work.
+# UCX: shared memory between the ranks of a pod, TCP between pods. With
+# UCX_POSIX_USE_PROC_LINK=n a rank maps a peer's /dev/shm segment by its name
+# instead of through the peer's /proc/<pid>/fd, which needs ptrace read
+# access to the peer. (It was once thought to cure a hang in MPI_Finalize:
+# measured, it does not; that hang was bookworm's MPICH 4.0.2, see above.)
 # SHELL: no passwd entry under an arbitrary UID, so say which shell runs
 # remote commands (worker-agent) and which shell mpirun assumes locally.
 ENV HOME=/home/mpiuser \

@@ -6,8 +6,9 @@
 # else (PODMPI_STANDIN != never) built here as a stand-in tagged with NAME so
 # that the Dockerfiles' FROM lines work unchanged:
 #   debian:<suite>-slim     debootstrap --variant=minbase <suite>, imported
-#                           (bookworm for the MPI images, bullseye for the
-#                           build stage of the podmpi image)
+#                           (trixie for the MPICH image, bookworm for the
+#                           other MPI images, bullseye for the build stage
+#                           of the podmpi image)
 #   golang:<ver>-bookworm   the stand-in Debian + gcc/libc6-dev + this host's Go
 #                           toolchain ($(go env GOROOT)), which must be <ver>,
 #                           and this host's CA bundle
@@ -100,7 +101,7 @@ ensure_base() {
 		note "cannot pull $name (no registry reachable?): building a local stand-in"
 	fi
 	case "$name" in
-	*/debian:bookworm-slim | debian:bookworm-slim | */debian:bullseye-slim | debian:bullseye-slim) standin_debian "$name" ;;
+	*/debian:trixie-slim | debian:trixie-slim | */debian:bookworm-slim | debian:bookworm-slim | */debian:bullseye-slim | debian:bullseye-slim) standin_debian "$name" ;;
 	*/golang:*-bookworm | golang:*-bookworm) standin_golang "$name" ;;
 	*) die "cannot pull $name and there is no stand-in recipe for it" ;;
 	esac

@@ -10,6 +10,10 @@
 # Needs root, podman, runc, dnsmasq, iproute2, debootstrap and the network for
 # apt (first build about 5 minutes here; with a warm layer cache about 1).
 # Containers and pods are removed by name/PID when the test ends.
+#
+# Arguments go to "go test"; PODMPI_IMAGE_TEST_BUILD=0 skips the build and
+# tests the images already built. To repeat only the MPICH allreduce:
+#   PODMPI_IMAGE_TEST_BUILD=0 images/test.sh -run TestAllreduceAcrossContainers/mpich -count=30
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -24,7 +28,9 @@ PODMPI_TAG=${PODMPI_TAG:-$(git -C "$root" describe --tags --always --dirty 2>/de
 export PODMPI_TAG
 export PODMPI_PLATFORMS=${PODMPI_PLATFORMS:-linux/$(host_arch),linux/$([[ $(host_arch) == arm64 ]] && echo amd64 || echo arm64)}
 start=$(date +%s)
-"$here/build.sh" podmpi openmpi mpich
+if [[ "${PODMPI_IMAGE_TEST_BUILD:-1}" != 0 ]]; then
+	"$here/build.sh" podmpi openmpi mpich
+fi
 built=$(date +%s)
 cd "$root"
 PODMPI_IMAGE_TEST=1 go test -count=1 -timeout 15m -v ./images/imagetest/ "$@"

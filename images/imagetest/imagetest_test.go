@@ -123,6 +123,9 @@ func TestAllreduceAcrossContainers(t *testing.T) {
 			if out, err := pm.run(ctx, "image", "inspect", "--format", "{{.Id}}", mpi.image); err != nil {
 				t.Fatalf("image %s is missing (run images/build.sh %s): %v\n%s", mpi.image, mpi.name, err, out)
 			}
+			if mpi.name == "mpich" {
+				checkMPICHVersion(ctx, t, pm, mpi.image)
+			}
 			c := harness.StartT(t, harness.Config{
 				Job: "tj",
 				Pods: []harness.PodSpec{
