@@ -18,6 +18,7 @@ import (
 	"github.com/podmpi/podmpi/agent/cli"
 	"github.com/podmpi/podmpi/agent/exitcode"
 	"github.com/podmpi/podmpi/agent/launcher/discovery"
+	"github.com/podmpi/podmpi/agent/launcher/mpirun"
 	"github.com/podmpi/podmpi/agent/launcher/slots"
 	"github.com/podmpi/podmpi/hostfile"
 	"github.com/podmpi/podmpi/mpi"
@@ -51,6 +52,9 @@ type Config struct {
 	SSHPort               int
 	SSHUser               string
 	InsecureIgnoreHostKey bool
+	// SSHWait is how long the rsh client mpirun runs waits for a worker that
+	// does not resolve or accept yet (PODMPI_SSH_WAIT, which it reads).
+	SSHWait time.Duration
 	// ProbeTimeout is the deadline by which every worker must have answered
 	// for its slots and passed the SSH probe, counted from the end of the
 	// DNS wait: the slots phase and the probe share it, so a late worker
@@ -78,8 +82,13 @@ type Config struct {
 	TerminationLog string // Kubernetes' termination message file
 	Log            cli.LogFlags
 
-	Command    []string // the user's command, usually mpirun ...
-	Executable string   // this binary, for the podmpi-rsh symlink; "" = os.Executable()
+	Command []string // the user's command, usually mpirun ...
+	// Program is the file Command[0] runs when the caller resolved it (the
+	// mpirun/mpiexec names of the launcher: the real program after podmpi's
+	// directory on PATH); "" looks Command[0] up on PATH, skipping this
+	// binary.
+	Program    string
+	Executable string // this binary, for the podmpi-rsh symlink; "" = os.Executable()
 	TempDir    string
 
 	Logger  *slog.Logger
@@ -99,6 +108,7 @@ func Defaults() Config {
 		WorkerWebPort:    slots.DefaultWebPort,
 		Implementation:   "auto",
 		SSHPort:          2222,
+		SSHWait:          2 * time.Minute,
 		ProbeTimeout:     2 * time.Minute,
 		ProbeParallel:    64,
 		ProbeSSHSample:   128,
@@ -134,6 +144,7 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.IntVar(&c.SSHPort, "ssh.port", c.SSHPort, "SSH port of the worker-agents")
 	fs.StringVar(&c.SSHUser, "ssh.user", c.SSHUser, "user name sent to workers (worker-agent accepts any; default $USER or mpiuser)")
 	fs.BoolVar(&c.InsecureIgnoreHostKey, "ssh.insecure-ignore-host-key", c.InsecureIgnoreHostKey, "do not verify workers' host keys (INSECURE; the default pins them to id_rsa.pub)")
+	fs.DurationVar(&c.SSHWait, "ssh.wait", c.SSHWait, "how long mpirun's ssh client (podmpi-rsh) waits for a worker that does not resolve or accept yet (0: OpenSSH's ConnectionAttempts only)")
 	fs.DurationVar(&c.ProbeTimeout, "probe.timeout", c.ProbeTimeout, "deadline, from the end of the DNS wait, for every worker-agent to give its slots and pass the SSH probe; transient failures are retried until it")
 	fs.IntVar(&c.ProbeParallel, "probe.parallel", c.ProbeParallel, "workers probed at once")
 	fs.IntVar(&c.ProbeSSHSample, "probe.ssh-sample", c.ProbeSSHSample, "fully probe (handshake, host key, auth, MPI daemon) at most this many workers spread over the list; the rest get a DNS+TCP+SSH-banner check (0: probe every worker fully)")
@@ -217,6 +228,9 @@ func (c *Config) Validate() error {
 		bad("mpi.implementation", strconv.Quote(c.Implementation), "auto, openmpi, openmpi4, openmpi5, mpich or intelmpi")
 	}
 	intIn("ssh.port", c.SSHPort, 1, 65535)
+	if c.SSHWait < 0 || c.SSHWait > 24*time.Hour {
+		bad("ssh.wait", c.SSHWait.String(), "a duration from 0 (no waiting) to 24h")
+	}
 	positive("probe.timeout", c.ProbeTimeout)
 	intIn("probe.parallel", c.ProbeParallel, 1, maxParallel)
 	intIn("probe.ssh-sample", c.ProbeSSHSample, 0, maxWorkers)
@@ -272,12 +286,21 @@ func checkListenAddress(addr string) error {
 	return nil
 }
 
-// spec is the discovery spec of the run: with no source given, the
-// operator's hostfile when one is mounted at discovery.DefaultHostfile, and
-// this pod's hostname as Self when none is given.
+// spec is the discovery spec of the run, and this pod's hostname as Self
+// when none is given. With no source given, the workers come from the
+// hostfile the command names (mpirun --hostfile, mpiexec -f: the Kubeflow
+// SDK's command), else from the one an MPI default-hostfile variable names
+// (OMPI_MCA_orte_default_hostfile, HYDRA_HOST_FILE, ...), else from the
+// operator's hostfile when one is mounted at discovery.DefaultHostfile.
 func (c *Config) spec() (discovery.Spec, error) {
 	s := c.Discovery
-	if s.Hostfile == "" && len(s.Workers) == 0 && s.Service == "" && s.Template == "" {
+	if !hasSource(s) {
+		s.Hostfile = slots.CommandHostfile(c.Command)
+	}
+	if !hasSource(s) {
+		s.Hostfile = envHostfile(os.LookupEnv)
+	}
+	if !hasSource(s) {
 		present, err := discovery.PresentHostfile(discovery.DefaultHostfile)
 		if err != nil {
 			return s, &Failure{Phase: PhaseDiscovery, Code: exitcode.Config, Err: err,
@@ -289,4 +312,20 @@ func (c *Config) spec() (discovery.Spec, error) {
 		s.Self, _ = os.Hostname()
 	}
 	return s, nil
+}
+
+// envHostfile is the hostfile the first MPI default-hostfile variable set
+// (mpirun.HostfileVars) names, "" when none is.
+func envHostfile(env func(string) (string, bool)) string {
+	for _, name := range mpirun.HostfileVars {
+		if v, ok := env(name); ok && strings.TrimSpace(v) != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// hasSource reports whether s names the workers by any source.
+func hasSource(s discovery.Spec) bool {
+	return s.Hostfile != "" || len(s.Workers) > 0 || s.Service != "" || s.Template != ""
 }

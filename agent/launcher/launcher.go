@@ -377,7 +377,13 @@ func (l *Launcher) implementation(ctx context.Context) (mpi.Implementation, stri
 	if len(l.cfg.Command) > 0 {
 		argv0 = l.cfg.Command[0]
 	}
-	impl, ver, err := mpirun.Resolve(ctx, l.cfg.Implementation, argv0)
+	// --version runs on the real MPI launcher, never on podmpi's own
+	// mpirun name (l.program skips this binary).
+	prog := mpirun.DetectProgram(argv0)
+	if p, perr := l.program(prog); perr == nil && p != "" {
+		prog = p
+	}
+	impl, ver, err := mpirun.Resolve(ctx, l.cfg.Implementation, prog)
 	switch {
 	case errors.Is(err, mpi.ErrUnknownImplementation):
 		return "", "", &Failure{Phase: PhaseMPI, Code: exitcode.Usage, Err: err}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -60,7 +61,7 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 		Slots:    firstSlots(p),
 		Root:     os.Getuid() == 0,
 		Rsh: rsh.Settings{
-			AuthDir: cfg.AuthDir, Port: cfg.SSHPort, User: cfg.SSHUser, Insecure: cfg.InsecureIgnoreHostKey,
+			AuthDir: cfg.AuthDir, Port: cfg.SSHPort, User: cfg.SSHUser, Insecure: cfg.InsecureIgnoreHostKey, Wait: &cfg.SSHWait,
 		},
 		NoTreeSpawn: cfg.NoTreeSpawn,
 	}
@@ -106,7 +107,11 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 		l.log.Info("HOME is not set (a UID without a passwd entry?); giving mpirun a private one, as Open MPI crashes without it", "HOME", home)
 	}
 
-	argv := cfg.Command
+	// The phases are done: an mpirun/mpiexec of the launcher's started
+	// inside the job runs the real program at once (see RunShim).
+	env = rsh.Setenv(env, EnvLauncherPID, strconv.Itoa(os.Getpid()))
+
+	argv := l.commandHostfile(cfg.Command, p)
 	total := 0
 	for _, h := range p.Hosts {
 		total += h.Slots
@@ -134,6 +139,12 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 			l.log.Debug("not a child subreaper", "err", err)
 		}
 	}
+	prog, err := l.program(argv[0])
+	if err != nil {
+		return exitcode.MPIRunNotFound, &Failure{Phase: PhaseMPIRun, Code: exitcode.MPIRunNotFound, Err: err,
+			Hint: "install the MPI in the launcher image: podmpi's own " + argv[0] + " runs the real one it finds after it on PATH"}
+	}
+	argv = programArgv0(argv, prog, p.Impl.Hydra())
 	var res mpirun.RunResult
 	runErr := l.phase(PhaseMPIRun, func() error {
 		var err error
@@ -141,6 +152,7 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 		defer pm.stop()
 		res, err = mpirun.Run(pm.runCtx, mpirun.RunOptions{
 			Argv:      argv,
+			Path:      prog,
 			Env:       env,
 			Timeout:   cfg.MPIRunTimeout,
 			KillGrace: cfg.KillGrace,

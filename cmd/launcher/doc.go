@@ -1,7 +1,8 @@
 // Command launcher is the entrypoint of the launcher pod of an MPI job.
 //
 //	launcher [flags] -- mpirun [mpirun flags] program [args]
-//	launcher rsh [ssh options] [user@]host command...   (mpirun's ssh program)
+//	mpirun [mpirun flags] program [args]                 (started as mpirun, mpiexec or mpiexec.hydra)
+//	launcher rsh [ssh options] [user@]host command...   (mpirun's ssh program; also as ssh or podmpi-rsh)
 //	launcher probe                                      (diagnose only)
 //	launcher hostfile                                   (print the hostfile it would write)
 //	launcher discover-hosts                             (Horovod --host-discovery-script)
@@ -38,6 +39,7 @@
 //	--ssh.port                      PODMPI_SSH_PORT                      worker SSH port (2222)
 //	--ssh.user                      PODMPI_SSH_USER                      user name sent to workers
 //	--ssh.insecure-ignore-host-key  PODMPI_SSH_INSECURE_IGNORE_HOST_KEY  skip host-key pinning (insecure)
+//	--ssh.wait                      PODMPI_SSH_WAIT                      how long mpirun's ssh client waits for a late worker (2m)
 //	--probe.timeout                 PODMPI_PROBE_TIMEOUT                 deadline for every worker's slots and SSH probe, from the end of the DNS wait (2m)
 //	--probe.parallel                PODMPI_PROBE_PARALLEL                workers probed at once (64)
 //	--probe.ssh-sample              PODMPI_PROBE_SSH_SAMPLE              full SSH probe for at most N workers, banner check for the rest (128; 0: all); also the agents asked for slots when the hostfile counts every worker
@@ -56,8 +58,20 @@
 //	--log.level                     PODMPI_LOG_LEVEL                     debug, info, warn, error
 //
 // The rsh client reads PODMPI_SSH_AUTH_DIR, PODMPI_SSH_PORT, PODMPI_SSH_USER,
-// PODMPI_SSH_INSECURE_IGNORE_HOST_KEY and PODMPI_SSH_CONNECT_TIMEOUT, which
-// the launcher sets for mpirun's children.
+// PODMPI_SSH_INSECURE_IGNORE_HOST_KEY, PODMPI_SSH_WAIT and
+// PODMPI_SSH_CONNECT_TIMEOUT, which the launcher sets for mpirun's children.
+//
+// make build links ssh, podmpi-rsh, mpirun, mpiexec and mpiexec.hydra to this
+// binary in bin/ (the images' /opt/podmpi/bin). Started as ssh or podmpi-rsh
+// it is the ssh-compatible client. Started as mpirun, mpiexec or
+// mpiexec.hydra (the Kubeflow SDK's command, a plain mpirun in a script) it
+// takes its settings from the PODMPI_* twins above (there are no flags to
+// give), runs every phase with the workers of the hostfile the command names
+// (or the default one), and then the real program of that name found after
+// it on PATH, with the command's hostfile replaced by its own. It runs the
+// real program at once when the phases already ran (PODMPI_LAUNCHER_PID is
+// set in the command's environment), for --version/--help, when the command
+// names its hosts with -H, and when nothing names any worker.
 //
 // Every flag's range is checked before anything starts (exit 64 naming the
 // flag). A panic ends in exit 71 with the panic in the termination message;

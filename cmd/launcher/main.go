@@ -7,10 +7,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/podmpi/podmpi/agent/cli"
 	"github.com/podmpi/podmpi/agent/exitcode"
@@ -52,6 +55,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}()
 	if len(args) > 0 && rsh.IsName(args[0]) {
 		return exitcode.Code(rsh.Main(ctx, args[1:], os.LookupEnv, stdin, stdout, stderr))
+	}
+	if len(args) > 0 && launcher.IsShimName(args[0]) {
+		return a.shim(ctx, args, launcher.RunShim)
 	}
 	root := newRootCmd(a, commands{})
 	if len(args) > 0 {
@@ -150,7 +156,7 @@ docs/troubleshooting.md.`,
 		case "rsh":
 			a.rsh = true
 			return nil // it reads only its own arguments and variables
-		case "version":
+		case "version", "names":
 			return nil
 		}
 		return a.prepare(cmd)
@@ -160,6 +166,17 @@ docs/troubleshooting.md.`,
 		newJobCmd(a, "probe", "Discover and probe every worker over SSH, print the diagnosis, run nothing", cmds.probe),
 		newJobCmd(a, "hostfile", "Print the hostfile the launcher would write (waits for DNS, asks worker-agents for slots)", cmds.hostfile),
 		newJobCmd(a, "discover-hosts", "Print host:slots for every worker that resolves now (Horovod --host-discovery-script)", cmds.discoverHosts),
+		&cobra.Command{
+			Use:    "names",
+			Short:  "Print every program name this binary answers to, one per line (make build links them to it)",
+			Args:   cobra.NoArgs,
+			Hidden: true,
+			Run: func(*cobra.Command, []string) {
+				for _, n := range append(slices.Clone(rsh.Names), launcher.ShimNames...) {
+					fmt.Fprintln(a.stdout, n)
+				}
+			},
+		},
 		&cobra.Command{
 			Use:   "version",
 			Short: "Print the version",
@@ -218,4 +235,45 @@ func (a *app) runCommand(cmd *cobra.Command, runF runFunc) error {
 	code, err := runF(ctx, a.cfg)
 	a.code = code
 	return err
+}
+
+// shimFunc is launcher.RunShim; tests replace it to see the Config.
+type shimFunc func(ctx context.Context, cfg launcher.Config, argv []string) (exitcode.Code, error)
+
+// shim is the launcher started as mpirun, mpiexec or mpiexec.hydra: there
+// are no flags to parse (every argument is the MPI launcher's), so the
+// settings come from the flags' PODMPI_* twins and defaults, checked as the
+// command line checks them. Errors are reported as the command line reports
+// them, prefixed with the name it was started as.
+func (a *app) shim(ctx context.Context, args []string, run shimFunc) exitcode.Code {
+	name := filepath.Base(args[0])
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	a.cfg.Bind(fs)
+	cli.AnnotateEnv(fs)
+	usage := func(err error) exitcode.Code {
+		fmt.Fprintf(a.stderr, "podmpi %s: %v\n(%s is podmpi's launcher: its settings are the PODMPI_* variables of docs/configuration.md)\n", name, err, name)
+		return exitcode.Usage
+	}
+	if err := cli.ApplyEnv(fs, os.LookupEnv); err != nil {
+		return usage(err)
+	}
+	if err := a.cfg.Validate(); err != nil {
+		return usage(err)
+	}
+	lg, err := a.cfg.Log.NewLogger(a.stderr, cli.Getenv)
+	if err != nil {
+		return usage(err)
+	}
+	a.cfg.Logger = lg.With("component", "launcher")
+	a.cfg.Stdin, a.cfg.Stdout, a.cfg.Stderr = a.stdin, a.stdout, a.stderr
+	a.cfg.Report = a.stderr
+	a.crashOutput()
+	injectTestPanic()
+	ctx, cancel := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer cancel()
+	code, err := run(ctx, a.cfg, args)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "podmpi %s: %v\n", name, err)
+	}
+	return code
 }

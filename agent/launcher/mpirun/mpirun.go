@@ -110,6 +110,16 @@ func (b *limitedBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// DetectProgram is the program Resolve runs --version on for a command
+// whose argv[0] is argv0: argv0 itself when it names an MPI launcher, else
+// "mpirun" (the user's command may be `bash -c "mpirun ..."`).
+func DetectProgram(argv0 string) string {
+	if mpi.IsLauncher(argv0) {
+		return argv0
+	}
+	return "mpirun"
+}
+
 // Resolve turns the --mpi.implementation value spec and the user's command
 // argv0 into one mpi.Implementation and its version ("" when unknown):
 //
@@ -127,11 +137,7 @@ func Resolve(ctx context.Context, spec, argv0 string) (mpi.Implementation, strin
 	if !auto {
 		return impl, "", nil
 	}
-	prog := argv0
-	if !mpi.IsLauncher(prog) {
-		prog = "mpirun"
-	}
-	got, v, derr := Detect(ctx, prog)
+	got, v, derr := Detect(ctx, DetectProgram(argv0))
 	if impl == mpi.OpenMPI4 { // "openmpi": refine the major only
 		if derr == nil && got.OpenMPI() {
 			return got, v, nil

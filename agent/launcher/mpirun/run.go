@@ -28,8 +28,13 @@ var ForwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGH
 
 // RunOptions configures Run.
 type RunOptions struct {
-	// Argv is the command: argv[0] is looked up in the PATH of Env.
+	// Argv is the command: argv[0] is looked up in the PATH of Env, unless
+	// Path is set.
 	Argv []string
+	// Path is the program to start when the caller resolved it (the
+	// launcher skips its own mpirun names on PATH); argv[0] is still passed
+	// as the program's argv[0]. "" looks argv[0] up.
+	Path string
 	// Env is the complete child environment (Wiring.Env); nil means
 	// os.Environ().
 	Env []string
@@ -176,7 +181,11 @@ func Run(ctx context.Context, opts RunOptions) (RunResult, error) {
 		env = os.Environ()
 	}
 	pathVal, _ := envValue(env, "PATH")
-	prog, err := lookPath(opts.Argv[0], pathVal)
+	name := opts.Argv[0]
+	if opts.Path != "" {
+		name = opts.Path
+	}
+	prog, err := lookPath(name, pathVal)
 	if err != nil {
 		res.NotFound = true
 		return res, &NotFoundError{Name: opts.Argv[0], Path: pathVal, Err: err}
