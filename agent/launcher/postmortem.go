@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -322,9 +323,17 @@ func (w *watch) ask(ctx context.Context, s *workerState) {
 			s.events = &api.Events{Hostname: ev.Hostname, Since: w.since, Events: []api.Event{}}
 		}
 		s.events.Now, s.events.Memory, s.events.Dropped = ev.Now, ev.Memory, ev.Dropped
+		// What the agent had not recorded yet is replaced by its new answer.
+		s.events.Events = slices.DeleteFunc(s.events.Events, func(e api.Event) bool { return e.Provisional })
 		for _, e := range ev.Events {
-			k := eventKey{e.Seq, e.Time.UnixNano()}
-			if !s.seen[k] && len(s.events.Events) < maxEventsPerWorker {
+			if len(s.events.Events) >= maxEventsPerWorker {
+				break
+			}
+			if e.Provisional {
+				s.events.Events = append(s.events.Events, e)
+				continue
+			}
+			if k := (eventKey{e.Seq, e.Time.UnixNano()}); !s.seen[k] {
 				s.seen[k] = true
 				s.events.Events = append(s.events.Events, e)
 			}

@@ -330,3 +330,22 @@ func TestRunJobNamesTheRootCause(t *testing.T) {
 		t.Errorf("termination log:\n%s", b)
 	}
 }
+
+// TestProvisionalEventsAreReplaced: what an agent had not recorded yet is
+// replaced by its next answer, not counted twice.
+func TestProvisionalEventsAreReplaced(t *testing.T) {
+	a := startAgent(t)
+	l, _ := New(Config{WorkerWebPort: a.port, ProbeParallel: 4})
+	w := &watch{l: l, since: time.Now().Add(-time.Minute), client: http.DefaultClient}
+	s := &workerState{host: "127.0.0.1"}
+	w.workers = []*workerState{s}
+	mem := &api.Memory{LimitBytes: 1 << 20, AtLimit: true}
+	a.set(api.Event{Time: time.Now(), Kind: api.KindOOMKill, Rank: -1, ExitCode: -1, Memory: mem, Provisional: true})
+	w.askAll(t.Context(), 5*time.Second)
+	a.set(api.Event{Seq: 4, Time: time.Now(), Kind: api.KindOOMKill, Rank: 2, PID: 8, ExitCode: -1, Memory: mem})
+	w.askAll(t.Context(), 5*time.Second)
+	w.askAll(t.Context(), 5*time.Second)
+	if len(s.events.Events) != 1 || s.events.Events[0].Rank != 2 || s.events.Events[0].Provisional {
+		t.Fatalf("events = %+v; want the recorded OOM kill once", s.events.Events)
+	}
+}

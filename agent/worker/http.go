@@ -82,7 +82,7 @@ func (w *Worker) events(rw http.ResponseWriter, r *http.Request) {
 	rw.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(rw)
 	enc.SetIndent("", "  ")
-	if err := enc.Encode(w.cfg.Account.Events(since)); err != nil {
+	if err := enc.Encode(w.cfg.Account.Snapshot(since)); err != nil {
 		w.log.Debug("writing /events", "err", err)
 	}
 }

@@ -518,6 +518,36 @@ func (a *Account) Events(since time.Time) api.Events {
 	return out
 }
 
+// Snapshot takes a reading now and returns Events(since) followed by what
+// is seen but not recorded yet (api.Event.Provisional): OOM kills still
+// waiting for their victim, and ranks that ended less than an interval ago
+// (an OOM kill may still claim them). /events serves it, so that a launcher
+// asking right after mpirun failed does not miss the failure by one
+// interval.
+func (a *Account) Snapshot(since time.Time) api.Events {
+	a.Poll()
+	out := a.Events(since)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, p := range a.pending {
+		mem := p.mem
+		for range p.n {
+			out.Events = append(out.Events, api.Event{Time: p.at, Kind: api.KindOOMKill, Rank: -1, ExitCode: -1, Signal: "SIGKILL",
+				Memory: &mem, Provisional: true,
+				Message: "OOM: a process of this pod was killed by the kernel's OOM killer " + oomWhere(mem) + " (its victim is not named yet)"})
+		}
+	}
+	for _, v := range a.recent {
+		if v.attributed || v.rank < 0 || !v.leader || v.at.Before(since) {
+			continue
+		}
+		out.Events = append(out.Events, api.Event{Time: v.at, Kind: api.KindRankExit, PID: v.key.pid, Comm: v.comm, Rank: v.rank,
+			ExitCode: -1, RSSBytes: v.rssBytes, Provisional: true,
+			Message: describe(v.rank, v.key.pid, v.comm) + " exited (not recorded yet)"})
+	}
+	return out
+}
+
 // memory is the api view of a sample. a.mu is held (or a is being built).
 func (a *Account) memory(s MemorySample, atLimit bool) api.Memory {
 	if a.cg == nil {

@@ -306,3 +306,41 @@ func TestNoCgroup(t *testing.T) {
 		t.Errorf("Cgroup() = %q", a.Cgroup())
 	}
 }
+
+// TestSnapshotShowsWhatIsNotRecordedYet: asked right after a failure, the
+// account reads again and shows the OOM kill whose victim is not named yet
+// and the rank that ended less than an interval ago, marked provisional.
+func TestSnapshotShowsWhatIsNotRecordedYet(t *testing.T) {
+	r := newRig(t, 0)
+	r.job()
+	r.tick()
+	r.proc.remove(11) // rank 0 ends
+	got := r.a.Snapshot(time.Time{})
+	if len(got.Events) != 1 || !got.Events[0].Provisional || got.Events[0].Seq != 0 || got.Events[0].Rank != 0 ||
+		got.Events[0].Kind != api.KindRankExit {
+		t.Fatalf("snapshot = %+v; want rank 0's end, provisional", got.Events)
+	}
+	r.tick()
+	r.tick()            // rank 0's end is recorded
+	r.cgroup(100, 0, 2) // two OOM kills, victims still alive
+	got = r.a.Snapshot(time.Time{})
+	var ooms int
+	for _, ev := range got.Events {
+		if ev.Kind == api.KindOOMKill && ev.Provisional && ev.Rank == -1 && strings.Contains(ev.Message, "not named yet") {
+			ooms++
+		}
+	}
+	if ooms != 2 {
+		t.Fatalf("snapshot = %+v; want two provisional OOM kills", got.Events)
+	}
+	// An OOM kill whose victim is already gone is named at once.
+	r = newRig(t, 0)
+	r.job()
+	r.tick()
+	r.proc.remove(12)
+	r.cgroup(209715200, 1, 1)
+	got = r.a.Snapshot(time.Time{})
+	if len(got.Events) != 1 || got.Events[0].Provisional || got.Events[0].Rank != 1 {
+		t.Fatalf("snapshot = %+v; want rank 1's OOM kill, recorded", got.Events)
+	}
+}

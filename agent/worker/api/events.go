@@ -67,6 +67,11 @@ type Event struct {
 	Command string `json:"command,omitempty"`
 	// Message is the event as one sentence, as the agent logged it.
 	Message string `json:"message"`
+	// Provisional marks what the agent has seen but not recorded yet (Seq
+	// 0): an OOM kill whose victim it has not named yet, a rank's end that
+	// may still turn out to be an OOM kill's victim. The next answer
+	// replaces it.
+	Provisional bool `json:"provisional,omitempty"`
 }
 
 // Memory is the state of the pod's memory cgroup.
