@@ -4,11 +4,12 @@
 #   make images            (or: images/build.sh horovod)
 #
 # Needs PyPI and download.pytorch.org at build time. No OpenSSH client or
-# server: worker-agent is the SSH server (port 2222) and the launcher is
-# mpirun's ssh program (run Horovod with mpirun, not horovodrun). One image
-# serves both roles:
+# server: worker-agent is the SSH server (port 2222) and podmpi's ssh
+# (/opt/podmpi/bin, first on PATH) is the ssh of mpirun and of horovodrun,
+# whose pre-flight and task lines it accepts. One image serves both roles:
 #   worker   (default CMD)  worker-agent --ssh.listen-address :2222 --web.listen-address :9022
 #   launcher                launcher -- mpirun -np N python3 /usr/local/share/podmpi/horovod_allreduce.py
+#                           or horovodrun -np N -H w-0:2,w-1:2 -p 2222 python3 ...
 # Runs as UID 1000, GID 0 by default and under any UID with GID 0 and a
 # read-only root file system: it writes only to /tmp (mount an emptyDir there)
 # and /dev/shm. The build context is the repository root.
@@ -52,9 +53,9 @@ RUN set -eux; \
     mkdir -p /tmp/pkg/DEBIAN; \
     printf '%s\n' 'Package: podmpi-ssh-client' 'Version: 1.0' 'Architecture: all' \
         'Maintainer: podmpi <podmpi@users.noreply.github.com>' 'Provides: ssh-client' \
-        'Description: podmpi-rsh stands in for the ssh client' \
-        ' /usr/local/bin/podmpi-rsh (the podmpi launcher and worker-agent) is the' \
-        ' remote shell of mpirun and orted in this image; OpenSSH is not installed.' \
+        'Description: podmpi stands in for the ssh client' \
+        ' /opt/podmpi/bin/ssh (the podmpi launcher, first on PATH) is the remote' \
+        ' shell of mpirun, orted and horovodrun in this image; OpenSSH is not installed.' \
         > /tmp/pkg/DEBIAN/control; \
     dpkg-deb --root-owner-group --build /tmp/pkg /tmp/podmpi-ssh-client.deb; \
     apt-get update; \
@@ -65,26 +66,24 @@ RUN set -eux; \
         echo 'OpenSSH must not be in this image' >&2; exit 1; fi
 COPY --from=hvd-build /opt/venv /opt/venv
 COPY images/src/horovod_allreduce.py /usr/local/share/podmpi/horovod_allreduce.py
-ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+ENV PATH=/opt/podmpi/bin:/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
-# The binaries exactly as the podmpi image holds them (worker-agent needs
-# glibc 2.28 or later), linked onto PATH; podmpi-rsh is worker-agent's ssh
-# client personality, for MPI daemons that start other daemons (Open MPI's
-# tree spawn).
+# /opt/podmpi exactly as the podmpi image holds it (worker-agent needs glibc
+# 2.28 or later), first on PATH: ssh is podmpi's client for everything that
+# calls ssh, and mpirun/mpiexec/mpiexec.hydra run the launcher's phases
+# before the real ones, so that a command without "launcher --" gets them.
 COPY --from=podmpi /opt/podmpi /opt/podmpi
 # mpiuser: UID 1000 in group 0 (an arbitrary OpenShift UID also runs with GID
 # 0), so everything the job may write is group 0 and group-writable (g=u).
 # /home/mpiuser/.ssh is where Trainer v2 mounts the job's SSH Secret.
 RUN set -eux; \
-    ln -s /opt/podmpi/bin/worker-agent /usr/local/bin/worker-agent; \
-    ln -s /opt/podmpi/bin/launcher /usr/local/bin/launcher; \
-    ln -s /opt/podmpi/bin/worker-agent /usr/local/bin/podmpi-rsh; \
     useradd --uid 1000 --gid 0 --no-user-group --create-home --home-dir /home/mpiuser --shell /bin/bash mpiuser; \
     mkdir -p /home/mpiuser/.ssh; \
     chown -R 1000:0 /home/mpiuser; \
     chmod -R g=u /home/mpiuser; \
     chmod 1777 /tmp; \
-    worker-agent --help >/dev/null; launcher --help >/dev/null
+    worker-agent --help >/dev/null; launcher --help >/dev/null; \
+    test "$(command -v ssh)" = /opt/podmpi/bin/ssh; test "$(command -v mpirun)" = /opt/podmpi/bin/mpirun
 
 
 ARG VERSION=devel

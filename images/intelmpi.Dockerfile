@@ -64,27 +64,25 @@ RUN set -eux; \
 ENV I_MPI_ROOT=/opt/intel/oneapi/mpi/${INTEL_MPI_VERSION} \
     FI_PROVIDER_PATH=/opt/intel/oneapi/mpi/${INTEL_MPI_VERSION}/opt/mpi/libfabric/lib/prov \
     LD_LIBRARY_PATH=/opt/intel/oneapi/mpi/${INTEL_MPI_VERSION}/lib:/opt/intel/oneapi/mpi/${INTEL_MPI_VERSION}/opt/mpi/libfabric/lib \
-    PATH=/opt/intel/oneapi/mpi/${INTEL_MPI_VERSION}/bin:/opt/intel/oneapi/mpi/${INTEL_MPI_VERSION}/opt/mpi/libfabric/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+    PATH=/opt/podmpi/bin:/opt/intel/oneapi/mpi/${INTEL_MPI_VERSION}/bin:/opt/intel/oneapi/mpi/${INTEL_MPI_VERSION}/opt/mpi/libfabric/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
-# The binaries exactly as the podmpi image holds them (worker-agent needs
-# glibc 2.28 or later), linked onto PATH; podmpi-rsh is worker-agent's ssh
-# client personality, for MPI daemons that start other daemons (Open MPI's
-# tree spawn).
+# /opt/podmpi exactly as the podmpi image holds it (worker-agent needs glibc
+# 2.28 or later), first on PATH: ssh is podmpi's client for everything that
+# calls ssh, and mpirun/mpiexec/mpiexec.hydra run the launcher's phases
+# before the real ones, so that a command without "launcher --" gets them.
 COPY --from=podmpi /opt/podmpi /opt/podmpi
 COPY --from=mpi-build /out/podmpi-allreduce /usr/local/bin/
 # mpiuser: UID 1000 in group 0 (an arbitrary OpenShift UID also runs with GID
 # 0), so everything the job may write is group 0 and group-writable (g=u).
 # /home/mpiuser/.ssh is where Trainer v2 mounts the job's SSH Secret.
 RUN set -eux; \
-    ln -s /opt/podmpi/bin/worker-agent /usr/local/bin/worker-agent; \
-    ln -s /opt/podmpi/bin/launcher /usr/local/bin/launcher; \
-    ln -s /opt/podmpi/bin/worker-agent /usr/local/bin/podmpi-rsh; \
     useradd --uid 1000 --gid 0 --no-user-group --create-home --home-dir /home/mpiuser --shell /bin/bash mpiuser; \
     mkdir -p /home/mpiuser/.ssh; \
     chown -R 1000:0 /home/mpiuser; \
     chmod -R g=u /home/mpiuser; \
     chmod 1777 /tmp; \
-    worker-agent --help >/dev/null; launcher --help >/dev/null
+    worker-agent --help >/dev/null; launcher --help >/dev/null; \
+    test "$(command -v ssh)" = /opt/podmpi/bin/ssh; test "$(command -v mpirun)" = /opt/podmpi/bin/mpirun
 
 
 ARG VERSION=devel

@@ -8,7 +8,10 @@
 #   launcher                launcher -- mpirun -np N podmpi-allreduce
 # Runs as UID 1000, GID 0 by default and under any UID with GID 0 and a
 # read-only root file system: it writes only to /tmp (mount an emptyDir there)
-# and /dev/shm. The build context is the repository root.
+# and /dev/shm, and to $HOME (/home/mpiuser) when a job writes there (the
+# Kubeflow SDK's command does: mount an emptyDir there too). python3 is here
+# for the SDK's command, which runs "python" on the function it writes. The
+# build context is the repository root.
 
 # The binaries: the podmpi image (images/podmpi.Dockerfile), which
 # images/build.sh builds first and passes here.
@@ -35,37 +38,38 @@ RUN set -eux; \
     mkdir -p /tmp/pkg/DEBIAN; \
     printf '%s\n' 'Package: podmpi-ssh-client' 'Version: 1.0' 'Architecture: all' \
         'Maintainer: podmpi <podmpi@users.noreply.github.com>' 'Provides: ssh-client' \
-        'Description: podmpi-rsh stands in for the ssh client' \
-        ' /usr/local/bin/podmpi-rsh (the podmpi launcher and worker-agent) is the' \
-        ' remote shell of mpirun and orted in this image; OpenSSH is not installed.' \
+        'Description: podmpi stands in for the ssh client' \
+        ' /opt/podmpi/bin/ssh (the podmpi launcher, first on PATH) is the remote' \
+        ' shell of mpirun and orted in this image; OpenSSH is not installed.' \
         > /tmp/pkg/DEBIAN/control; \
     dpkg-deb --root-owner-group --build /tmp/pkg /tmp/podmpi-ssh-client.deb; \
     apt-get update; \
-    apt-get install -y --no-install-recommends /tmp/podmpi-ssh-client.deb openmpi-bin; \
+    apt-get install -y --no-install-recommends /tmp/podmpi-ssh-client.deb openmpi-bin python3-minimal; \
+    ln -s python3 /usr/bin/python; \
     rm -rf /var/lib/apt/lists/* /tmp/pkg /tmp/podmpi-ssh-client.deb; \
     if dpkg-query -W -f '${db:Status-Status} ${Package}\n' 'openssh-*' 2>/dev/null | grep '^installed' \
         || command -v ssh || command -v sshd; then \
         echo 'OpenSSH must not be in this image' >&2; exit 1; fi
 
-# The binaries exactly as the podmpi image holds them (worker-agent needs
-# glibc 2.28 or later), linked onto PATH; podmpi-rsh is worker-agent's ssh
-# client personality, for MPI daemons that start other daemons (Open MPI's
-# tree spawn).
+# /opt/podmpi exactly as the podmpi image holds it (worker-agent needs glibc
+# 2.28 or later), first on PATH (ENV below): ssh is podmpi's client for
+# mpirun, orted's tree spawn and anyone else, and mpirun/mpiexec run the
+# launcher's phases before the real ones, so that a command without
+# "launcher --" (the Kubeflow SDK's) gets them too.
 COPY --from=podmpi /opt/podmpi /opt/podmpi
 COPY --from=mpi-build /out/podmpi-allreduce /usr/local/bin/
 # mpiuser: UID 1000 in group 0 (an arbitrary OpenShift UID also runs with GID
 # 0), so everything the job may write is group 0 and group-writable (g=u).
 # /home/mpiuser/.ssh is where Trainer v2 mounts the job's SSH Secret.
 RUN set -eux; \
-    ln -s /opt/podmpi/bin/worker-agent /usr/local/bin/worker-agent; \
-    ln -s /opt/podmpi/bin/launcher /usr/local/bin/launcher; \
-    ln -s /opt/podmpi/bin/worker-agent /usr/local/bin/podmpi-rsh; \
     useradd --uid 1000 --gid 0 --no-user-group --create-home --home-dir /home/mpiuser --shell /bin/bash mpiuser; \
     mkdir -p /home/mpiuser/.ssh; \
     chown -R 1000:0 /home/mpiuser; \
     chmod -R g=u /home/mpiuser; \
     chmod 1777 /tmp; \
-    worker-agent --help >/dev/null; launcher --help >/dev/null
+    PATH=/opt/podmpi/bin:$PATH; \
+    worker-agent --help >/dev/null; launcher --help >/dev/null; \
+    test "$(command -v ssh)" = /opt/podmpi/bin/ssh; test "$(command -v mpirun)" = /opt/podmpi/bin/mpirun
 
 ARG VERSION=devel
 ARG REVISION=unknown
@@ -87,7 +91,8 @@ LABEL org.opencontainers.image.title="podmpi-openmpi" \
 # capabilities dropped does not have; shared memory without it is still used.
 # SHELL: no passwd entry under an arbitrary UID, so say which shell runs
 # remote commands (worker-agent) and which shell mpirun assumes locally.
-ENV HOME=/home/mpiuser \
+ENV PATH=/opt/podmpi/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    HOME=/home/mpiuser \
     SHELL=/bin/bash \
     TMPDIR=/tmp \
     OMPI_MCA_btl_vader_single_copy_mechanism=none

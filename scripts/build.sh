@@ -7,6 +7,11 @@
 #                  glibc 2.31 as the C compiler's sysroot, so that it asks for
 #                  no glibc symbol newer than PODMPI_GLIBC_MAX (2.28) and
 #                  starts on UBI 8, Debian 11, Ubuntu 20.04 and later
+#   ssh, podmpi-rsh, mpirun, mpiexec, mpiexec.hydra
+#                  relative symlinks to launcher: every name it answers to
+#                  (`launcher names` lists them). With OUTDIR first on PATH,
+#                  ssh is podmpi's client and mpirun runs the launcher's
+#                  phases before the real mpirun found after it on PATH.
 #
 #   scripts/build.sh [OUTDIR]
 #
@@ -43,6 +48,22 @@ export GOARCH=$goarch GOOS=linux
 
 echo "CGO_ENABLED=0 $go build -o $out/launcher ./cmd/launcher  ($goarch)"
 CGO_ENABLED=0 "$go" build -trimpath -ldflags "$ldflags" -o "$out/launcher" ./cmd/launcher
+
+# Every name the launcher answers to, linked to it: the launcher keeps the
+# one list of them. A cross-compiled launcher cannot run here, so a host one
+# is asked then.
+if [ "$goarch" = "$hostarch" ]; then
+  names=$("$out/launcher" names)
+else
+  names=$(GOARCH="$hostarch" CGO_ENABLED=0 "$go" run ./cmd/launcher names)
+fi
+for n in $names; do
+  if [ -e "$out/$n" ] && [ ! -L "$out/$n" ]; then
+    echo "build: $out/$n exists and is not a symlink; not replacing it" >&2; exit 1
+  fi
+  ln -sfn launcher "$out/$n"
+done
+echo "$out: $(echo $names | sed 's/ /, /g') -> launcher"
 
 # The C compiler and its sysroot for worker-agent.
 case "$goarch" in

@@ -15,12 +15,18 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/podmpi/podmpi/agent/launcher"
+	"github.com/podmpi/podmpi/agent/rsh"
 )
 
 // binariesContent is everything the binaries-only image may hold.
 var binariesContent = []string{
 	"opt", "opt/podmpi", "opt/podmpi/LICENSE", "opt/podmpi/NOTICE",
 	"opt/podmpi/bin", "opt/podmpi/bin/launcher", "opt/podmpi/bin/worker-agent",
+	// Every name the launcher answers to, a relative link to it.
+	"opt/podmpi/bin/ssh", "opt/podmpi/bin/podmpi-rsh", "opt/podmpi/bin/mpirun", "opt/podmpi/bin/mpiexec",
+	"opt/podmpi/bin/mpiexec.hydra",
 	"opt/podmpi/sbom", "opt/podmpi/sbom/launcher.go-version-m.txt",
 	"opt/podmpi/sbom/podmpi.spdx.json", "opt/podmpi/sbom/worker-agent.go-version-m.txt",
 }
@@ -175,6 +181,11 @@ func TestBinariesImage(t *testing.T) {
 				t.Errorf("%s holds %q\nwant exactly %q", ref, content, want)
 			}
 			bin := filepath.Join(dir, "opt", "podmpi", "bin")
+			for _, n := range append(slices.Clone(rsh.Names), launcher.ShimNames...) {
+				if target, err := os.Readlink(filepath.Join(bin, n)); err != nil || target != "launcher" {
+					t.Errorf("%s: /opt/podmpi/bin/%s -> %q (%v), want a relative link to launcher", ref, n, target, err)
+				}
+			}
 			glibc, dynamic, machine := glibcNewest(t, filepath.Join(bin, "worker-agent"))
 			if machine != elfMachine[arch] || !dynamic || glibc == "" || versionLess("2.28", glibc) {
 				t.Errorf("worker-agent: machine %v dynamic %t newest GLIBC_%s; want %v, dynamic, at most GLIBC_2.28", machine, dynamic, glibc, elfMachine[arch])
@@ -251,29 +262,36 @@ func TestBinariesImage(t *testing.T) {
 	out, err := pm.run(ctx, append(append([]string{"run", "--rm", "--network=none", "--user", arbitraryUID + ":0", "--passwd=false",
 		"--read-only", "--cap-drop=ALL", "--security-opt", "no-new-privileges"}, pm.ulimits...),
 		testImage, "sh", "-c",
-		"cat /etc/debian_version; ldd --version | sed -n 1p; worker-agent --help | sed -n 1p; launcher --help | sed -n 1p; worker-agent version")...)
+		"cat /etc/debian_version; ldd --version | sed -n 1p; worker-agent --help | sed -n 1p; launcher --help | sed -n 1p; worker-agent version; "+
+			"command -v ssh mpirun; ssh -V")...)
 	t.Logf("podman run %s (Debian bullseye + COPY --from the binaries image):\n%s", testImage, out)
 	if err != nil {
 		t.Fatalf("running the copied binaries on bullseye: %v", err)
 	}
-	for _, want := range []string{"\n11.", "2.31", "worker-agent runs in every worker pod", "launcher runs in the launcher pod"} {
+	for _, want := range []string{"\n11.", "2.31", "worker-agent runs in every worker pod", "launcher runs in the launcher pod",
+		"\n/opt/podmpi/bin/ssh\n/opt/podmpi/bin/mpirun\n", "ssh-compatible client"} {
 		if !strings.Contains("\n"+out, want) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
 
-	// The MPI images carry exactly these binaries, linked onto PATH.
+	// The MPI images carry exactly these binaries, and /opt/podmpi/bin first
+	// on PATH: every podmpi name is found there.
 	for _, mpi := range []string{"openmpi", "mpich"} {
 		ref := imagePrefix() + "/" + mpi + ":" + tag
 		args := append(append([]string{"run", "--rm", "--network=none"}, pm.ulimits...), ref, "sh", "-c",
-			"sha256sum /opt/podmpi/bin/worker-agent /opt/podmpi/bin/launcher; readlink /usr/local/bin/worker-agent /usr/local/bin/launcher /usr/local/bin/podmpi-rsh")
+			"sha256sum /opt/podmpi/bin/worker-agent /opt/podmpi/bin/launcher; for n in worker-agent launcher "+
+				strings.Join(append(slices.Clone(rsh.Names), launcher.ShimNames...), " ")+"; do echo \"$n=$(command -v $n)\"; done")
 		out, err := pm.run(ctx, args...)
 		if err != nil {
 			t.Errorf("%s: %v\n%s", ref, err, out)
 			continue
 		}
-		for _, want := range []string{sums[host]["worker-agent"] + "  /opt/podmpi/bin/worker-agent", sums[host]["launcher"] + "  /opt/podmpi/bin/launcher",
-			"/opt/podmpi/bin/worker-agent\n/opt/podmpi/bin/launcher\n/opt/podmpi/bin/worker-agent"} {
+		wants := []string{sums[host]["worker-agent"] + "  /opt/podmpi/bin/worker-agent", sums[host]["launcher"] + "  /opt/podmpi/bin/launcher"}
+		for _, n := range append([]string{"worker-agent", "launcher"}, append(slices.Clone(rsh.Names), launcher.ShimNames...)...) {
+			wants = append(wants, n+"=/opt/podmpi/bin/"+n+"\n")
+		}
+		for _, want := range wants {
 			if !strings.Contains(out, want) {
 				t.Errorf("%s: want %q in:\n%s", ref, want, out)
 			}
