@@ -67,14 +67,14 @@ var errLaunchStopped = errors.New("podmpi-rsh could not start an MPI daemon and 
 // workerState is what the launcher knows of one worker-agent.
 type workerState struct {
 	host      string
-	events    *api.Events          // the account so far, events merged
-	seen      map[eventKey]bool    // events already in it
-	agentNow  time.Time            // the agent's clock at its last answer
-	err       error                // the last failure to answer
-	fails     int                  // rounds in a row without an answer
-	lostAt    time.Time            // first failure of the current run of failures
-	logged    bool                 // its loss was logged
-	noAccount bool                 // it answered 404: it keeps no account
+	events    *api.Events       // the account so far, events merged
+	seen      map[eventKey]bool // events already in it
+	agentNow  time.Time         // the agent's clock at its last answer
+	err       error             // the last failure to answer
+	fails     int               // rounds in a row without an answer
+	lostAt    time.Time         // first failure of the current run of failures
+	logged    bool              // its loss was logged
+	noAccount bool              // it answered 404: it keeps no account
 }
 
 type eventKey struct {
@@ -92,10 +92,10 @@ type watch struct {
 	stderr    io.Writer
 	client    *http.Client
 
-	runCtx    context.Context // mpirun's context: cancelled to stop it
-	cancel    context.CancelCauseFunc
-	stopWg    sync.WaitGroup
-	quit      context.CancelFunc
+	runCtx     context.Context // mpirun's context: cancelled to stop it
+	cancel     context.CancelCauseFunc
+	stopWg     sync.WaitGroup
+	quit       context.CancelFunc
 	unwatchCtx func() bool
 
 	mu            sync.Mutex
