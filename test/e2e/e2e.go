@@ -400,3 +400,63 @@ func WaitNoProcs(c *harness.Cluster, pods []int, keep map[int][]int, d time.Dura
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// SDKCommand is the launcher command the Kubeflow Python SDK writes into a
+// TrainJob for a CustomTrainer on an MPI runtime, argument for argument:
+//
+//	mpirun --hostfile <hostfile> bash -c '<script>'
+//
+// where the script reads the function's source from a here-document,
+// writes it with printf to funcFile (the SDK's is /home/mpiuser/<name>.py)
+// and runs entrypoint (the SDK's is python) on it. Every rank runs the
+// script, so every pod writes funcFile.
+func SDKCommand(hostfile, funcFile, entrypoint, code string) []string {
+	script := "\nread -r -d '' SCRIPT << EOM\n\n" + code + "\nEOM\n" +
+		"printf \"%s\" \"$SCRIPT\" > \"" + funcFile + "\"\n" +
+		entrypoint + " \"" + funcFile + "\""
+	return []string{"mpirun", "--hostfile", hostfile, "bash", "-c", script}
+}
+
+// SDKFunction is a training function as the SDK sends it: its source and
+// the call, printing one "sdk-rank R of N on HOST" line per rank (Open MPI's
+// rank variables; only os, so that python3-minimal runs it).
+const SDKFunction = `def train():
+    import os
+    rank = os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "?"))
+    size = os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", "?"))
+    print(f"sdk-rank {rank} of {size} on {os.uname().nodename}", flush=True)
+
+train()`
+
+// TrainerLauncherEnv is what Trainer v2's MPI plugin sets in the launcher's
+// container (OpenMPI runtimes): the hostfile it mounts, fully qualified
+// names kept, the slots per node, and ConnectionAttempts for ssh.
+func TrainerLauncherEnv(hostfile string, slotsPerNode int) []string {
+	return []string{
+		"OMPI_MCA_orte_default_hostfile=" + hostfile,
+		"OMPI_MCA_orte_keep_fqdn_hostnames=true",
+		"OMPI_MCA_orte_set_default_slots=" + strconv.Itoa(slotsPerNode),
+		"OMPI_MCA_plm_rsh_args=-o ConnectionAttempts=10",
+	}
+}
+
+// LinkNames lays out dir the way make build lays out bin/: next to the
+// launcher in dir, a relative symlink to it for every name it answers to
+// (ssh, podmpi-rsh, mpirun, mpiexec, mpiexec.hydra), as `launcher names`
+// lists them.
+func LinkNames(ctx context.Context, dir string) error {
+	out, err := exec.CommandContext(ctx, filepath.Join(dir, "launcher"), "names").Output()
+	if err != nil {
+		return fmt.Errorf("%s/launcher names: %w", dir, err)
+	}
+	for _, n := range strings.Fields(string(out)) {
+		p := filepath.Join(dir, n)
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		if err := os.Symlink("launcher", p); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -76,6 +76,12 @@ func setup() error {
 	if err := os.Chmod(filepath.Join(work, "bin"), 0o755); err != nil {
 		return err
 	}
+	// bin/ as make build lays it out: ssh, podmpi-rsh, mpirun, mpiexec and
+	// mpiexec.hydra linked to the launcher (the adoption tests put it first
+	// on PATH; the others run the binaries by path).
+	if err := LinkNames(ctx, filepath.Join(work, "bin")); err != nil {
+		return err
+	}
 	if jobKey, err = sshtest.GenerateJobKey(); err != nil {
 		return err
 	}
