@@ -35,6 +35,7 @@ type env struct {
 	work     string // 0755, removed at the end
 	launcher string // copies of the binaries, readable by uid
 	agent    string
+	bin      string // their directory, laid out as make build's bin/ (names linked to the launcher)
 	self     string // this binary, for the in-pod timer
 	auth     string // Trainer layout: id_rsa, id_rsa.pub, authorized_keys
 	key      string // auth/id_rsa, also OpenSSH's identity and sshd's host key
@@ -84,6 +85,10 @@ func newEnv(ctx context.Context, binDir string) (*env, error) {
 		if err := copyFile(c.src, c.dst, 0o755); err != nil {
 			return e, fmt.Errorf("copy %s (run make build first): %w", c.src, err)
 		}
+	}
+	e.bin = bin
+	if err := e2e.LinkNames(ctx, bin); err != nil {
+		return e, err
 	}
 	if e.home, err = mk("home", true); err != nil {
 		return e, err
@@ -240,6 +245,17 @@ func (e *env) launcherArgs(flags []string, command ...string) []string {
 		"--web.listen-address", "", "--log.format", "json"}
 	argv = append(argv, flags...)
 	return append(append(argv, "--"), command...)
+}
+
+// shimEnv is the environment of podmpi's plain mpirun (the SDK's way to
+// start MPI): bin/ first on PATH, and the launcher flags launcherArgs
+// passes as their PODMPI_* twins, since that command has no room for flags.
+func (e *env) shimEnv() []string {
+	e.seq++
+	run := filepath.Join(e.tmp, "launcher-"+strconv.Itoa(e.seq))
+	return []string{"PATH=" + e.bin + ":/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "PODMPI_SSH_AUTH_DIR=" + e.auth,
+		"PODMPI_HOSTFILE_OUTPUT=" + filepath.Join(run, "hostfile"), "PODMPI_TERMINATION_LOG=" + filepath.Join(run, "termination-log"),
+		"PODMPI_WEB_LISTEN_ADDRESS=", "PODMPI_LOG_FORMAT=json"}
 }
 
 // timer runs spec in pod as uid and returns the results; a command that

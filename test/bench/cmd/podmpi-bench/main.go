@@ -5,8 +5,9 @@
 //  1. one remote command (connect, auth, exec true, close): launcher rsh to
 //     worker-agent, OpenSSH ssh to worker-agent, OpenSSH ssh to sshd;
 //  2. mpirun -np 6 hostname and an MPI allreduce over 3 worker pods x 2
-//     slots, OpenMPI and MPICH, through the launcher and worker-agent, and
-//     through OpenSSH ssh and sshd;
+//     slots, OpenMPI and MPICH, through `launcher --` and worker-agent,
+//     through podmpi's plain mpirun (make build's bin/ first on PATH, the
+//     Kubeflow SDK's way of starting MPI), and through OpenSSH ssh and sshd;
 //  3. launcher init by phase for 3 pods, and a scale simulation for 16 to
 //     1024 workers (one worker-agent serving N addresses, a DNS server
 //     answering N names), against an mpi-operator style shell entrypoint

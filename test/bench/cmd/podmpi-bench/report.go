@@ -134,5 +134,4 @@ func (r *report) write(dir, header string) error {
 	return os.WriteFile(filepath.Join(dir, "summary.md"), []byte(header+r.md.String()), 0o644)
 }
 
-
 func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
