@@ -349,3 +349,19 @@ func TestProvisionalEventsAreReplaced(t *testing.T) {
 		t.Fatalf("events = %+v; want the recorded OOM kill once", s.events.Events)
 	}
 }
+
+// TestTimeoutWithoutFinding: a hang leaves nothing in the accounts; the
+// timeout is the message, without a "root cause unknown" line before it.
+func TestTimeoutWithoutFinding(t *testing.T) {
+	a := startAgent(t)
+	code, err, _, _, _ := runJob(t, a.port, func(c *Config) { c.MPIRunTimeout = 500 * time.Millisecond }, "sleep", "30")
+	if code != exitcode.MPIRunTimeout {
+		t.Fatalf("exit %d (%v)", code, err)
+	}
+	if msg := TerminationMessage(code, err); strings.Contains(msg, "root cause") || !strings.HasPrefix(msg, "podmpi launcher failed (exit code 69)") {
+		t.Errorf("termination message:\n%s", msg)
+	}
+	if a.asks.Load() == 0 {
+		t.Errorf("the workers were not asked after the timeout")
+	}
+}

@@ -182,6 +182,9 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 				argv[0], cfg.LaunchGrace),
 			Hint: "the root cause above names the worker, its port and the phase that failed; fix that worker (is worker-agent running and reachable on its SSH port?)"}
 	case res.TimedOut:
+		if diag != nil && diag.Root == nil {
+			diag = nil // a hang leaves no trace in the accounts: the timeout says it all
+		}
 		return exitcode.MPIRunTimeout, &Failure{Phase: PhaseMPIRun, Code: exitcode.MPIRunTimeout, Diagnosis: diag,
 			Err:  fmt.Errorf("%s ran longer than --mpirun.timeout=%s and was stopped", argv[0], cfg.MPIRunTimeout),
 			Hint: "raise --mpirun.timeout, or look for a rank that hangs (a worker that cannot call back, a second NIC)"}
@@ -190,7 +193,7 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 	case res.ExitCode != 0:
 		return exitcode.Code(res.ExitCode), &Failure{Phase: PhaseMPIRun, Code: exitcode.Code(res.ExitCode), Diagnosis: diag,
 			Err:  fmt.Errorf("%s exited with %d", argv[0], res.ExitCode),
-			Hint: "the MPI job itself failed; mpirun's output above names the rank or daemon; the probe passed for every worker, so SSH and PATH were fine"}
+			Hint: "the MPI job itself failed after it started: the root cause first in this message, and mpirun's output, name the rank or daemon; the probe passed for every worker, so SSH and PATH were fine"}
 	}
 	return exitcode.OK, nil
 }
