@@ -130,3 +130,19 @@ func TestSettingsCarryTheFailureDir(t *testing.T) {
 		t.Fatalf("Env = %v", env)
 	}
 }
+
+func FuzzReadFailureRecord(f *testing.F) {
+	f.Add([]byte(`{"time":"2025-01-02T03:04:05Z","host":"w","port":2222,"phase":"tcp-refused","cause":"x","pid":1}`))
+	f.Add([]byte(`{"port":"x"}`))
+	f.Add([]byte(strings.Repeat("[", 9000)))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "1-1.json"), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		recs, _, err := ReadFailureRecords(dir, 4, nil)
+		if err == nil && len(recs) != 1 || err != nil && len(recs) != 0 {
+			t.Fatalf("%d records, err %v", len(recs), err)
+		}
+	})
+}
