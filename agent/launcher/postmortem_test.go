@@ -69,7 +69,7 @@ func (a *fakeAgent) set(evs ...api.Event) {
 
 // runJob runs the launcher over one worker, 127.0.0.1, whose agent listens
 // on webPort, with command as mpirun.
-func runJob(t *testing.T, webPort int, mod func(*Config), command ...string) (exitcode.Code, error, string, string, *Launcher) {
+func runJob(t *testing.T, webPort int, mod func(*Config), command ...string) (exitcode.Code, string, string, *Launcher, error) {
 	t.Helper()
 	cfg := Config{
 		Discovery:        discovery.Spec{Workers: []string{"127.0.0.1=2"}, Self: "launcher-not-listed"},
@@ -104,7 +104,7 @@ func runJob(t *testing.T, webPort int, mod func(*Config), command ...string) (ex
 			t.Logf("output:\n%s\nreport:\n%s\nlog:\n%s", out.String(), report.String(), logs.String())
 		}
 	})
-	return code, runErr, out.String(), logs.String() + report.String(), l
+	return code, out.String(), logs.String() + report.String(), l, runErr
 }
 
 // firstLine is the termination message's first line.
@@ -125,7 +125,7 @@ func recordScript(then string) []string {
 func TestLaunchFailureStopsAHangingMPIRun(t *testing.T) {
 	a := startAgent(t)
 	start := time.Now()
-	code, err, _, logs, _ := runJob(t, a.port, nil, recordScript("exec sleep 60")...)
+	code, _, logs, _, err := runJob(t, a.port, nil, recordScript("exec sleep 60")...)
 	if code != exitcode.LaunchFailed {
 		t.Fatalf("exit %d (%v), want %d", code, err, exitcode.LaunchFailed)
 	}
@@ -150,7 +150,7 @@ func TestLaunchFailureStopsAHangingMPIRun(t *testing.T) {
 
 func TestLaunchFailureMPIRunExitsOnItsOwn(t *testing.T) {
 	a := startAgent(t)
-	code, err, _, _, l := runJob(t, a.port, nil, recordScript("exit 1")...)
+	code, _, _, l, err := runJob(t, a.port, nil, recordScript("exit 1")...)
 	if code != 1 {
 		t.Fatalf("exit %d (%v), want mpirun's own 1", code, err)
 	}
@@ -166,7 +166,7 @@ func TestDiagnosisNamesTheOOMKill(t *testing.T) {
 	a := startAgent(t)
 	a.set(api.Event{Seq: 1, Time: time.Now(), Kind: api.KindOOMKill, Rank: 3, PID: 77, Comm: "train", ExitCode: -1, Signal: "SIGKILL",
 		RSSBytes: 150 << 20, Memory: &api.Memory{Version: 1, LimitBytes: 200 << 20, UsageBytes: 200 << 20, PeakBytes: 200 << 20, OOMKills: 1, AtLimit: true}})
-	code, err, _, logs, _ := runJob(t, a.port, nil, "sh", "-c", "exit 137")
+	code, _, logs, _, err := runJob(t, a.port, nil, "sh", "-c", "exit 137")
 	if code != 137 {
 		t.Fatalf("exit %d, want mpirun's 137 passed through", code)
 	}
@@ -194,7 +194,7 @@ func TestDiagnosisNamesTheOOMKill(t *testing.T) {
 
 func TestDiagnosisGoneWorker(t *testing.T) {
 	port := sshtest.FreePort(t)
-	code, err, _, _, _ := runJob(t, port, nil, "sh", "-c", "exit 1")
+	code, _, _, _, err := runJob(t, port, nil, "sh", "-c", "exit 1")
 	if code != 1 {
 		t.Fatalf("exit %d", code)
 	}
@@ -209,7 +209,7 @@ func TestDiagnosisGoneWorker(t *testing.T) {
 func TestDiagnosisFromMPIRunOutput(t *testing.T) {
 	a := startAgent(t)
 	out := "mpirun noticed that process rank 1 with PID 0 on node 127.0.0.1 exited on signal 11 (Segmentation fault).\n"
-	code, err, got, _, _ := runJob(t, a.port, nil, "sh", "-c", "printf '%s' '"+out+"' >&2; exit 139")
+	code, got, _, _, err := runJob(t, a.port, nil, "sh", "-c", "printf '%s' '"+out+"' >&2; exit 139")
 	if code != 139 {
 		t.Fatalf("exit %d", code)
 	}
@@ -236,7 +236,7 @@ func TestWatchSeesAWorkerStopAnswering(t *testing.T) {
 	}()
 	// mpirun fails a second after the agent went away: the watch (every
 	// 200ms) has seen it fail to answer twice by then.
-	code, err, _, logs, _ := runJob(t, a.port, func(c *Config) { c.DiagnosisWatch = 200 * time.Millisecond },
+	code, _, logs, _, err := runJob(t, a.port, func(c *Config) { c.DiagnosisWatch = 200 * time.Millisecond },
 		"sh", "-c", `while [ ! -e "$0" ]; do sleep 0.05; done; sleep 1; exit 7`, gone)
 	if code != 7 {
 		t.Fatalf("exit %d (%v), want 7", code, err)
@@ -255,7 +255,7 @@ func TestWatchSeesAWorkerStopAnswering(t *testing.T) {
 
 func TestSuccessAsksNobody(t *testing.T) {
 	a := startAgent(t)
-	code, err, _, _, l := runJob(t, a.port, nil, "sh", "-c", "exit 0")
+	code, _, _, l, err := runJob(t, a.port, nil, "sh", "-c", "exit 0")
 	if code != 0 || err != nil {
 		t.Fatalf("exit %d, %v", code, err)
 	}
@@ -354,7 +354,7 @@ func TestProvisionalEventsAreReplaced(t *testing.T) {
 // timeout is the message, without a "root cause unknown" line before it.
 func TestTimeoutWithoutFinding(t *testing.T) {
 	a := startAgent(t)
-	code, err, _, _, _ := runJob(t, a.port, func(c *Config) { c.MPIRunTimeout = 500 * time.Millisecond }, "sleep", "30")
+	code, _, _, _, err := runJob(t, a.port, func(c *Config) { c.MPIRunTimeout = 500 * time.Millisecond }, "sleep", "30")
 	if code != exitcode.MPIRunTimeout {
 		t.Fatalf("exit %d (%v)", code, err)
 	}

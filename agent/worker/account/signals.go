@@ -24,15 +24,6 @@ func SignalName(sig syscall.Signal) string {
 	return "SIG" + strconv.Itoa(int(sig))
 }
 
-// rfcSignals maps the signal names of SSH's exit-signal (RFC 4254 §6.10,
-// without "SIG") to signals.
-var rfcSignals = map[string]syscall.Signal{
-	"ABRT": syscall.SIGABRT, "ALRM": syscall.SIGALRM, "FPE": syscall.SIGFPE, "HUP": syscall.SIGHUP,
-	"ILL": syscall.SIGILL, "INT": syscall.SIGINT, "KILL": syscall.SIGKILL, "PIPE": syscall.SIGPIPE,
-	"QUIT": syscall.SIGQUIT, "SEGV": syscall.SIGSEGV, "TERM": syscall.SIGTERM, "USR1": syscall.SIGUSR1,
-	"USR2": syscall.SIGUSR2,
-}
-
 // signalLabel is the bounded metric label of a signal name.
 func signalLabel(name string) string {
 	for _, n := range signalNames {
