@@ -228,3 +228,14 @@ func FuzzRankFromEnviron(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkSnapshot is one scan of this machine's /proc for the test
+// process's descendants: what every Config.Interval costs the agent.
+func BenchmarkSnapshot(b *testing.B) {
+	s := newScanner("/proc", os.Getpid())
+	for b.Loop() {
+		if _, err := s.snapshot(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
