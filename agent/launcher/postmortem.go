@@ -19,6 +19,7 @@ import (
 	"github.com/podmpi/podmpi/agent/launcher/postmortem"
 	"github.com/podmpi/podmpi/agent/rsh"
 	"github.com/podmpi/podmpi/agent/worker/api"
+	"github.com/podmpi/podmpi/mpi"
 )
 
 // What happens after mpirun started: while it runs, the launcher watches
@@ -179,6 +180,8 @@ func (w *watch) watchRecords(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			// Only a daemon that never started makes mpirun wait for ever;
+			// another command's failure is the command's to report.
 			if n := w.readRecords(); n > 0 && deadline == nil {
 				grace := w.l.cfg.LaunchGrace
 				w.l.log.Error("an MPI daemon could not be started; mpirun is stopped unless it exits on its own",
@@ -200,7 +203,7 @@ func (w *watch) watchRecords(ctx context.Context) {
 }
 
 // readRecords reads the records not read yet, logs each, and returns how
-// many there were.
+// many of them are about an MPI daemon.
 func (w *watch) readRecords() int {
 	recs, names, err := rsh.ReadFailureRecords(w.failDir, maxRecords, w.snapshotRead())
 	if err != nil {
@@ -212,14 +215,19 @@ func (w *watch) readRecords() int {
 		w.read[n] = true
 	}
 	room := maxRecords - len(w.records)
+	daemons := 0
 	for i, r := range recs {
-		w.l.log.Error("podmpi-rsh could not start an MPI daemon", "host", r.Host, "port", r.Port, "phase", r.Phase,
-			"daemon", r.Daemon, "cause", r.Cause, "hint", r.Hint)
+		msg := "podmpi-rsh could not run a remote command"
+		if slices.Contains(mpi.AllDaemons(), r.Daemon) {
+			msg = "podmpi-rsh could not start an MPI daemon"
+			daemons++
+		}
+		w.l.log.Error(msg, "host", r.Host, "port", r.Port, "phase", r.Phase, "daemon", r.Daemon, "cause", r.Cause, "hint", r.Hint)
 		if i < room {
 			w.records = append(w.records, r)
 		}
 	}
-	return len(recs)
+	return daemons
 }
 
 func (w *watch) snapshotRead() map[string]bool {

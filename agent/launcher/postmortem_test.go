@@ -365,3 +365,18 @@ func TestTimeoutWithoutFinding(t *testing.T) {
 		t.Errorf("the workers were not asked after the timeout")
 	}
 }
+
+// TestOtherCommandFailureDoesNotStop: a record about something that is not
+// an MPI daemon is logged and named, but mpirun is left to report it.
+func TestOtherCommandFailureDoesNotStop(t *testing.T) {
+	a := startAgent(t)
+	script := recordScript("sleep 1; exit 4")
+	script[2] = strings.Replace(script[2], `"daemon":"orted"`, `"daemon":"hostname"`, 1)
+	code, _, logs, _, err := runJob(t, a.port, nil, script...)
+	if code != 4 {
+		t.Fatalf("exit %d (%v), want the command's own 4: it was stopped", code, err)
+	}
+	if !strings.Contains(logs, "podmpi-rsh could not run a remote command") || strings.Contains(logs, "stopping it") {
+		t.Errorf("log:\n%s", logs)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/podmpi/podmpi/agent/sshclient"
+	"github.com/podmpi/podmpi/mpi"
 )
 
 // EnvFailureDir names a directory where the client leaves one record per
@@ -64,13 +65,8 @@ func newFailureRecord(f *sshclient.Failure, cmd string, now time.Time) FailureRe
 	return r
 }
 
-func isDaemonName(s string) bool {
-	switch s {
-	case "orted", "prted", "hydra_pmi_proxy", "hydra_bstrap_proxy", "pmi_proxy":
-		return true
-	}
-	return false
-}
+// isDaemonName reports whether s is an MPI daemon of package mpi's table.
+func isDaemonName(s string) bool { return slices.Contains(mpi.AllDaemons(), s) }
 
 // WriteFailureRecord writes r into dir as <pid>-<nanoseconds>.json, whole
 // or not at all (a temporary file renamed into place), readable only by
