@@ -31,7 +31,7 @@ import (
 const root = ".."
 
 // pages are the documentation files this package owns.
-var pages = []string{"quickstart.md", "configuration.md", "troubleshooting.md", "migration.md", "security.md", "compatibility.md"}
+var pages = []string{"quickstart.md", "configuration.md", "troubleshooting.md", "migration.md", "security.md", "compatibility.md", "cluster.md"}
 
 // Section titles the checks look for (level-2 headings).
 const (
