@@ -263,7 +263,7 @@ func TestBinariesImage(t *testing.T) {
 		"--read-only", "--cap-drop=ALL", "--security-opt", "no-new-privileges"}, pm.ulimits...),
 		testImage, "sh", "-c",
 		"cat /etc/debian_version; ldd --version | sed -n 1p; worker-agent --help | sed -n 1p; launcher --help | sed -n 1p; worker-agent version; "+
-			"command -v ssh mpirun; ssh -V")...)
+			"command -v ssh; command -v mpirun; ssh -V")...)
 	t.Logf("podman run %s (Debian bullseye + COPY --from the binaries image):\n%s", testImage, out)
 	if err != nil {
 		t.Fatalf("running the copied binaries on bullseye: %v", err)
