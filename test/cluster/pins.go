@@ -13,14 +13,13 @@ var versionsTxt string
 // Pins are the versions in versions.txt. For trainer and mpi-operator the
 // first line is the default.
 type Pins struct {
-	Kubernetes   string
-	CoreDNS      string
-	Trainer      []string
-	JobSet       []string
-	MPIOperator  []string
-	Debian       map[string]string // etcd, containerd, cni-plugins, docker-compose: minimum major.minor
-	Why          map[string]string // "component version" -> why
-	componentsOK bool
+	Kubernetes  string
+	CoreDNS     string
+	Trainer     []string
+	JobSet      []string
+	MPIOperator []string
+	Debian      map[string]string // etcd, containerd, cni-plugins, docker-compose: the Debian major.minor
+	Why         map[string]string // "component version" -> why
 }
 
 // LoadPins parses versions.txt (embedded).
@@ -64,7 +63,6 @@ func parsePins(text string) (Pins, error) {
 			return Pins{}, fmt.Errorf("versions.txt: %q is not a module version like v1.2.3", v)
 		}
 	}
-	p.componentsOK = true
 	return p, nil
 }
 

@@ -50,11 +50,11 @@ func TestMetrics(t *testing.T) {
 		return err == nil, err
 	})
 	for _, want := range []string{
-		`mpi_launcher_phase_success{phase="probe"} 1`,
-		`mpi_launcher_workers_reachable 2`,
-		`mpi_launcher_workers_expected 2`,
-		`mpi_launcher_init_duration_seconds `,
-		`mpi_launcher_probe_latency_seconds{host="` + job.GetName() + `-worker-0.`,
+		`podmpi_launcher_phase_success{phase="probe"} 1`,
+		`podmpi_launcher_workers_reachable 2`,
+		`podmpi_launcher_workers_expected 2`,
+		`podmpi_launcher_init_duration_seconds `,
+		`podmpi_launcher_probe_latency_seconds{host="` + job.GetName() + `-worker-0.`,
 	} {
 		if !strings.Contains(lm, want) {
 			t.Errorf("launcher /metrics lacks %q", want)
@@ -66,10 +66,10 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("worker %s /metrics through the API server: %v", worker, err)
 	}
 	for _, re := range []string{
-		`(?m)^mpi_worker_ready 1$`,
-		`(?m)^mpi_worker_slots [1-9]`,
-		`(?m)^mpi_worker_ssh_connections_total\{[^}]*\} [1-9]`,
-		`(?m)^mpi_worker_ssh_sessions_active [1-9]`,
+		`(?m)^podmpi_worker_ready 1$`,
+		`(?m)^podmpi_worker_slots [1-9]`,
+		`(?m)^podmpi_worker_ssh_connections_total\{[^}]*\} [1-9]`,
+		`(?m)^podmpi_worker_ssh_sessions_active [1-9]`,
 	} {
 		if !regexp.MustCompile(re).MatchString(wm) {
 			t.Errorf("worker /metrics has no line matching %s", re)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -200,7 +201,23 @@ func checkTrainJob(t *testing.T, ns string, r trainJobResult, pods, ranks int) {
 	if len(hosts) != pods {
 		t.Errorf("ranks ran on %d hosts %v, want %d (the launcher runs ranks too)", len(hosts), hosts, pods)
 	}
-	t.Logf("TrainJob %s: Complete in %s; %d ranks on %v", r.name, r.finished.Sub(r.created).Round(100*time.Millisecond), ranks, hosts)
+	t.Logf("TrainJob %s: Complete in %s; %d ranks on %v; launcher %s", r.name, r.finished.Sub(r.created).Round(100*time.Millisecond), ranks, hosts, launcherPhases(r.log))
+}
+
+// launcherPhases summarises the launcher's "phase done" log lines.
+func launcherPhases(log string) string {
+	var parts []string
+	for _, line := range strings.Split(log, "\n") {
+		var j struct {
+			Msg     string  `json:"msg"`
+			Phase   string  `json:"phase"`
+			Seconds float64 `json:"seconds"`
+		}
+		if json.Unmarshal([]byte(line), &j) == nil && j.Msg == "phase done" {
+			parts = append(parts, fmt.Sprintf("%s %.3fs", j.Phase, j.Seconds))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // TestTrainerLauncherCountCheckCatches proves the launcher-count check can
