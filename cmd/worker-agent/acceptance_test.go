@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
 )
 
 // Arbitrary UID as OpenShift's restricted-v2 SCC assigns it: no passwd
@@ -86,10 +88,10 @@ func TestAcceptanceArbitraryUID(t *testing.T) {
 		bin, "--ssh.listen-address=127.0.0.1:0", "--web.listen-address=127.0.0.1:0",
 		"--ssh.auth-dir=" + authDir, "--ssh.state-dir=" + filepath.Join(work, "state"), "--gpu.detect=auto"}
 	a := startAgent(t, argv, []string{"PATH=" + agentPATH, "TMPDIR=" + work}, work)
-	a.waitReady(t)
+	a.WaitReady(t, 20*time.Second)
 
 	// /info reports the arbitrary identity and the pinned job key.
-	_, body := a.get(t, "/info")
+	_, body := a.Get("/info")
 	var info struct {
 		UID     *int    `json:"uid"`
 		GID     *int    `json:"gid"`
@@ -112,7 +114,7 @@ func TestAcceptanceArbitraryUID(t *testing.T) {
 
 	// The real OpenSSH client, as root, with the key copied to 0600 (OpenSSH
 	// refuses a group-readable key of its own uid) and the host key pinned.
-	_, port, _ := net.SplitHostPort(a.sshAddr)
+	_, port, _ := net.SplitHostPort(a.SSHAddr)
 	client := t.TempDir()
 	idFile := filepath.Join(client, "id_rsa")
 	if err := os.WriteFile(idFile, keys.privPEM, 0o600); err != nil {
@@ -133,8 +135,8 @@ func TestAcceptanceArbitraryUID(t *testing.T) {
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err = cmd.Run()
-	if c := exitCode(err); c != 7 {
-		t.Fatalf("ssh exit %d, want 7\nssh stderr: %s\nagent log:\n%s", c, errOut.String(), a.log())
+	if c := sshtest.ExitStatus(err); c != 7 {
+		t.Fatalf("ssh exit %d, want 7\nssh stderr: %s\nagent log:\n%s", c, errOut.String(), a.Log())
 	}
 	// The session's PATH is the agent's, behind the private dir where the
 	// agent links podmpi-rsh to itself (Open MPI passes its rsh agent on to

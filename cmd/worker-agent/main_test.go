@@ -1,23 +1,19 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -77,136 +73,19 @@ func writeKeys(t *testing.T, dir string) keys {
 
 // --- running the binary ---
 
-type agent struct {
-	cmd     *exec.Cmd
-	sshAddr string
-	webAddr string
-	done    chan struct{} // closed when the process has exited
-	exit    int
-
-	mu     sync.Mutex
-	stderr bytes.Buffer
-}
-
-func (a *agent) log() string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.stderr.String()
-}
+// agent is a worker-agent the test started (sshtest.StartAgent).
+type agent = sshtest.Agent
 
 // startAgent runs argv (the binary, possibly behind setpriv) with JSON logs
-// on 127.0.0.1:0 and waits until both listeners are bound.
+// on the listen addresses its flags give and waits until both listeners are
+// bound.
 func startAgent(t *testing.T, argv []string, env []string, dir string) *agent {
 	t.Helper()
 	args := append(argv[1:], "--log.format=json", "--log.level=info")
 	cmd := exec.Command(argv[0], args...)
 	cmd.Env = env
 	cmd.Dir = dir
-	pr, pw := io.Pipe()
-	cmd.Stderr = pw
-	a := &agent{cmd: cmd, done: make(chan struct{})}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %v: %v", argv, err)
-	}
-	pid := cmd.Process.Pid
-	t.Cleanup(func() {
-		select {
-		case <-a.done:
-		default:
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-			<-a.done
-		}
-	})
-	addrs := make(chan [2]string, 1)
-	go func() {
-		var ssh, web string
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			a.mu.Lock()
-			a.stderr.WriteString(line + "\n")
-			a.mu.Unlock()
-			var rec struct {
-				Msg  string `json:"msg"`
-				Addr string `json:"addr"`
-			}
-			if json.Unmarshal([]byte(line), &rec) != nil {
-				continue
-			}
-			switch rec.Msg {
-			case "ssh listening":
-				ssh = rec.Addr
-			case "http listening":
-				web = rec.Addr
-				addrs <- [2]string{ssh, web}
-			}
-		}
-		_, _ = io.Copy(io.Discard, pr)
-	}()
-	go func() {
-		err := cmd.Wait()
-		a.exit = exitCode(err)
-		pw.Close()
-		close(a.done)
-	}()
-	select {
-	case got := <-addrs:
-		a.sshAddr, a.webAddr = got[0], got[1]
-	case <-a.done:
-		t.Fatalf("worker-agent exited %d before listening:\n%s", a.exit, a.log())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("worker-agent did not listen within 30s:\n%s", a.log())
-	}
-	return a
-}
-
-func exitCode(err error) int {
-	if err == nil {
-		return 0
-	}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode()
-	}
-	return -1
-}
-
-func (a *agent) wait(t *testing.T, d time.Duration) int {
-	t.Helper()
-	select {
-	case <-a.done:
-		return a.exit
-	case <-time.After(d):
-		t.Fatalf("worker-agent still running after %s:\n%s", d, a.log())
-		return -1
-	}
-}
-
-func (a *agent) get(t *testing.T, path string) (int, string) {
-	t.Helper()
-	c := &http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + a.webAddr + path)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
-func (a *agent) waitReady(t *testing.T) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	var code int
-	var body string
-	for time.Now().Before(deadline) {
-		if code, body = a.get(t, "/readyz"); code == 200 {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("/readyz never 200 (last %d %q):\n%s", code, body, a.log())
+	return sshtest.StartAgent(t, cmd)
 }
 
 // baseEnv is a minimal environment: no HOME, a distinctive PATH.
@@ -232,7 +111,7 @@ func runOnce(t *testing.T, env []string, args ...string) (code int, stdout, stde
 	if ctx.Err() != nil {
 		t.Fatalf("worker-agent %v did not finish within 30s", args)
 	}
-	return exitCode(err), o.String(), e.String()
+	return sshtest.ExitStatus(err), o.String(), e.String()
 }
 
 func assertOneLine(t *testing.T, stderr string, wantParts ...string) {
@@ -426,7 +305,7 @@ func TestNvmlWithoutCgo(t *testing.T) {
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
-		if c := exitCode(err); c != 65 {
+		if c := sshtest.ExitStatus(err); c != 65 {
 			t.Fatalf("no-cgo binary with --gpu.detect=nvml: exit %d, want 65; stderr %q", c, e.String())
 		}
 	case <-time.After(30 * time.Second):
@@ -438,8 +317,8 @@ func TestNvmlWithoutCgo(t *testing.T) {
 
 	// And the no-cgo binary serves, CPU-only, in auto mode.
 	a := startAgent(t, []string{bin, "--ssh.auth-dir=" + keys.dir, "--ssh.listen-address=127.0.0.1:0", "--web.listen-address=127.0.0.1:0"}, baseEnv(), t.TempDir())
-	a.waitReady(t)
-	_, body := a.get(t, "/info")
+	a.WaitReady(t, 20*time.Second)
+	_, body := a.Get("/info")
 	if !strings.Contains(body, "built without cgo") {
 		t.Fatalf("/info of the no-cgo binary does not give the no-cgo reason:\n%s", body)
 	}
@@ -453,9 +332,9 @@ func TestSIGTERMDuringSession(t *testing.T) {
 	keys := writeKeys(t, t.TempDir())
 	const grace = 2 * time.Second
 	a := startAgent(t, loopbackArgs(keys.dir, "--shutdown.grace="+grace.String()), baseEnv(), t.TempDir())
-	a.waitReady(t)
+	a.WaitReady(t, 20*time.Second)
 
-	client := dial(t, a.sshAddr, keys.signer, keys.signer.PublicKey())
+	client := dial(t, a.SSHAddr, keys.signer, keys.signer.PublicKey())
 	sess, err := client.NewSession()
 	if err != nil {
 		t.Fatal(err)
@@ -470,11 +349,11 @@ func TestSIGTERMDuringSession(t *testing.T) {
 	waitUntil(t, "session output", func() bool { return strings.Contains(out.String(), "started") })
 
 	start := time.Now()
-	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := a.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, "/readyz 503 shutting down", func() bool {
-		code, body := a.get(t, "/readyz")
+		code, body := a.Get("/readyz")
 		return code == 503 && strings.Contains(body, "shutting down")
 	})
 	select {
@@ -482,10 +361,10 @@ func TestSIGTERMDuringSession(t *testing.T) {
 		t.Fatal("the TERM-ignoring session ended before the grace period")
 	default:
 	}
-	code := a.wait(t, grace+5*time.Second)
+	code := a.Wait(t, grace+5*time.Second)
 	took := time.Since(start)
 	if code != 0 {
-		t.Fatalf("exit %d after SIGTERM, want 0:\n%s", code, a.log())
+		t.Fatalf("exit %d after SIGTERM, want 0:\n%s", code, a.Log())
 	}
 	if took > grace+3*time.Second {
 		t.Errorf("shutdown took %s, want within the %s grace (plus slack)", took, grace)
@@ -506,8 +385,8 @@ func TestRshSubcommandAndName(t *testing.T) {
 	t.Parallel()
 	keys := writeKeys(t, t.TempDir())
 	a := startAgent(t, loopbackArgs(keys.dir), baseEnv(), t.TempDir())
-	a.waitReady(t)
-	host, port, _ := net.SplitHostPort(a.sshAddr)
+	a.WaitReady(t, 20*time.Second)
+	host, port, _ := net.SplitHostPort(a.SSHAddr)
 
 	link := filepath.Join(t.TempDir(), "podmpi-rsh")
 	if err := os.Symlink(agentBin, link); err != nil {
@@ -524,7 +403,7 @@ func TestRshSubcommandAndName(t *testing.T) {
 		cmd.Stdout, cmd.Stderr = &o, &e
 		err := cmd.Run()
 		cancel()
-		if c := exitCode(err); c != 5 || o.String() != "via-rsh\n" {
+		if c := sshtest.ExitStatus(err); c != 5 || o.String() != "via-rsh\n" {
 			t.Errorf("%s: exit %d stdout %q stderr %q, want exit 5 and via-rsh", filepath.Base(argv[0]), c, o.String(), e.String())
 		}
 	}
@@ -537,9 +416,9 @@ func TestMetrics(t *testing.T) {
 	t.Parallel()
 	keys := writeKeys(t, t.TempDir())
 	a := startAgent(t, loopbackArgs(keys.dir, "--slots=3"), baseEnv(), t.TempDir())
-	a.waitReady(t)
+	a.WaitReady(t, 20*time.Second)
 
-	client := dial(t, a.sshAddr, keys.signer, keys.signer.PublicKey())
+	client := dial(t, a.SSHAddr, keys.signer, keys.signer.PublicKey())
 	sess, err := client.NewSession()
 	if err != nil {
 		t.Fatal(err)
@@ -550,19 +429,19 @@ func TestMetrics(t *testing.T) {
 	}
 	client.Close()
 	stranger := writeKeys(t, t.TempDir())
-	if c, err := dialErr(a.sshAddr, stranger.signer, keys.signer.PublicKey()); err == nil {
+	if c, err := dialErr(a.SSHAddr, stranger.signer, keys.signer.PublicKey()); err == nil {
 		c.Close()
 		t.Fatal("a key not in authorized_keys was accepted")
 	}
 
 	var body string
 	waitUntil(t, "session metrics", func() bool {
-		_, body = a.get(t, "/metrics")
-		return strings.Contains(body, `mpi_worker_ssh_session_exits_total{code="other"} 1`) &&
-			strings.Contains(body, `mpi_worker_ssh_auth_failures_total{reason="unknown_key"} 1`)
+		_, body = a.Get("/metrics")
+		return strings.Contains(body, `podmpi_worker_ssh_session_exits_total{code="other"} 1`) &&
+			strings.Contains(body, `podmpi_worker_ssh_auth_failures_total{reason="unknown_key"} 1`)
 	})
-	for _, want := range []string{"mpi_worker_slots 3", "mpi_worker_gpus 0", "mpi_worker_ready 1",
-		"mpi_worker_ssh_session_duration_seconds_count 1", `mpi_worker_build_info{commit=`} {
+	for _, want := range []string{"podmpi_worker_slots 3", "podmpi_worker_gpus 0", "podmpi_worker_ready 1",
+		"podmpi_worker_ssh_session_duration_seconds_count 1", `podmpi_worker_build_info{commit=`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}

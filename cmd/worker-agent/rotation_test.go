@@ -61,9 +61,9 @@ type hostKeyInfo struct {
 	Pinned             bool   `json:"pinned"`
 }
 
-func (a *agent) hostKey(t *testing.T) hostKeyInfo {
+func hostKeyOf(t *testing.T, a *agent) hostKeyInfo {
 	t.Helper()
-	code, body := a.get(t, "/info")
+	code, body := a.Get("/info")
 	var info struct {
 		HostKey hostKeyInfo `json:"hostKey"`
 	}
@@ -81,36 +81,36 @@ func TestSecretRotationRealAgent(t *testing.T) {
 	t.Parallel()
 	mount, k1 := newKubeletMount(t)
 	a := startAgent(t, loopbackArgs(mount.dir), baseEnv(), t.TempDir())
-	a.waitReady(t)
-	dial(t, a.sshAddr, k1.signer, k1.signer.PublicKey())
-	hk1 := a.hostKey(t)
+	a.WaitReady(t, 20*time.Second)
+	dial(t, a.SSHAddr, k1.signer, k1.signer.PublicKey())
+	hk1 := hostKeyOf(t, a)
 	if hk1.Fingerprint != ssh.FingerprintSHA256(k1.signer.PublicKey()) || hk1.DerivedFingerprint == "" || !hk1.Pinned {
 		t.Fatalf("/info hostKey %+v before rotation", hk1)
 	}
-	if !strings.Contains(a.log(), hk1.DerivedFingerprint) {
-		t.Errorf("the derived host key's fingerprint is not in the startup log:\n%s", a.log())
+	if !strings.Contains(a.Log(), hk1.DerivedFingerprint) {
+		t.Errorf("the derived host key's fingerprint is not in the startup log:\n%s", a.Log())
 	}
 
 	k2 := writeKeys(t, t.TempDir())
 	mount.swap(t, k2.dir)
-	dial(t, a.sshAddr, k2.signer, k2.signer.PublicKey())
-	if c, err := dialErr(a.sshAddr, k1.signer, k2.signer.PublicKey()); err == nil {
+	dial(t, a.SSHAddr, k2.signer, k2.signer.PublicKey())
+	if c, err := dialErr(a.SSHAddr, k1.signer, k2.signer.PublicKey()); err == nil {
 		c.Close()
 		t.Fatal("the rotated-out key still logs in")
 	}
-	if c, err := dialErr(a.sshAddr, k2.signer, k1.signer.PublicKey()); err == nil {
+	if c, err := dialErr(a.SSHAddr, k2.signer, k1.signer.PublicKey()); err == nil {
 		c.Close()
 		t.Fatal("the rotated-out host key is still served")
 	}
-	hk2 := a.hostKey(t)
+	hk2 := hostKeyOf(t, a)
 	if hk2.Fingerprint != ssh.FingerprintSHA256(k2.signer.PublicKey()) || hk2.DerivedFingerprint == "" || hk2.DerivedFingerprint == hk1.DerivedFingerprint {
 		t.Fatalf("/info hostKey %+v after rotation (before %+v)", hk2, hk1)
 	}
-	if code, body := a.get(t, "/readyz"); code != 200 {
+	if code, body := a.Get("/readyz"); code != 200 {
 		t.Fatalf("/readyz after a good rotation = %d %q", code, body)
 	}
 	var rotated bool
-	for _, line := range strings.Split(a.log(), "\n") {
+	for _, line := range strings.Split(a.Log(), "\n") {
 		if strings.Contains(line, `"msg":"job key rotated"`) &&
 			strings.Contains(line, `"old_host_key_fp":"`+hk1.Fingerprint+`"`) && strings.Contains(line, `"new_host_key_fp":"`+hk2.Fingerprint+`"`) &&
 			strings.Contains(line, `"old_derived_key_fp":"`+hk1.DerivedFingerprint+`"`) && strings.Contains(line, `"new_derived_key_fp":"`+hk2.DerivedFingerprint+`"`) {
@@ -118,7 +118,7 @@ func TestSecretRotationRealAgent(t *testing.T) {
 		}
 	}
 	if !rotated {
-		t.Errorf("no \"job key rotated\" line with both fingerprints:\n%s", a.log())
+		t.Errorf("no \"job key rotated\" line with both fingerprints:\n%s", a.Log())
 	}
 
 	// A Secret whose authorized_keys lost its key: logins refused, /readyz
@@ -126,11 +126,11 @@ func TestSecretRotationRealAgent(t *testing.T) {
 	k3 := writeKeys(t, t.TempDir())
 	mustWrite(t, filepath.Join(k3.dir, "authorized_keys"), "# no keys\n", 0o644)
 	mount.swap(t, k3.dir)
-	if c, err := dialErr(a.sshAddr, k3.signer, k3.signer.PublicKey()); err == nil {
+	if c, err := dialErr(a.SSHAddr, k3.signer, k3.signer.PublicKey()); err == nil {
 		c.Close()
 		t.Fatal("login accepted with an empty authorized_keys")
 	}
-	if code, body := a.get(t, "/readyz"); code != 503 || !strings.Contains(body, "refusing every login") {
+	if code, body := a.Get("/readyz"); code != 503 || !strings.Contains(body, "refusing every login") {
 		t.Fatalf("/readyz with an empty authorized_keys = %d %q", code, body)
 	}
 }
@@ -140,8 +140,8 @@ func TestRefusalLineRealAgent(t *testing.T) {
 	t.Parallel()
 	k := writeKeys(t, t.TempDir())
 	a := startAgent(t, loopbackArgs(k.dir, "--ssh.per-source-max-startups=1"), baseEnv(), t.TempDir())
-	a.waitReady(t)
-	hold, err := net.Dial("tcp", a.sshAddr)
+	a.WaitReady(t, 20*time.Second)
+	hold, err := net.Dial("tcp", a.SSHAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestRefusalLineRealAgent(t *testing.T) {
 	if l, err := bufio.NewReader(hold).ReadString('\n'); err != nil || !strings.HasPrefix(l, "SSH-2.0-") {
 		t.Fatalf("first connection: %q %v", l, err)
 	}
-	c, err := net.Dial("tcp", a.sshAddr)
+	c, err := net.Dial("tcp", a.SSHAddr)
 	if err != nil {
 		t.Fatal(err)
 	}

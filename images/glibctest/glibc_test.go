@@ -1,15 +1,11 @@
 package glibctest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"debug/elf"
-	"encoding/json"
 	"errors"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,8 +13,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -231,10 +225,10 @@ func TestBinariesStartOnOldGlibc(t *testing.T) {
 	// UID in group 0, the job key mounted as Trainer mounts it.
 	keyDir := filepath.Join(work, "ssh")
 	signer, pubLine := writeJobKey(t, keyDir)
-	a := startAgent(t, chroot(arbitraryUID+":0", rootAgent,
+	a := sshtest.StartAgent(t, chroot(arbitraryUID+":0", rootAgent,
 		"--ssh.listen-address=127.0.0.1:0", "--web.listen-address=127.0.0.1:0",
 		"--ssh.auth-dir="+inRoot(keyDir), "--gpu.detect=auto", "--log.format=json"))
-	a.waitReady(ctx, t)
+	a.WaitReady(t, time.Minute)
 
 	// Client 1: from the host (x/crypto), the host key pinned to the job key.
 	pub, _, _, _, err := ssh.ParseAuthorizedKey(pubLine)
@@ -247,9 +241,9 @@ func TestBinariesStartOnOldGlibc(t *testing.T) {
 		HostKeyCallback: ssh.FixedHostKey(pub),
 		Timeout:         30 * time.Second,
 	}
-	c, err := ssh.Dial("tcp", a.sshAddr, cfg)
+	c, err := ssh.Dial("tcp", a.SSHAddr, cfg)
 	if err != nil {
-		t.Fatalf("ssh to worker-agent in the bullseye root: %v\nagent log:\n%s", err, a.log())
+		t.Fatalf("ssh to worker-agent in the bullseye root: %v\nagent log:\n%s", err, a.Log())
 	}
 	defer c.Close()
 	sess, err := c.NewSession()
@@ -261,7 +255,7 @@ func TestBinariesStartOnOldGlibc(t *testing.T) {
 	err = sess.Run(`echo "uid=$(id -u) gid=$(id -g)"; cat /etc/debian_version; ldd --version | sed -n 1p; exit 3`)
 	var ee *ssh.ExitError
 	if !errors.As(err, &ee) || ee.ExitStatus() != 3 {
-		t.Fatalf("session: %v (want exit 3)\nstdout: %s\nstderr: %s\nagent log:\n%s", err, so.String(), se.String(), a.log())
+		t.Fatalf("session: %v (want exit 3)\nstdout: %s\nstderr: %s\nagent log:\n%s", err, so.String(), se.String(), a.Log())
 	}
 	t.Logf("session from the host, run by worker-agent in the root:\n%s", so.String())
 	for _, want := range []string{"uid=" + arbitraryUID + " gid=0", "\n11.", "2.31"} {
@@ -272,15 +266,17 @@ func TestBinariesStartOnOldGlibc(t *testing.T) {
 
 	// Client 2: the launcher's own ssh client (what mpirun runs as its rsh
 	// agent), inside the root too.
-	_, port, _ := net.SplitHostPort(a.sshAddr)
+	_, port, _ := net.SplitHostPort(a.SSHAddr)
 	rsh := chroot(arbitraryUID+":0", rootLauncher, "rsh", "-p", port, "127.0.0.1", "echo rsh-ok; cat /etc/debian_version")
 	rsh.Env = append(rsh.Env, "PODMPI_SSH_AUTH_DIR="+inRoot(keyDir))
 	ro, err := rsh.CombinedOutput()
 	if err != nil || !strings.Contains(string(ro), "rsh-ok") || !strings.Contains(string(ro), "11.") {
-		t.Fatalf("launcher rsh in the bullseye root: %v\n%s\nagent log:\n%s", err, ro, a.log())
+		t.Fatalf("launcher rsh in the bullseye root: %v\n%s\nagent log:\n%s", err, ro, a.Log())
 	}
 	t.Logf("launcher rsh in the root: %s", strings.ReplaceAll(strings.TrimSpace(string(ro)), "\n", ", "))
-	a.stop(t)
+	if code := a.Stop(t, time.Minute); code != 0 {
+		t.Errorf("worker-agent exited %d after SIGTERM, want 0:\n%s", code, a.Log())
+	}
 }
 
 // lookPath finds a host tool in PATH or the sbin directories.
@@ -327,129 +323,6 @@ func writeJobKey(t *testing.T, dir string) (ssh.Signer, []byte) {
 		t.Fatal(err)
 	}
 	return k.Signer, ssh.MarshalAuthorizedKey(k.Public())
-}
-
-// agent is a worker-agent process started through chroot (which execs it:
-// same PID).
-type agent struct {
-	cmd     *exec.Cmd
-	sshAddr string
-	webAddr string
-	done    chan struct{}
-	mu      sync.Mutex
-	logBuf  strings.Builder
-}
-
-func (a *agent) log() string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.logBuf.String()
-}
-
-// startAgent starts cmd, reads its JSON log for the two listen addresses
-// and kills it (by PID) when the test ends.
-func startAgent(t *testing.T, cmd *exec.Cmd) *agent {
-	t.Helper()
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, pw
-	cmd.WaitDelay = 5 * time.Second
-	a := &agent{cmd: cmd, done: make(chan struct{})}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %v: %v", cmd.Args, err)
-	}
-	pid := cmd.Process.Pid
-	addrs := make(chan [2]string, 1)
-	go func() {
-		var sshA, web string
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			a.mu.Lock()
-			a.logBuf.WriteString(line + "\n")
-			a.mu.Unlock()
-			var rec struct {
-				Msg  string `json:"msg"`
-				Addr string `json:"addr"`
-			}
-			if json.Unmarshal([]byte(line), &rec) != nil {
-				continue
-			}
-			switch rec.Msg {
-			case "ssh listening":
-				sshA = rec.Addr
-			case "http listening":
-				web = rec.Addr
-			}
-			if sshA != "" && web != "" {
-				select {
-				case addrs <- [2]string{sshA, web}:
-				default:
-				}
-			}
-		}
-	}()
-	go func() {
-		_ = cmd.Wait()
-		_ = pw.Close()
-		close(a.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-a.done:
-		default:
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-			<-a.done
-		}
-	})
-	select {
-	case ad := <-addrs:
-		a.sshAddr, a.webAddr = ad[0], ad[1]
-	case <-a.done:
-		t.Fatalf("worker-agent exited before listening:\n%s", a.log())
-	case <-time.After(time.Minute):
-		t.Fatalf("worker-agent did not log both listen addresses within a minute:\n%s", a.log())
-	}
-	return a
-}
-
-// waitReady polls /readyz until it answers 200 (keys loaded, SSH served).
-func (a *agent) waitReady(ctx context.Context, t *testing.T) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for i := 0; ; i++ {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a.webAddr+"/readyz", nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("worker-agent not ready after %d tries (last: %v):\n%s", i+1, err, a.log())
-		}
-		select {
-		case <-a.done:
-			t.Fatalf("worker-agent exited:\n%s", a.log())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// stop sends SIGTERM and waits for a clean exit.
-func (a *agent) stop(t *testing.T) {
-	t.Helper()
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-a.done:
-		if code := a.cmd.ProcessState.ExitCode(); code != 0 {
-			t.Errorf("worker-agent exited %d after SIGTERM, want 0:\n%s", code, a.log())
-		}
-	case <-time.After(time.Minute):
-		t.Errorf("worker-agent still running a minute after SIGTERM:\n%s", a.log())
-	}
 }
 
 func TestVersionLess(t *testing.T) {
