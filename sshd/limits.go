@@ -54,7 +54,7 @@ func (l *startupLimiter) String() string {
 }
 
 // acquire takes a slot for a connection from src. It returns a release
-// func, or the refusal reason (a result of mpi_worker_ssh_connections_total)
+// func, or the refusal reason (a result of podmpi_worker_ssh_connections_total)
 // and the line to send.
 func (l *startupLimiter) acquire(src string) (release func(), reason, line string) {
 	l.mu.Lock()

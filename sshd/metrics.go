@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Connection results of mpi_worker_ssh_connections_total. Every accepted TCP
+// Connection results of podmpi_worker_ssh_connections_total. Every accepted TCP
 // connection is counted exactly once, when its pre-auth phase ends.
 const (
 	connAuthenticated       = "accepted"             // key exchange and auth completed
@@ -16,7 +16,7 @@ const (
 	connHandshakeFailed     = "handshake_failed"     // kex, auth, grace timeout or client gone
 )
 
-// Auth failure reasons of mpi_worker_ssh_auth_failures_total; one per
+// Auth failure reasons of podmpi_worker_ssh_auth_failures_total; one per
 // connection that entered the auth phase and did not authenticate.
 const (
 	authUnknownKey = "unknown_key" // only keys not in authorized_keys were offered
@@ -26,7 +26,7 @@ const (
 	authTimeout    = "timeout"     // LoginGraceTime expired during auth
 )
 
-// Refused request kinds of mpi_worker_ssh_requests_refused_total.
+// Refused request kinds of podmpi_worker_ssh_requests_refused_total.
 var refusedKinds = []string{"pty", "subsystem", "x11", "agent", "port_forward", "env", "max_sessions", "other"}
 
 // exitCodeLabels are the exit codes with their own label value; every other
@@ -49,37 +49,37 @@ type Metrics struct {
 // not nil). It panics if they are already registered with reg, as
 // prometheus.MustRegister does; call it once per registry.
 //
-//	mpi_worker_ssh_connections_total{result="accepted|rejected_maxstartups|rejected_per_source|handshake_failed"}
-//	mpi_worker_ssh_auth_failures_total{reason="unknown_key|no_key|max_tries|signature|timeout"}
-//	mpi_worker_ssh_sessions_active
-//	mpi_worker_ssh_session_duration_seconds
-//	mpi_worker_ssh_session_exits_total{code="0|1|2|126|127|255|signal|other|start_failed"}
-//	mpi_worker_ssh_requests_refused_total{kind="pty|subsystem|x11|agent|port_forward|env|max_sessions|other"}
+//	podmpi_worker_ssh_connections_total{result="accepted|rejected_maxstartups|rejected_per_source|handshake_failed"}
+//	podmpi_worker_ssh_auth_failures_total{reason="unknown_key|no_key|max_tries|signature|timeout"}
+//	podmpi_worker_ssh_sessions_active
+//	podmpi_worker_ssh_session_duration_seconds
+//	podmpi_worker_ssh_session_exits_total{code="0|1|2|126|127|255|signal|other|start_failed"}
+//	podmpi_worker_ssh_requests_refused_total{kind="pty|subsystem|x11|agent|port_forward|env|max_sessions|other"}
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		connections: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "mpi_worker_ssh_connections_total",
+			Name: "podmpi_worker_ssh_connections_total",
 			Help: "TCP connections to the worker SSH server by pre-auth outcome.",
 		}, []string{"result"}),
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "mpi_worker_ssh_auth_failures_total",
+			Name: "podmpi_worker_ssh_auth_failures_total",
 			Help: "SSH connections that tried to authenticate and failed, by reason.",
 		}, []string{"reason"}),
 		sessionsActive: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "mpi_worker_ssh_sessions_active",
+			Name: "podmpi_worker_ssh_sessions_active",
 			Help: "SSH sessions whose command is running.",
 		}),
 		sessionDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "mpi_worker_ssh_session_duration_seconds",
+			Name:    "podmpi_worker_ssh_session_duration_seconds",
 			Help:    "Wall time of SSH sessions from command start to exit status.",
 			Buckets: []float64{0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 60, 300, 1800, 3600, 14400, 86400},
 		}),
 		sessionExits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "mpi_worker_ssh_session_exits_total",
+			Name: "podmpi_worker_ssh_session_exits_total",
 			Help: "Finished SSH sessions by exit code (codes outside a small set are \"other\").",
 		}, []string{"code"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "mpi_worker_ssh_requests_refused_total",
+			Name: "podmpi_worker_ssh_requests_refused_total",
 			Help: "SSH requests and channels refused by policy, by kind.",
 		}, []string{"kind"}),
 	}

@@ -835,8 +835,8 @@ func TestMetricsSessions(t *testing.T) {
 	for _, mf := range mfs {
 		names[mf.GetName()] = true
 	}
-	for _, n := range []string{"mpi_worker_ssh_connections_total", "mpi_worker_ssh_auth_failures_total", "mpi_worker_ssh_sessions_active",
-		"mpi_worker_ssh_session_duration_seconds", "mpi_worker_ssh_session_exits_total"} {
+	for _, n := range []string{"podmpi_worker_ssh_connections_total", "podmpi_worker_ssh_auth_failures_total", "podmpi_worker_ssh_sessions_active",
+		"podmpi_worker_ssh_session_duration_seconds", "podmpi_worker_ssh_session_exits_total"} {
 		if !names[n] {
 			t.Errorf("%s not registered", n)
 		}

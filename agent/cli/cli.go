@@ -108,20 +108,28 @@ func (l LogFlags) NewLogger(w io.Writer, getenv func(string) string) (*slog.Logg
 		return nil, fmt.Errorf("--log.level %q: want debug, info, warn or error", l.Level)
 	}
 	opts := &slog.HandlerOptions{Level: level}
-	format := l.Format
-	if format == "auto" || format == "" {
-		format = "text"
-		if getenv("KUBERNETES_SERVICE_HOST") != "" {
-			format = "json"
-		}
-	}
-	switch format {
+	switch l.resolve(getenv) {
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return slog.New(UniqueKeys(slog.NewJSONHandler(w, opts))), nil
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		return slog.New(UniqueKeys(slog.NewTextHandler(w, opts))), nil
 	}
 	return nil, fmt.Errorf("--log.format %q: want auto, json or text", l.Format)
+}
+
+// JSON reports whether NewLogger writes JSON with these flags: then nothing
+// else may write free text to the same stream (reports become records).
+func (l LogFlags) JSON(getenv func(string) string) bool { return l.resolve(getenv) == "json" }
+
+// resolve turns "auto" into json (inside Kubernetes) or text.
+func (l LogFlags) resolve(getenv func(string) string) string {
+	if l.Format == "auto" || l.Format == "" {
+		if getenv("KUBERNETES_SERVICE_HOST") != "" {
+			return "json"
+		}
+		return "text"
+	}
+	return l.Format
 }
 
 // Getenv is os.Getenv, for callers that pass it to NewLogger.

@@ -2,8 +2,11 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
 
 	"github.com/spf13/pflag"
 )
@@ -101,5 +104,36 @@ func TestNewLogger(t *testing.T) {
 	}
 	if _, err := (LogFlags{Format: "text", Level: "loud"}).NewLogger(&buf, Getenv); err == nil {
 		t.Fatal("want error for bad level")
+	}
+}
+
+// TestJSONLogsHaveUniqueKeys: a component's sub-logger adding "component"
+// again, and a record repeating a key, give one key each in the JSON line.
+func TestJSONLogsHaveUniqueKeys(t *testing.T) {
+	var b bytes.Buffer
+	lg, err := LogFlags{Format: "json", Level: "debug"}.NewLogger(&b, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := lg.With("component", "launcher", "run", 1).With("component", "slots")
+	sub.Info("asking", "host", "a", "host", "b", "run", 2)
+	sub.WithGroup("g").Info("grouped", "component", "x")
+	for i, line := range strings.Split(strings.TrimSpace(b.String()), "\n") {
+		if err := sshtest.UniqueJSONKeys(line); err != nil {
+			t.Errorf("line %d %s: %v", i, line, err)
+		}
+	}
+	var rec map[string]any
+	first, _, _ := strings.Cut(b.String(), "\n")
+	if err := json.Unmarshal([]byte(first), &rec); err != nil || rec["component"] != "slots" || rec["host"] != "b" || rec["run"] != float64(2) {
+		t.Errorf("record %v (%v): the last value of a key must win", rec, err)
+	}
+	if !(LogFlags{Format: "auto"}).JSON(func(k string) string {
+		if k == "KUBERNETES_SERVICE_HOST" {
+			return "10.96.0.1"
+		}
+		return ""
+	}) || (LogFlags{Format: "auto"}).JSON(func(string) string { return "" }) {
+		t.Error("JSON: auto must mean JSON inside Kubernetes only")
 	}
 }

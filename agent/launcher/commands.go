@@ -39,7 +39,7 @@ func RunJob(ctx context.Context, cfg Config) (exitcode.Code, error) {
 	defer stop()
 	code, runErr := l.Run(ctx)
 	l.WriteTerminationLog(cfg.TerminationLog, TerminationMessage(code, runErr))
-	if err := l.Push(context.Background(), cfg.PushURL, "podmpi_launcher"); err != nil {
+	if err := l.Push(context.Background(), code == exitcode.OK && runErr == nil); err != nil {
 		l.log.Warn("metrics push failed", "err", err)
 	}
 	var f *Failure
@@ -139,7 +139,7 @@ func (l *Launcher) ServeMetrics(addr string) (stop func()) {
 		return func() {}
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(l.m.Registry, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(l.m.Scrape, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	// A launcher's /info says only that it is one: a launcher whose hostfile
 	// lists this pod then names it instead of waiting for a worker-agent.

@@ -79,6 +79,14 @@ type Config struct {
 
 	WebAddr        string // /metrics while the launcher runs; "" turns it off
 	PushURL        string // Pushgateway to push the metrics to at the end
+	// PushDeleteOnSuccess deletes the job's group from the Pushgateway when
+	// it succeeded, so that only failures stay there.
+	PushDeleteOnSuccess bool
+	// MetricsNamespace, MetricsJobName and MetricsPod name the job in the
+	// push's grouping key (see Launcher.PushGrouping); "" derives them.
+	MetricsNamespace string
+	MetricsJobName   string
+	MetricsPod       string
 	TerminationLog string // Kubernetes' termination message file
 	Log            cli.LogFlags
 
@@ -157,7 +165,11 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.DiagnosisWatch, "diagnosis.watch-interval", c.DiagnosisWatch, "while mpirun runs, how often every worker-agent is asked for its account, so that a worker that stops answering is seen when it happens (0: only after a failure)")
 	fs.DurationVar(&c.LaunchGrace, "diagnosis.launch-grace", c.LaunchGrace, "after podmpi-rsh could not start an MPI daemon, how long mpirun may take to exit on its own before the launcher stops it (exit 73)")
 	fs.StringVar(&c.WebAddr, "web.listen-address", c.WebAddr, "address for /metrics during init and while mpirun runs (empty: off)")
-	fs.StringVar(&c.PushURL, "metrics.push-url", c.PushURL, "Prometheus Pushgateway URL to push the metrics to at the end")
+	fs.StringVar(&c.PushURL, "metrics.push-url", c.PushURL, "Prometheus Pushgateway URL to push the metrics to at the end (PUT, grouped by namespace, job_name and pod)")
+	fs.BoolVar(&c.PushDeleteOnSuccess, "metrics.push-delete-on-success", c.PushDeleteOnSuccess, "when the job succeeded, delete its group from the Pushgateway instead of pushing (only failures stay)")
+	fs.StringVar(&c.MetricsNamespace, "metrics.namespace", c.MetricsNamespace, "namespace label of the push (default: the service account's namespace; set it from the downward API metadata.namespace)")
+	fs.StringVar(&c.MetricsJobName, "metrics.job-name", c.MetricsJobName, "job_name label of the push (default: from the launcher's host name, <job>-launcher-0-0 or <job>-launcher)")
+	fs.StringVar(&c.MetricsPod, "metrics.pod", c.MetricsPod, "pod label of the push (default: this pod's host name; set it from the downward API metadata.name)")
 	fs.StringVar(&c.TerminationLog, "termination-log", c.TerminationLog, "file for the root-cause message Kubernetes shows in the pod status")
 }
 

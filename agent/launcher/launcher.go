@@ -118,19 +118,32 @@ func setDefault[T comparable](v *T, d T) {
 // Metrics returns the launcher's metrics.
 func (l *Launcher) Metrics() *Metrics { return l.m }
 
-// phase times fn and records its duration and success.
+// phase times fn and records its start, duration and success. A failed
+// phase is an ERROR record with what failed, its exit code and hint.
 func (l *Launcher) phase(name string, fn func() error) error {
 	t0 := time.Now()
+	l.m.PhaseStart.WithLabelValues(name).Set(float64(t0.UnixNano()) / 1e9)
 	l.log.Info("phase start", "phase", name)
 	err := fn()
 	d := time.Since(t0)
 	l.m.PhaseDuration.WithLabelValues(name).Set(d.Seconds())
-	ok := 1.0
-	if err != nil {
-		ok = 0
+	if err == nil {
+		l.m.PhaseSuccess.WithLabelValues(name).Set(1)
+		l.log.Info("phase done", "phase", name, "seconds", round(d), "ok", true)
+		return nil
 	}
-	l.m.PhaseSuccess.WithLabelValues(name).Set(ok)
-	l.log.Info("phase done", "phase", name, "seconds", round(d), "ok", err == nil)
+	l.m.PhaseSuccess.WithLabelValues(name).Set(0)
+	attrs := []any{"phase", name, "seconds", round(d), "ok", false}
+	var f *Failure
+	if errors.As(err, &f) && f.Err != nil {
+		attrs = append(attrs, "error", f.Err.Error(), "code", int(f.Code))
+		if f.Hint != "" {
+			attrs = append(attrs, "hint", f.Hint)
+		}
+	} else {
+		attrs = append(attrs, "error", err.Error())
+	}
+	l.log.Error("phase failed", attrs...)
 	return err
 }
 
@@ -204,15 +217,15 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 			Timeout:  cfg.DiscoveryTimeout,
 			Logger:   l.log,
 			Progress: func(pr discovery.Progress) {
-				l.m.WorkersResolved.Set(float64(pr.Resolved))
-				l.log.Info(pr.String(), "resolved", pr.Resolved, "expected", pr.Expected)
+				l.m.WorkersResolved.Set(float64(pr.Resolved)) // Wait logs the progress itself
 			},
 		})
 		if err != nil {
 			var te *discovery.TimeoutError
 			if errors.As(err, &te) {
 				l.m.WorkersResolved.Set(float64(te.Resolved))
-				return &Failure{Phase: PhaseDNSWait, Code: exitcode.DiscoveryTimeout, Err: err, Hint: te.Hint()}
+				// The error lists the missing names and the likely causes.
+				return &Failure{Phase: PhaseDNSWait, Code: exitcode.DiscoveryTimeout, Err: err}
 			}
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -243,7 +256,7 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 		for _, r := range resolved {
 			addrs[r.Host.Name] = r.Addrs
 		}
-		out, _, err := slots.Decide(ctx, hosts, addrs, slots.Options{
+		out, decisions, err := slots.Decide(ctx, hosts, addrs, slots.Options{
 			Fixed:        cfg.Slots,
 			WebPort:      cfg.WorkerWebPort,
 			DefaultSlots: max(cfg.DefaultSlots, 1),
@@ -268,6 +281,13 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 			return &Failure{Phase: PhaseSlots, Code: exitcode.Config, Err: err, Hint: "--slots takes auto or a positive integer"}
 		}
 		hosts = out
+		mismatch := 0
+		for _, d := range decisions {
+			if d.Mismatch {
+				mismatch++
+			}
+		}
+		l.m.SlotMismatch.Set(float64(mismatch))
 		return nil
 	})
 	if err != nil {
@@ -288,6 +308,8 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 				Hint: "choose a writable --hostfile.output (an emptyDir or /tmp under readOnlyRootFilesystem)"}
 		}
 		p.Hostfile = cfg.HostfilePath
+		l.log.Info("hostfile written", "path", p.Hostfile, "format", impl.HostfileFormat().String(),
+			"hosts", len(written), "slots", hostfile.TotalSlots(written))
 		return nil
 	})
 	if err != nil {
@@ -339,7 +361,7 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 		for _, r := range results {
 			if r.OK {
 				ok++
-				l.m.ProbeLatency.WithLabelValues(r.Target.Host).Set(r.Latency.Seconds())
+				l.m.ProbeLatency.Observe(r.Latency.Seconds())
 			} else {
 				failed = append(failed, r)
 			}
@@ -348,6 +370,13 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		for _, r := range failed {
+			f := r.Failure
+			l.m.ProbeFailures.WithLabelValues(string(f.Phase)).Inc()
+			l.log.Error("worker failed the SSH probe", "host", f.Host, "port", f.Port, "phase", string(f.Phase),
+				"cause", f.CauseText(), "hint", f.Hint, "attempts", r.Attempts)
+		}
+		l.log.Info("probe done", "workers", len(results), "ok", ok, "failed", len(failed))
 		if l.cfg.Report != nil {
 			l.report("== probe (%d/%d workers reachable)\n", ok, len(results))
 			probe.WriteReport(l.cfg.Report, results)

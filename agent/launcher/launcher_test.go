@@ -12,9 +12,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/expfmt"
@@ -171,7 +174,7 @@ func TestPrepareDiscoveryTimeout(t *testing.T) {
 	if !errors.As(err, &fl) || fl.Code != exitcode.DiscoveryTimeout {
 		t.Fatalf("want discovery timeout, got %v", err)
 	}
-	if !strings.Contains(err.Error(), "tj-node-0-9.podmpi-test.invalid") || fl.Hint == "" {
+	if !strings.Contains(err.Error(), "tj-node-0-9.podmpi-test.invalid") || !strings.Contains(err.Error(), "likely causes") {
 		t.Fatalf("message must name the missing host and give a hint: %v", err)
 	}
 }
@@ -220,7 +223,8 @@ func TestMetricsPassPromtool(t *testing.T) {
 		m.PhaseDuration.WithLabelValues(ph).Set(0.5)
 		m.PhaseSuccess.WithLabelValues(ph).Set(1)
 	}
-	m.ProbeLatency.WithLabelValues("tj-node-0-1.tj").Set(0.002)
+	m.ProbeLatency.Observe(0.002)
+	m.ProbeFailures.WithLabelValues("auth").Inc()
 	mfs, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -243,30 +247,115 @@ func TestMetricsPassPromtool(t *testing.T) {
 	}
 }
 
-func TestPushSendsMetricsToPushgateway(t *testing.T) {
-	type req struct {
-		method, path string
-		body         string
-	}
-	got := make(chan req, 1)
+// pushed is one request a fake Pushgateway received.
+type pushed struct {
+	method, path string
+	families     map[string]int // metric family -> series
+}
+
+// fakeGateway records the pushes it receives.
+func fakeGateway(t *testing.T) (url string, got <-chan pushed) {
+	t.Helper()
+	ch := make(chan pushed, 8)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		got <- req{r.Method, r.URL.Path, string(b)}
+		p := pushed{method: r.Method, path: r.URL.Path, families: map[string]int{}}
+		dec := expfmt.NewDecoder(r.Body, expfmt.ResponseFormat(r.Header))
+		for {
+			var mf dto.MetricFamily
+			if err := dec.Decode(&mf); err != nil {
+				break
+			}
+			p.families[mf.GetName()] = len(mf.GetMetric())
+		}
+		ch <- p
+		if r.Method == http.MethodDelete {
+			w.WriteHeader(http.StatusAccepted) // as the Pushgateway answers
+			return
+		}
 		w.WriteHeader(http.StatusOK)
 	}))
-	defer srv.Close()
-	l, _ := New(Config{})
-	l.Metrics().WorkersExpected.Set(3)
-	if err := l.Push(context.Background(), srv.URL, "podmpi_launcher"); err != nil {
+	t.Cleanup(srv.Close)
+	return srv.URL, ch
+}
+
+// TestPushGroupsByJob: two jobs' launchers push to different groups (PUT,
+// grouped by namespace, job_name and pod); no push holds the Go runtime's
+// series; the push of a 1-worker and of a 2-worker job hold the same number
+// of series; delete-on-success deletes a succeeded job's group.
+func TestPushGroupsByJob(t *testing.T) {
+	url, got := fakeGateway(t)
+	f := newFixture(t, true, fakeDaemonDir(t, "hydra_pmi_proxy")+":/usr/bin:/bin")
+	series := map[string]int{}
+	for i, tc := range []struct {
+		job     string
+		workers []string
+	}{{"alpha", []string{"127.0.0.1"}}, {"beta", []string{"127.0.0.1", "localhost"}}} {
+		cfg := baseConfig(f, tc.workers...)
+		cfg.HostfilePath = filepath.Join(t.TempDir(), "hostfile")
+		cfg.PushURL = url
+		cfg.MetricsNamespace = "ml"
+		cfg.MetricsPod = tc.job + "-launcher-0-0"
+		l, _ := New(cfg)
+		if _, err := l.Prepare(context.Background(), true); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Push(context.Background(), false); err != nil {
+			t.Fatal(err)
+		}
+		p := <-got
+		want := map[string]string{"job": PushJob, "namespace": "ml", "job_name": tc.job, "pod": tc.job + "-launcher-0-0"}
+		if p.method != http.MethodPut || !reflect.DeepEqual(groupingOf(p.path), want) {
+			t.Errorf("push %d: %s %s, want PUT to the group %v", i, p.method, p.path, want)
+		}
+		n := 0
+		for name, c := range p.families {
+			if strings.HasPrefix(name, "go_") || strings.HasPrefix(name, "process_") {
+				t.Errorf("push %d holds the runtime's %s", i, name)
+			}
+			n += c
+		}
+		if p.families["podmpi_launcher_workers_reachable"] != 1 || p.families["podmpi_launcher_probe_latency_seconds"] != 1 {
+			t.Errorf("push %d lacks the launcher's metrics: %v", i, p.families)
+		}
+		series[tc.job] = n
+	}
+	if series["alpha"] != series["beta"] {
+		t.Errorf("series of a 1-worker job %d, of a 2-worker job %d: the count depends on the workers", series["alpha"], series["beta"])
+	}
+	// A succeeded job with delete-on-success removes its group.
+	l, _ := New(Config{PushURL: url, PushDeleteOnSuccess: true, MetricsNamespace: "ml", MetricsPod: "alpha-launcher-0-0"})
+	if err := l.Push(context.Background(), true); err != nil {
 		t.Fatal(err)
 	}
-	r := <-got
-	if r.method != http.MethodPut || r.path != "/metrics/job/podmpi_launcher" || !strings.Contains(r.body, "mpi_launcher_workers_expected") {
-		t.Fatalf("push request %s %s (%d bytes)", r.method, r.path, len(r.body))
+	if p := <-got; p.method != http.MethodDelete || groupingOf(p.path)["job_name"] != "alpha" || groupingOf(p.path)["pod"] != "alpha-launcher-0-0" {
+		t.Errorf("delete-on-success: %s %s", p.method, p.path)
 	}
 	// An unreachable gateway is an error naming the URL, bounded in time.
-	if err := l.Push(context.Background(), "http://127.0.0.1:1", "podmpi_launcher"); err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
-		t.Fatalf("want error naming the gateway, got %v", err)
+	l, _ = New(Config{PushURL: "http://127.0.0.1:1"})
+	if err := l.Push(context.Background(), false); err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Fatalf("want an error naming the gateway, got %v", err)
+	}
+}
+
+// groupingOf reads the label pairs of a Pushgateway path
+// /metrics/job/<job>/<label>/<value>/...: the gateway keys groups by the set.
+func groupingOf(path string) map[string]string {
+	parts := strings.Split(strings.TrimPrefix(path, "/metrics/"), "/")
+	out := map[string]string{}
+	for i := 0; i+1 < len(parts); i += 2 {
+		out[parts[i]] = parts[i+1]
+	}
+	return out
+}
+
+func TestJobOfLauncher(t *testing.T) {
+	for pod, want := range map[string]string{
+		"tj-launcher-0-0": "tj", "my-job-launcher-0-1": "my-job", "pi-launcher": "pi",
+		"tj-node-0-0": "", "launcher": "", "x-launcher-a": "",
+	} {
+		if got := jobOfLauncher(pod); got != want {
+			t.Errorf("jobOfLauncher(%q) = %q, want %q", pod, got, want)
+		}
 	}
 }
 
@@ -286,7 +375,7 @@ func TestTerminationLogNamesRootCause(t *testing.T) {
 		t.Fatal(rerr)
 	}
 	msg := string(b)
-	if code != exitcode.DiscoveryTimeout || !strings.Contains(msg, "exit code 66") || !strings.Contains(msg, "tj-node-0-3.podmpi-test.invalid") || !strings.Contains(msg, "hint") {
+	if code != exitcode.DiscoveryTimeout || !strings.Contains(msg, "exit code 66") || !strings.Contains(msg, "tj-node-0-3.podmpi-test.invalid") || strings.Count(msg, "likely causes") != 1 || strings.Count(msg, "gang scheduling") != 1 {
 		t.Fatalf("termination message (code %d):\n%s", code, msg)
 	}
 	if len(msg) > 4096 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -257,15 +258,89 @@ func (l *Launcher) WriteTerminationLog(path, msg string) {
 	}
 }
 
-// Push sends the metrics to a Prometheus Pushgateway, bounded by ctx.
-func (l *Launcher) Push(ctx context.Context, url, job string) error {
+// PushJob is the Pushgateway job label of every launcher's push.
+const PushJob = "podmpi_launcher"
+
+// pushTimeout bounds the push at the end of a run.
+const pushTimeout = 10 * time.Second
+
+// Push sends the launcher's metrics (not the Go runtime's) to the
+// Pushgateway at Config.PushURL with PUT, grouped by PushGrouping, so that
+// each launcher replaces only its own earlier push. ok is whether the job
+// succeeded: with Config.PushDeleteOnSuccess the group is then deleted
+// instead, and only failed jobs stay on the gateway.
+func (l *Launcher) Push(ctx context.Context, ok bool) error {
+	url := l.cfg.PushURL
 	if url == "" {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, pushTimeout)
 	defer cancel()
-	if err := push.New(url, job).Gatherer(l.m.Registry).PushContext(ctx); err != nil {
+	p := push.New(url, PushJob).Gatherer(l.m.Registry)
+	for _, g := range l.PushGrouping() {
+		p = p.Grouping(g[0], g[1])
+	}
+	if ok && l.cfg.PushDeleteOnSuccess {
+		if err := p.Delete(); err != nil {
+			return fmt.Errorf("deleting the job's metrics from %s: %w", url, err)
+		}
+		return nil
+	}
+	if err := p.PushContext(ctx); err != nil {
 		return fmt.Errorf("pushing metrics to %s: %w", url, err)
 	}
 	return nil
+}
+
+// PushGrouping is the grouping key of the launcher's push, as label pairs:
+// namespace, job_name and pod, so that two jobs, and two launcher pods of
+// one job, never overwrite each other, and the pushed series carry the
+// namespace and pod labels a scrape would add. Each comes from its flag
+// (--metrics.namespace, --metrics.job-name, --metrics.pod; the examples set
+// their environment twins from the downward API), else from what the pod
+// knows: the namespace of its service account token, its host name, and the
+// job name in the host name the operators give the launcher
+// (<job>-launcher-<i>-<j> under Trainer v2 and JobSet, <job>-launcher under
+// mpi-operator). A value that cannot be found is left out.
+func (l *Launcher) PushGrouping() [][2]string {
+	host, _ := os.Hostname()
+	ns := l.cfg.MetricsNamespace
+	if ns == "" {
+		if b, err := os.ReadFile(serviceAccountNamespace); err == nil {
+			ns = strings.TrimSpace(string(b))
+		}
+	}
+	pod := l.cfg.MetricsPod
+	if pod == "" {
+		pod = host
+	}
+	job := l.cfg.MetricsJobName
+	if job == "" {
+		job = jobOfLauncher(pod)
+	}
+	var out [][2]string
+	for _, kv := range [][2]string{{"namespace", ns}, {"job_name", job}, {"pod", pod}} {
+		if kv[1] != "" {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// serviceAccountNamespace is where a pod with a mounted service account
+// token finds its namespace.
+const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// launcherName matches the launcher pod's host name under Trainer v2
+// (JobSet: <job>-launcher-<job index>-<pod index>) and mpi-operator
+// (<job>-launcher).
+var launcherName = regexp.MustCompile(`^(.+)-launcher(?:-[0-9]+-[0-9]+)?$`)
+
+// jobOfLauncher is the job name in a launcher pod's name, or "" when the
+// name does not follow the operators' pattern.
+func jobOfLauncher(pod string) string {
+	if m := launcherName.FindStringSubmatch(pod); m != nil {
+		return m[1]
+	}
+	return ""
 }

@@ -70,6 +70,10 @@ const (
 	PhaseNotWorkerAgent Phase = "not-worker-agent"
 )
 
+// Phases lists every phase, for metrics that count failures by phase.
+var Phases = []Phase{PhaseConfig, PhaseDNS, PhaseTCPRefused, PhaseTCPTimeout, PhaseTCP, PhaseHandshake,
+	PhaseHostKey, PhaseAuth, PhaseRemoteCommand, PhaseNotWorkerAgent}
+
 // Transient reports whether a failure in phase p is worth retrying because
 // the worker may still be starting: its name not yet in DNS (negative
 // answers are cached up to 30 s), the agent not yet listening, or its pod IP

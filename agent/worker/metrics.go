@@ -8,9 +8,9 @@ import (
 	"github.com/podmpi/podmpi/agent/version"
 )
 
-// Namespace and subsystem of the worker's own metrics (mpi_worker_*).
+// Namespace and subsystem of the worker's own metrics (podmpi_worker_*).
 const (
-	MetricNamespace = "mpi"
+	MetricNamespace = "podmpi"
 	MetricSubsystem = "worker"
 )
 

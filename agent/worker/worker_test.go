@@ -359,18 +359,18 @@ func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	ssh := readySSH()
 	w := newWorker(t, ssh, fakeDetector{inv: twoGPUs()}, func(c *Config) { c.Registry = reg })
-	if v := gaugeValue(t, reg, "mpi_worker_ready"); v != 0 {
-		t.Fatalf("mpi_worker_ready = %v before detection, want 0", v)
+	if v := gaugeValue(t, reg, "podmpi_worker_ready"); v != 0 {
+		t.Fatalf("podmpi_worker_ready = %v before detection, want 0", v)
 	}
 	if err := w.Detect(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]float64{"mpi_worker_ready": 1, "mpi_worker_gpus": 2, "mpi_worker_slots": 2, "mpi_worker_build_info": 1} {
+	for name, want := range map[string]float64{"podmpi_worker_ready": 1, "podmpi_worker_gpus": 2, "podmpi_worker_slots": 2, "podmpi_worker_build_info": 1} {
 		if v := gaugeValue(t, reg, name); v != want {
 			t.Errorf("%s = %v, want %v", name, v, want)
 		}
 	}
-	mf := family(t, reg, "mpi_worker_build_info")
+	mf := family(t, reg, "podmpi_worker_build_info")
 	labels := map[string]string{}
 	for _, l := range mf.GetMetric()[0].GetLabel() {
 		labels[l.GetName()] = l.GetValue()
@@ -379,12 +379,12 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("build_info labels = %v", labels)
 	}
 	w.BeginShutdown()
-	if v := gaugeValue(t, reg, "mpi_worker_ready"); v != 0 {
-		t.Errorf("mpi_worker_ready = %v after shutdown began, want 0", v)
+	if v := gaugeValue(t, reg, "podmpi_worker_ready"); v != 0 {
+		t.Errorf("podmpi_worker_ready = %v after shutdown began, want 0", v)
 	}
 	code, body := get(t, w.Handler(), "/metrics")
-	if code != 200 || !strings.Contains(body, "mpi_worker_slots 2") {
-		t.Errorf("/metrics = %d, want mpi_worker_slots 2 in:\n%s", code, body)
+	if code != 200 || !strings.Contains(body, "podmpi_worker_slots 2") {
+		t.Errorf("/metrics = %d, want podmpi_worker_slots 2 in:\n%s", code, body)
 	}
 }
 

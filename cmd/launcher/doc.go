@@ -52,7 +52,11 @@
 //	--diagnosis.watch-interval      PODMPI_DIAGNOSIS_WATCH_INTERVAL      how often worker-agents are asked while mpirun runs (5s; 0: never)
 //	--diagnosis.launch-grace        PODMPI_DIAGNOSIS_LAUNCH_GRACE        time mpirun gets to exit on its own after a daemon failed to start (5s)
 //	--web.listen-address            PODMPI_WEB_LISTEN_ADDRESS            /metrics address (:9022; empty: off)
-//	--metrics.push-url              PODMPI_METRICS_PUSH_URL              Pushgateway URL
+//	--metrics.push-url              PODMPI_METRICS_PUSH_URL              Pushgateway URL (PUT at the end, grouped by namespace, job_name, pod)
+//	--metrics.push-delete-on-success PODMPI_METRICS_PUSH_DELETE_ON_SUCCESS delete the job's group when it succeeded
+//	--metrics.namespace             PODMPI_METRICS_NAMESPACE             namespace label of the push (downward API)
+//	--metrics.job-name              PODMPI_METRICS_JOB_NAME              job_name label of the push (default: from the host name)
+//	--metrics.pod                   PODMPI_METRICS_POD                   pod label of the push (default: the host name)
 //	--termination-log               PODMPI_TERMINATION_LOG               termination message file (/dev/termination-log)
 //	--log.format                    PODMPI_LOG_FORMAT                    auto, json or text (auto: JSON in Kubernetes)
 //	--log.level                     PODMPI_LOG_LEVEL                     debug, info, warn, error

@@ -40,6 +40,7 @@ type app struct {
 	stderr io.Writer
 	code   exitcode.Code
 	rsh    bool // running as `launcher rsh`: the termination log is not ours
+	json   bool // the logs are JSON: no free text on stderr
 }
 
 // run is main without os.Exit, for tests. A panic anywhere in the
@@ -76,17 +77,17 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "launcher: %v\nRun 'launcher --help' for usage.\n", ue.Err)
 		return exitcode.Usage
 	case errors.As(err, &f):
-		fmt.Fprintf(stderr, "launcher: %v\n", f)
 		if a.code == exitcode.OK {
-			return f.Code
+			a.code = f.Code
 		}
+		a.fail("launcher", a.code, err)
 		return a.code
 	}
-	fmt.Fprintf(stderr, "launcher: %v\n", err)
-	if a.code != exitcode.OK {
-		return a.code
+	if a.code == exitcode.OK {
+		a.code = exitcode.Internal
 	}
-	return exitcode.Internal
+	a.fail("launcher", a.code, err)
+	return a.code
 }
 
 // runFunc is one of the launcher's commands (agent/launcher RunJob, Probe,
@@ -211,17 +212,42 @@ func (a *app) prepare(cmd *cobra.Command) error {
 	if err := a.cfg.Validate(); err != nil {
 		return err
 	}
+	return a.wire(cmd.Name() == "launcher")
+}
+
+// wire builds the logger and hands it, the streams and the crash output to
+// the Config; report gives the human report (hostfile, probe table) on
+// stderr. With JSON logs there is no report: the launcher's records say the
+// same, and free text would break the JSON stream.
+func (a *app) wire(report bool) error {
 	lg, err := a.cfg.Log.NewLogger(a.stderr, cli.Getenv)
 	if err != nil {
 		return &launcher.UsageError{Err: err}
 	}
 	a.cfg.Logger = lg.With("component", "launcher")
+	a.json = a.cfg.Log.JSON(cli.Getenv)
 	a.cfg.Stdin, a.cfg.Stdout, a.cfg.Stderr = a.stdin, a.stdout, a.stderr
-	if cmd.Name() == "launcher" {
+	if report && !a.json {
 		a.cfg.Report = a.stderr
 	}
 	a.crashOutput()
 	return nil
+}
+
+// fail says how the run ended, once: a "<name>: <error>" line, or with JSON
+// logs one ERROR record (a failed phase has already logged its error and
+// hint as a record of its own, so only the exit code is added then).
+func (a *app) fail(name string, code exitcode.Code, err error) {
+	if !a.json || a.cfg.Logger == nil {
+		fmt.Fprintf(a.stderr, "%s: %v\n", name, err)
+		return
+	}
+	var f *launcher.Failure
+	if errors.As(err, &f) {
+		a.cfg.Logger.Error(name+" exiting", "code", int(code), "phase", f.Phase)
+		return
+	}
+	a.cfg.Logger.Error(name+" exiting", "code", int(code), "error", err.Error())
 }
 
 // runCommand runs runF with SIGINT/SIGTERM cancelling the phases before
@@ -260,20 +286,15 @@ func (a *app) shim(ctx context.Context, args []string, run shimFunc) exitcode.Co
 	if err := a.cfg.Validate(); err != nil {
 		return usage(err)
 	}
-	lg, err := a.cfg.Log.NewLogger(a.stderr, cli.Getenv)
-	if err != nil {
+	if err := a.wire(true); err != nil {
 		return usage(err)
 	}
-	a.cfg.Logger = lg.With("component", "launcher")
-	a.cfg.Stdin, a.cfg.Stdout, a.cfg.Stderr = a.stdin, a.stdout, a.stderr
-	a.cfg.Report = a.stderr
-	a.crashOutput()
 	injectTestPanic()
 	ctx, cancel := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
 	code, err := run(ctx, a.cfg, args)
 	if err != nil {
-		fmt.Fprintf(a.stderr, "podmpi %s: %v\n", name, err)
+		a.fail("podmpi "+name, code, err)
 	}
 	return code
 }

@@ -3,13 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -55,52 +56,25 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// startAgent runs a real worker-agent on loopback with the job's keys and
-// waits until /readyz answers 200.
+// startAgent runs a real worker-agent with the job's keys, SSH on every
+// address (the tests dial 127.0.0.1 and 127.0.0.2), and waits until /readyz
+// answers 200.
 func startAgent(t *testing.T, authDir string) (sshPort int) {
 	t.Helper()
-	sshPort, webPort := freePort(t), freePort(t)
-	var log bytes.Buffer
-	cmd := exec.Command(agentBin,
-		"--ssh.listen-address", fmt.Sprintf(":%d", sshPort),
-		"--web.listen-address", fmt.Sprintf("127.0.0.1:%d", webPort),
-		"--ssh.auth-dir", authDir, "--ssh.state-dir", t.TempDir(), "--slots", "2", "--gpu.detect", "none")
-	cmd.Stdout, cmd.Stderr = &log, &log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	a := sshtest.StartAgent(t, exec.Command(agentBin,
+		"--ssh.listen-address", ":0", "--web.listen-address", "127.0.0.1:0",
+		"--ssh.auth-dir", authDir, "--ssh.state-dir", t.TempDir(), "--slots", "2", "--gpu.detect", "none",
+		"--log.format=json"))
+	a.WaitReady(t, 15*time.Second)
+	_, port, err := net.SplitHostPort(a.SSHAddr)
+	if err != nil {
+		t.Fatalf("worker-agent's SSH address %q: %v", a.SSHAddr, err)
+	}
+	sshPort, err = strconv.Atoi(port)
+	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("worker-agent log:\n%s", log.String())
-		}
-	})
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", webPort))
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return sshPort
-			}
-		}
-		select {
-		case <-done:
-			t.Fatalf("worker-agent exited early:\n%s", log.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	t.Fatalf("worker-agent not ready in 15s:\n%s", log.String())
-	return 0
+	return sshPort
 }
 
 // runLauncher runs the launcher binary with a deadline and returns its exit
@@ -248,5 +222,39 @@ func TestSIGTERMDuringDiscovery(t *testing.T) {
 	}
 	if b, err := os.ReadFile(term); err != nil || !strings.Contains(string(b), "exit code 143") {
 		t.Fatalf("termination log %q (%v)", b, err)
+	}
+}
+
+// TestJSONLogOfAFailingLauncher: with JSON logs (as inside Kubernetes) a
+// launcher whose probe fails writes only JSON lines on stderr, each with
+// unique keys, one of them an ERROR record naming the worker and the
+// phase; the human report and the final error are records too.
+func TestJSONLogOfAFailingLauncher(t *testing.T) {
+	auth := sshtest.WriteAuthDir(t, sshtest.NewTrainerKey(t))
+	closed := freePort(t) // nothing listens there
+	code, out := runLauncher(t, []string{"KUBERNETES_SERVICE_HOST=10.96.0.1"},
+		"--workers", "127.0.0.1", "--slots", "1", "--ssh.auth-dir", auth, "--ssh.port", fmt.Sprint(closed),
+		"--probe.timeout", "1s", "--web.listen-address", "", "--termination-log", "",
+		"--mpi.implementation", "openmpi4", "--", "mpirun", "true")
+	if code != int(exitcode.ProbeFailed) {
+		t.Fatalf("exit %d, want %d\n%s", code, exitcode.ProbeFailed, out)
+	}
+	var worker, exiting bool
+	for i, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if err := sshtest.UniqueJSONKeys(line); err != nil {
+			t.Errorf("line %d is not JSON with unique keys (%v): %s", i+1, err, line)
+			continue
+		}
+		var rec map[string]any
+		_ = json.Unmarshal([]byte(line), &rec)
+		if rec["level"] == "ERROR" && rec["host"] == "127.0.0.1" && rec["phase"] == "tcp-refused" {
+			worker = true
+		}
+		if rec["level"] == "ERROR" && rec["msg"] == "launcher exiting" && rec["code"] == float64(exitcode.ProbeFailed) {
+			exiting = true
+		}
+	}
+	if !worker || !exiting {
+		t.Errorf("no ERROR record naming the worker (%v) or the exit (%v):\n%s", worker, exiting, out)
 	}
 }

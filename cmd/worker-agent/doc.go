@@ -17,10 +17,10 @@
 //	          failed sessions, GPU Xid and double-bit ECC errors; the
 //	          launcher reads it after a failed job (package
 //	          agent/worker/account)
-//	/metrics  Prometheus: mpi_worker_ssh_* (connections, auth failures by
+//	/metrics  Prometheus: podmpi_worker_ssh_* (connections, auth failures by
 //	          reason, active sessions, session durations, exit codes),
-//	          mpi_worker_gpus, mpi_worker_slots, mpi_worker_ready,
-//	          mpi_worker_build_info, podmpi_worker_oom_kills_total,
+//	          podmpi_worker_gpus, podmpi_worker_slots, podmpi_worker_ready,
+//	          podmpi_worker_build_info, podmpi_worker_oom_kills_total,
 //	          podmpi_worker_memory_{limit,usage}_bytes,
 //	          podmpi_worker_{session,rank}_exits_total{reason},
 //	          podmpi_worker_gpu_errors_total{kind}, go_* and process_*

@@ -148,6 +148,9 @@ type Decision struct {
 	// Warning is non-empty when the operator should look: the hostfile and
 	// the agent disagree, or the agent gave no count.
 	Warning string
+	// Mismatch is true when the hostfile's count and the agent's (its
+	// count, or its GPUs) disagree.
+	Mismatch bool
 	// Info is the agent's answer, when it gave one.
 	Info *api.Info
 	// Err is why the agent's answer is missing, if it was asked.
@@ -379,6 +382,7 @@ func (o Options) apply(d Decision, h hostfile.Host, info api.Info) Decision {
 	if info.Slots.Source == "default" && h.Slots > 0 {
 		d.Slots, d.Source = h.Slots, SourceHostfile
 		if info.GPUs.Count > 0 && info.GPUs.Count != h.Slots {
+			d.Mismatch = true
 			d.Warning = fmt.Sprintf("%s: hostfile says slots=%d but worker-agent sees %d GPUs; set numProcPerNode/slotsPerWorker to %d or pass --slots",
 				h.Name, h.Slots, info.GPUs.Count, info.GPUs.Count)
 		}
@@ -386,6 +390,7 @@ func (o Options) apply(d Decision, h hostfile.Host, info api.Info) Decision {
 	}
 	d.Slots, d.Source = info.Slots.N, SourceAgent
 	if h.Slots > 0 && h.Slots != info.Slots.N {
+		d.Mismatch = true
 		if info.GPUs.Count > 0 && info.GPUs.Count != h.Slots {
 			d.Warning = fmt.Sprintf("%s: hostfile says slots=%d but worker-agent sees %d GPUs; using slots=%d from worker-agent; set numProcPerNode/slotsPerWorker to %d or pass --slots",
 				h.Name, h.Slots, info.GPUs.Count, info.Slots.N, info.GPUs.Count)

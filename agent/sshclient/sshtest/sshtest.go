@@ -24,6 +24,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/binary"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -33,6 +34,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -190,6 +192,55 @@ func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// UniqueJSONKeys parses one JSON value (a log line) and fails when an
+// object in it, at any depth, repeats a key: strict parsers reject that.
+func UniqueJSONKeys(line string) error {
+	dec := json.NewDecoder(strings.NewReader(line))
+	if err := uniqueKeys(dec); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("more than one JSON value")
+	}
+	return nil
+}
+
+func uniqueKeys(dec *json.Decoder) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	d, ok := tok.(json.Delim)
+	switch {
+	case !ok:
+		return nil
+	case d == '[':
+		for dec.More() {
+			if err := uniqueKeys(dec); err != nil {
+				return err
+			}
+		}
+	case d == '{':
+		seen := map[string]bool{}
+		for dec.More() {
+			kt, err := dec.Token()
+			if err != nil {
+				return err
+			}
+			k, _ := kt.(string)
+			if seen[k] {
+				return fmt.Errorf("key %q repeated", k)
+			}
+			seen[k] = true
+			if err := uniqueKeys(dec); err != nil {
+				return err
+			}
+		}
+	}
+	_, err = dec.Token() // the closing delimiter
+	return err
 }
 
 // Options configure a Server.

@@ -359,13 +359,13 @@ func formatMetrics(body string) string {
 	sc := bufio.NewScanner(strings.NewReader(body))
 	for sc.Scan() {
 		l := sc.Text()
-		if strings.HasPrefix(l, "mpi_launcher_") && !strings.HasPrefix(l, "mpi_launcher_build_info") &&
-			!strings.HasPrefix(l, "mpi_launcher_mpirun_exit_code") {
+		if strings.HasPrefix(l, "podmpi_launcher_") && !strings.HasPrefix(l, "podmpi_launcher_build_info") &&
+			!strings.HasPrefix(l, "podmpi_launcher_mpirun_exit_code") {
 			b.WriteString("   " + l + "\n")
 		}
 	}
 	if b.Len() == 0 {
-		return "   (no mpi_launcher_ metrics)\n"
+		return "   (no podmpi_launcher_ metrics)\n"
 	}
 	return b.String()
 }
