@@ -31,7 +31,7 @@ import (
 const root = ".."
 
 // pages are the documentation files this package owns.
-var pages = []string{"quickstart.md", "configuration.md", "troubleshooting.md", "migration.md", "security.md", "compatibility.md", "cluster.md"}
+var pages = []string{"quickstart.md", "configuration.md", "troubleshooting.md", "migration.md", "security.md", "compatibility.md", "cluster.md", "monitoring.md"}
 
 // Section titles the checks look for (level-2 headings).
 const (
@@ -901,6 +901,25 @@ func TestNothingCitesOutsideTheRepo(t *testing.T) {
 			if cite.MatchString(line) {
 				t.Errorf("%s:%d cites notes outside the repository: %s", f, i+1, strings.TrimSpace(line))
 			}
+		}
+	}
+}
+
+// TestRunbookLinks: every runbook_url of the monitoring pack's alerts
+// points at a section of troubleshooting.md that exists.
+func TestRunbookLinks(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "examples", "monitoring", "base", "prometheusrule.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := anchors(readPage(t, "troubleshooting.md"))
+	links := regexp.MustCompile(`runbook_url: \S+/docs/troubleshooting\.md#(\S+)`).FindAllStringSubmatch(string(b), -1)
+	if len(links) < 5 {
+		t.Fatalf("only %d runbook links found", len(links))
+	}
+	for _, l := range links {
+		if !have[l[1]] {
+			t.Errorf("runbook_url anchor #%s is not a section of troubleshooting.md", l[1])
 		}
 	}
 }
