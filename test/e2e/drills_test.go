@@ -74,7 +74,7 @@ func TestDrills(t *testing.T) {
 				t.Errorf("diagnosis names the resolvable worker %s as missing: %s", ok, line)
 			}
 		}
-		if !strings.Contains(r.out, "hint:") || !strings.Contains(r.out, "publishNotReadyAddresses") {
+		if !strings.Contains(r.out, "likely causes:") || !strings.Contains(r.out, "publishNotReadyAddresses") {
 			t.Errorf("no hint (scheduling / publishNotReadyAddresses) for the discovery timeout")
 		}
 		if r.took > 20*time.Second {
