@@ -370,6 +370,12 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		for _, r := range results {
+			if r.OK {
+				l.log.Debug("worker passed the SSH probe", "host", r.Target.Host, "port", r.Target.Port,
+					"check", r.Check, "latency_seconds", r.Latency.Seconds(), "attempts", r.Attempts, "daemon", r.DaemonPath)
+			}
+		}
 		for _, r := range failed {
 			f := r.Failure
 			l.m.ProbeFailures.WithLabelValues(string(f.Phase)).Inc()

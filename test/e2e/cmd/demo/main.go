@@ -29,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
@@ -133,8 +134,10 @@ func run(ctx context.Context, binDir string, nWorkers, slots int, late time.Dura
 	flags := []string{"--discovery.template", job + "-node-0-{i}." + job, "--workers-expected", strconv.Itoa(nWorkers),
 		"--discovery.timeout", "2m", "--mpirun.timeout", "2m"}
 	out("== %s$ launcher %s -- %s", pods[0].Hostname, strings.Join(flags, " "), strings.Join(command, " "))
+	// JSON logs at debug level: the demo shows the launcher's records (the
+	// hostfile, each worker's probe result) as a person would read them.
 	lp, err := e2e.StartLauncher(ctx, c, 0, bin, e2e.LauncherOptions{
-		AuthDir: auth, RunDir: runDir, Flags: flags, Command: command, LogFormat: "json",
+		AuthDir: auth, RunDir: runDir, Flags: append(flags, "--log.level=debug"), Command: command, LogFormat: "json",
 		Log: filepath.Join(work, "launcher.log"),
 	})
 	if err != nil {
@@ -309,6 +312,9 @@ func (f *follower) stop()         { close(f.quit); <-f.done }
 
 var sleepLine = regexp.MustCompile(`^rank \d+ sleeping \d+ s$`)
 
+// probeRows collects the workers' probe results until the probe is done.
+var probeRows []string
+
 // render turns one output line into what the demo shows; ok=false hides it.
 func render(line string) (string, bool) {
 	if sleepLine.MatchString(line) {
@@ -333,6 +339,27 @@ func render(line string) (string, bool) {
 		return "   launcher: discovery: " + msg, true
 	case msg == "phase done":
 		return fmt.Sprintf("   launcher: phase %v done in %vs (ok=%v)", rec["phase"], rec["seconds"], rec["ok"]), true
+	case msg == "hostfile written":
+		path, _ := rec["path"].(string)
+		b, _ := os.ReadFile(path)
+		return fmt.Sprintf("== hostfile %s (%v, %v hosts, %v slots)\n%s", path, rec["format"], rec["hosts"], rec["slots"], strings.TrimRight(string(b), "\n")), true
+	case msg == "worker passed the SSH probe":
+		lat, _ := rec["latency_seconds"].(float64)
+		probeRows = append(probeRows, fmt.Sprintf("%v:%v\tok\t%s\t%v\t%v", rec["host"], rec["port"],
+			time.Duration(lat*float64(time.Second)).Round(100*time.Microsecond), rec["attempts"], rec["daemon"]))
+		return "", false
+	case msg == "probe done":
+		var b strings.Builder
+		fmt.Fprintf(&b, "== probe (%v/%v workers reachable)\n", rec["ok"], rec["workers"])
+		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "WORKER\tRESULT\tLATENCY\tATTEMPTS\tDAEMON")
+		for _, r := range probeRows {
+			fmt.Fprintln(tw, r)
+		}
+		_ = tw.Flush()
+		return strings.TrimRight(b.String(), "\n"), true
+	case msg == "running":
+		return fmt.Sprintf("== init done in %vs; running %v", rec["init_seconds"], rec["argv0"]), true
 	}
 	return "", false
 }
