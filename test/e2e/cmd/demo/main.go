@@ -379,17 +379,31 @@ func attrs(rec map[string]any, skip ...string) string {
 	return b.String()
 }
 
-// formatMetrics keeps the launcher's init samples of a Prometheus
-// exposition (not the build info, nor the exit code, unknown while mpirun runs).
+// formatMetrics keeps the launcher's init samples of a Prometheus exposition
+// that a reader looks at first: durations, outcomes and worker counts. Left
+// out: the build info, the exit code (unknown while mpirun runs), timestamps,
+// histogram buckets and failure counters that are zero.
 func formatMetrics(body string) string {
+	skip := []string{"podmpi_launcher_build_info", "podmpi_launcher_mpirun_exit_code",
+		"podmpi_launcher_start_timestamp_seconds", "podmpi_launcher_phase_start_timestamp_seconds",
+		"podmpi_launcher_probe_latency_seconds_bucket"}
 	var b strings.Builder
 	sc := bufio.NewScanner(strings.NewReader(body))
+lines:
 	for sc.Scan() {
 		l := sc.Text()
-		if strings.HasPrefix(l, "podmpi_launcher_") && !strings.HasPrefix(l, "podmpi_launcher_build_info") &&
-			!strings.HasPrefix(l, "podmpi_launcher_mpirun_exit_code") {
-			b.WriteString("   " + l + "\n")
+		if !strings.HasPrefix(l, "podmpi_launcher_") {
+			continue
 		}
+		for _, p := range skip {
+			if strings.HasPrefix(l, p) {
+				continue lines
+			}
+		}
+		if strings.HasPrefix(l, "podmpi_launcher_probe_failures_total") && strings.HasSuffix(l, " 0") {
+			continue
+		}
+		b.WriteString("   " + l + "\n")
 	}
 	if b.Len() == 0 {
 		return "   (no podmpi_launcher_ metrics)\n"
