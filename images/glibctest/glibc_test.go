@@ -3,7 +3,6 @@ package glibctest
 import (
 	"bytes"
 	"context"
-	"debug/elf"
 	"errors"
 	"net"
 	"os"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,10 +18,6 @@ import (
 
 	"golang.org/x/crypto/ssh"
 )
-
-// maxGLIBC is the newest glibc symbol version worker-agent may ask for: UBI 8
-// ships glibc 2.28.
-const maxGLIBC = "2.28"
 
 // arbitraryUID is an OpenShift-style UID with no passwd entry in the root.
 const arbitraryUID = "1000680000"
@@ -37,66 +31,6 @@ func bullseyeRoot() string {
 		return v
 	}
 	return "/var/cache/podmpi/bullseye-rootfs"
-}
-
-// versionLess compares dotted versions numerically (2.3.3 < 2.28).
-func versionLess(a, b string) bool {
-	as, bs := strings.Split(a, "."), strings.Split(b, ".")
-	for i := 0; i < len(as) || i < len(bs); i++ {
-		var x, y int
-		if i < len(as) {
-			x, _ = strconv.Atoi(as[i])
-		}
-		if i < len(bs) {
-			y, _ = strconv.Atoi(bs[i])
-		}
-		if x != y {
-			return x < y
-		}
-	}
-	return false
-}
-
-// glibcVersions returns the GLIBC_x.y symbol versions path references, from
-// its ELF dynamic section, and whether it has a program interpreter (is
-// dynamically linked).
-func glibcVersions(t *testing.T, path string) (versions []string, dynamic bool) {
-	t.Helper()
-	f, err := elf.Open(path)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			dynamic = true
-		}
-	}
-	if !dynamic {
-		return nil, false
-	}
-	syms, err := f.ImportedSymbols()
-	if err != nil {
-		t.Fatalf("%s: imported symbols: %v", path, err)
-	}
-	seen := map[string]bool{}
-	for _, s := range syms {
-		if v, ok := strings.CutPrefix(s.Version, "GLIBC_"); ok && !seen[v] {
-			seen[v] = true
-			versions = append(versions, v)
-		}
-	}
-	return versions, true
-}
-
-func newest(versions []string) string {
-	max := ""
-	for _, v := range versions {
-		if max == "" || versionLess(max, v) {
-			max = v
-		}
-	}
-	return max
 }
 
 var objdumpVersionRe = regexp.MustCompile(`GLIBC_([0-9.]+)`)
@@ -137,13 +71,17 @@ func TestBinariesStartOnOldGlibc(t *testing.T) {
 	agentBin, launcherBin := filepath.Join(out, "worker-agent"), filepath.Join(out, "launcher")
 
 	// worker-agent: no symbol version newer than 2.28.
-	versions, dynamic := glibcVersions(t, agentBin)
-	if !dynamic || len(versions) == 0 {
+	agent, err := ReadBinary(agentBin)
+	if err != nil {
+		t.Fatalf("%s: %v", agentBin, err)
+	}
+	versions := agent.GLIBC
+	if !agent.Dynamic || len(versions) == 0 {
 		t.Fatalf("worker-agent is not dynamically linked against glibc (cgo and NVML need it): versions %v", versions)
 	}
-	got := newest(versions)
-	if versionLess(maxGLIBC, got) {
-		t.Errorf("worker-agent asks for GLIBC_%s (all: %v); want GLIBC_%s at most", got, versions, maxGLIBC)
+	got := agent.Newest()
+	if VersionLess(MaxGLIBC, got) {
+		t.Errorf("worker-agent asks for GLIBC_%s (all: %v); want GLIBC_%s at most", got, versions, MaxGLIBC)
 	}
 	t.Logf("worker-agent: newest glibc symbol version GLIBC_%s (of %v)", got, versions)
 	if objdump, err := exec.LookPath("objdump"); err == nil {
@@ -155,14 +93,16 @@ func TestBinariesStartOnOldGlibc(t *testing.T) {
 		for _, m := range objdumpVersionRe.FindAllStringSubmatch(string(od), -1) {
 			vs = append(vs, m[1])
 		}
-		if n := newest(vs); n != got {
+		if n := Newest(vs); n != got {
 			t.Errorf("objdump -T says the newest is GLIBC_%s, the ELF reader GLIBC_%s", n, got)
 		} else {
 			t.Logf("objdump -T %s | grep -o 'GLIBC_[0-9.]*' | sort -V | tail -1: GLIBC_%s", agentBin, n)
 		}
 	}
 	// launcher: static, so any libc will do.
-	if _, dynamic := glibcVersions(t, launcherBin); dynamic {
+	if l, err := ReadBinary(launcherBin); err != nil {
+		t.Fatalf("%s: %v", launcherBin, err)
+	} else if l.Dynamic {
 		t.Errorf("launcher has a program interpreter: it must be static (CGO_ENABLED=0)")
 	}
 
@@ -337,11 +277,11 @@ func TestVersionLess(t *testing.T) {
 		{"2.28", "2.28", false},
 		{"2.2.5", "2.3", true},
 	} {
-		if got := versionLess(tc.a, tc.b); got != tc.want {
-			t.Errorf("versionLess(%s, %s) = %t, want %t", tc.a, tc.b, got, tc.want)
+		if got := VersionLess(tc.a, tc.b); got != tc.want {
+			t.Errorf("VersionLess(%s, %s) = %t, want %t", tc.a, tc.b, got, tc.want)
 		}
 	}
-	if got := newest([]string{"2.2.5", "2.3.3", "2.17", "2.3.2"}); got != "2.17" {
+	if got := Newest([]string{"2.2.5", "2.3.3", "2.17", "2.3.2"}); got != "2.17" {
 		t.Errorf("newest = %s, want 2.17", got)
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/podmpi/podmpi/agent/launcher"
 	"github.com/podmpi/podmpi/agent/rsh"
+	"github.com/podmpi/podmpi/images/glibctest"
 )
 
 // binariesContent is everything the binaries-only image may hold.
@@ -59,53 +60,13 @@ func platformArchs() []string {
 
 var elfMachine = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
 
-// glibcNewest returns the newest GLIBC_x.y version path asks for and
-// whether it has a program interpreter.
-func glibcNewest(t *testing.T, path string) (string, bool, elf.Machine) {
+func readBinary(t *testing.T, path string) glibctest.Binary {
 	t.Helper()
-	f, err := elf.Open(path)
+	b, err := glibctest.ReadBinary(path)
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
-	defer f.Close()
-	dynamic := false
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			dynamic = true
-		}
-	}
-	if !dynamic {
-		return "", false, f.Machine
-	}
-	syms, err := f.ImportedSymbols()
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	newest := ""
-	for _, s := range syms {
-		v, ok := strings.CutPrefix(s.Version, "GLIBC_")
-		if ok && (newest == "" || versionLess(newest, v)) {
-			newest = v
-		}
-	}
-	return newest, true, f.Machine
-}
-
-func versionLess(a, b string) bool {
-	as, bs := strings.Split(a, "."), strings.Split(b, ".")
-	for i := 0; i < len(as) || i < len(bs); i++ {
-		var x, y int
-		if i < len(as) {
-			x, _ = strconv.Atoi(as[i])
-		}
-		if i < len(bs) {
-			y, _ = strconv.Atoi(bs[i])
-		}
-		if x != y {
-			return x < y
-		}
-	}
-	return false
+	return b
 }
 
 func fileSHA256(t *testing.T, path string) string {
@@ -186,12 +147,14 @@ func TestBinariesImage(t *testing.T) {
 					t.Errorf("%s: /opt/podmpi/bin/%s -> %q (%v), want a relative link to launcher", ref, n, target, err)
 				}
 			}
-			glibc, dynamic, machine := glibcNewest(t, filepath.Join(bin, "worker-agent"))
-			if machine != elfMachine[arch] || !dynamic || glibc == "" || versionLess("2.28", glibc) {
-				t.Errorf("worker-agent: machine %v dynamic %t newest GLIBC_%s; want %v, dynamic, at most GLIBC_2.28", machine, dynamic, glibc, elfMachine[arch])
+			agent := readBinary(t, filepath.Join(bin, "worker-agent"))
+			machine, glibc := agent.Machine, agent.Newest()
+			if machine != elfMachine[arch] || !agent.Dynamic || glibc == "" || glibctest.VersionLess(glibctest.MaxGLIBC, glibc) {
+				t.Errorf("worker-agent: machine %v dynamic %t newest GLIBC_%s; want %v, dynamic, at most GLIBC_%s",
+					machine, agent.Dynamic, glibc, elfMachine[arch], glibctest.MaxGLIBC)
 			}
-			if _, dynamic, machine := glibcNewest(t, filepath.Join(bin, "launcher")); dynamic || machine != elfMachine[arch] {
-				t.Errorf("launcher: machine %v dynamic %t; want %v, static", machine, dynamic, elfMachine[arch])
+			if l := readBinary(t, filepath.Join(bin, "launcher")); l.Dynamic || l.Machine != elfMachine[arch] {
+				t.Errorf("launcher: machine %v dynamic %t; want %v, static", l.Machine, l.Dynamic, elfMachine[arch])
 			}
 			t.Logf("%s: only /opt/podmpi (%d entries); worker-agent %v needs GLIBC_%s, launcher static", ref, len(content), machine, glibc)
 			sums[arch] = map[string]string{
