@@ -15,6 +15,8 @@ import (
 
 	gliderssh "github.com/gliderlabs/ssh"
 	"golang.org/x/crypto/ssh"
+
+	"github.com/podmpi/podmpi/agent/signals"
 )
 
 const maxLoggedCommand = 256
@@ -243,7 +245,7 @@ func (sess *session) serveRequests(reqs <-chan *ssh.Request) {
 				_ = req.Reply(false, nil)
 				continue
 			}
-			sig, ok := rfcSignals[p.Signal]
+			sig, ok := signals.ParseSSH(p.Signal)
 			if ok {
 				ok = sess.signal(sig)
 			}
@@ -450,9 +452,9 @@ func (sess *session) wait(cmd *exec.Cmd, stdinW *os.File, outputs []*os.File, st
 		sig := ws.Signal()
 		exit.ExitCode, exit.Signal, exit.CoreDumped = -1, sig, ws.CoreDump()
 		_, _ = sess.ch.SendRequest("exit-signal", false, ssh.Marshal(exitSignalMsg{
-			Signal: signalName(sig), CoreDumped: ws.CoreDump(), Error: "", Lang: "",
+			Signal: signals.SSHName(sig), CoreDumped: ws.CoreDump(), Error: "", Lang: "",
 		}))
-		attrs = append(attrs, "signal", signalName(sig), "core_dumped", ws.CoreDump())
+		attrs = append(attrs, "signal", signals.Name(sig), "core_dumped", ws.CoreDump())
 		code = -1
 	} else {
 		code = ws.ExitStatus()

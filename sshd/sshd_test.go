@@ -841,7 +841,7 @@ func TestMetricsSessions(t *testing.T) {
 			t.Errorf("%s not registered", n)
 		}
 	}
-	if !strings.Contains(ts.logs.String(), "exit_code=42") || !strings.Contains(ts.logs.String(), "signal=KILL") {
+	if !strings.Contains(ts.logs.String(), "exit_code=42") || !strings.Contains(ts.logs.String(), "signal=SIGKILL") {
 		t.Errorf("audit log lacks exit code or signal:\n%s", ts.logs)
 	}
 }

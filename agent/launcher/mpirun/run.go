@@ -11,10 +11,11 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/podmpi/podmpi/agent/signals"
 )
 
 // DefaultKillGrace is how long Run waits after forwarding SIGTERM (or
@@ -279,10 +280,10 @@ func Run(ctx context.Context, opts RunOptions) (RunResult, error) {
 			seen = descendants(pid)
 			graceTimer = time.NewTimer(grace)
 			graceC = graceTimer.C
-			log.Warn("stopping mpirun", "reason", why, "signal", signalName(sig), "kill_after", grace)
+			log.Warn("stopping mpirun", "reason", why, "signal", signals.Name(sig), "kill_after", grace)
 		}
 		if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-			log.Error("signalling mpirun", "pid", pid, "signal", signalName(sig), "err", err)
+			log.Error("signalling mpirun", "pid", pid, "signal", signals.Name(sig), "err", err)
 		}
 	}
 	ctxDone := ctx.Done()
@@ -300,11 +301,11 @@ loop:
 			}
 			switch ss {
 			case syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT:
-				terminate(ss, "received "+signalName(ss))
+				terminate(ss, "received "+signals.Name(ss))
 			default:
-				log.Info("forwarding signal", "signal", signalName(ss), "pid", pid)
+				log.Info("forwarding signal", "signal", signals.Name(ss), "pid", pid)
 				if err := syscall.Kill(pid, ss); err != nil && !errors.Is(err, syscall.ESRCH) {
-					log.Error("forwarding signal", "pid", pid, "signal", signalName(ss), "err", err)
+					log.Error("forwarding signal", "pid", pid, "signal", signals.Name(ss), "err", err)
 				}
 			}
 		case <-timeoutC:
@@ -342,7 +343,7 @@ loop:
 	if st := cmd.ProcessState; st != nil {
 		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			res.ExitCode = 128 + int(ws.Signal())
-			res.Signal = signalName(ws.Signal())
+			res.Signal = signals.Name(ws.Signal())
 		} else {
 			res.ExitCode = st.ExitCode()
 		}
@@ -361,19 +362,4 @@ func killTree(pid int, procs []procID) {
 			_ = syscall.Kill(p.pid, syscall.SIGKILL)
 		}
 	}
-}
-
-var signalNames = map[syscall.Signal]string{
-	syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT", syscall.SIGILL: "SIGILL",
-	syscall.SIGTRAP: "SIGTRAP", syscall.SIGABRT: "SIGABRT", syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE",
-	syscall.SIGKILL: "SIGKILL", syscall.SIGUSR1: "SIGUSR1", syscall.SIGSEGV: "SIGSEGV", syscall.SIGUSR2: "SIGUSR2",
-	syscall.SIGPIPE: "SIGPIPE", syscall.SIGALRM: "SIGALRM", syscall.SIGTERM: "SIGTERM", syscall.SIGCHLD: "SIGCHLD",
-	syscall.SIGCONT: "SIGCONT", syscall.SIGSTOP: "SIGSTOP", syscall.SIGTSTP: "SIGTSTP", syscall.SIGXCPU: "SIGXCPU",
-}
-
-func signalName(s syscall.Signal) string {
-	if n, ok := signalNames[s]; ok {
-		return n
-	}
-	return "signal " + strconv.Itoa(int(s))
 }

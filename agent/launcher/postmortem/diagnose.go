@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/podmpi/podmpi/agent/rsh"
+	"github.com/podmpi/podmpi/agent/signals"
 	"github.com/podmpi/podmpi/agent/worker/api"
 	"github.com/podmpi/podmpi/gpu"
 )
@@ -340,7 +341,7 @@ func fromEvents(host string, ev api.Events) []Finding {
 		case api.KindSessionExit:
 			f.Cause, f.tier = CauseCascade, tierCascade
 			f.Sentence = e.Message + " on " + host
-			if sig := sigNum(e.Signal); isCrash(sig) {
+			if sig := signals.Parse(e.Signal); isCrash(sig) {
 				f.Cause, f.tier = CauseCrash, tierCrash
 				f.Hint = "the MPI daemon itself crashed: look at the worker's log and its core dump"
 			}
@@ -358,7 +359,7 @@ func rankEnd(f Finding, host, comm string) Finding {
 	if comm != "" {
 		who += " (" + comm + ")"
 	}
-	sig := sigNum(f.Signal)
+	sig := signals.Parse(f.Signal)
 	switch {
 	case sig != 0:
 		f.Sentence = who + " died of " + describeSignal(sig)
@@ -506,7 +507,7 @@ func fromReport(r Report, hosts []string, program string) (Finding, bool) {
 	f := Finding{Time: r.Time, Host: host, Rank: r.Rank, PID: r.PID, ExitCode: r.ExitCode, source: "mpirun"}
 	switch r.Kind {
 	case ReportSignal:
-		f.Signal = signalName(syscall.Signal(r.Signal))
+		f.Signal = signals.Name(syscall.Signal(r.Signal))
 		f.ExitCode = -1
 		if r.PID == 0 || r.Rank >= 0 {
 			f.PID = 0 // Open MPI prints PID 0
@@ -678,43 +679,9 @@ var signalWords = map[syscall.Signal]string{
 
 // describeSignal is "signal 11 (SIGSEGV, segmentation fault)".
 func describeSignal(sig syscall.Signal) string {
-	s := fmt.Sprintf("signal %d (%s", int(sig), signalName(sig))
+	s := fmt.Sprintf("signal %d (%s", int(sig), signals.Name(sig))
 	if w, ok := signalWords[sig]; ok {
 		s += ", " + w
 	}
 	return s + ")"
-}
-
-var signalNames = map[syscall.Signal]string{
-	syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT", syscall.SIGILL: "SIGILL",
-	syscall.SIGTRAP: "SIGTRAP", syscall.SIGABRT: "SIGABRT", syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE",
-	syscall.SIGKILL: "SIGKILL", syscall.SIGUSR1: "SIGUSR1", syscall.SIGSEGV: "SIGSEGV", syscall.SIGUSR2: "SIGUSR2",
-	syscall.SIGPIPE: "SIGPIPE", syscall.SIGALRM: "SIGALRM", syscall.SIGTERM: "SIGTERM", syscall.SIGXCPU: "SIGXCPU",
-	syscall.SIGXFSZ: "SIGXFSZ", syscall.SIGSYS: "SIGSYS",
-}
-
-func signalName(sig syscall.Signal) string {
-	if n, ok := signalNames[sig]; ok {
-		return n
-	}
-	return "SIG" + strconv.Itoa(int(sig))
-}
-
-// sigNum parses "SIGSEGV" (or "SEGV", "SIG11").
-func sigNum(name string) syscall.Signal {
-	if name == "" {
-		return 0
-	}
-	if !strings.HasPrefix(name, "SIG") {
-		name = "SIG" + name
-	}
-	for s, n := range signalNames {
-		if n == name {
-			return s
-		}
-	}
-	if n, err := strconv.Atoi(strings.TrimPrefix(name, "SIG")); err == nil && n > 0 && n < 65 {
-		return syscall.Signal(n)
-	}
-	return 0
 }

@@ -42,6 +42,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/podmpi/podmpi/agent/signals"
 )
 
 // Key is a generated key pair with its private key in PEM.
@@ -425,23 +427,6 @@ func (s *Server) handleConn(c net.Conn) {
 	}
 }
 
-var signalNums = map[ssh.Signal]syscall.Signal{
-	ssh.SIGABRT: syscall.SIGABRT, ssh.SIGALRM: syscall.SIGALRM, ssh.SIGFPE: syscall.SIGFPE,
-	ssh.SIGHUP: syscall.SIGHUP, ssh.SIGILL: syscall.SIGILL, ssh.SIGINT: syscall.SIGINT,
-	ssh.SIGKILL: syscall.SIGKILL, ssh.SIGPIPE: syscall.SIGPIPE, ssh.SIGQUIT: syscall.SIGQUIT,
-	ssh.SIGSEGV: syscall.SIGSEGV, ssh.SIGTERM: syscall.SIGTERM, ssh.SIGUSR1: syscall.SIGUSR1,
-	ssh.SIGUSR2: syscall.SIGUSR2,
-}
-
-func signalName(sig syscall.Signal) string {
-	for n, v := range signalNums {
-		if v == sig {
-			return string(n)
-		}
-	}
-	return "UNKNOWN"
-}
-
 func (s *Server) session(ch ssh.Channel, reqs <-chan *ssh.Request) {
 	defer ch.Close()
 	var (
@@ -501,7 +486,7 @@ func (s *Server) session(ch ssh.Channel, reqs <-chan *ssh.Request) {
 			s.mu.Lock()
 			s.signals = append(s.signals, msg.Signal)
 			s.mu.Unlock()
-			if sig, ok := signalNums[ssh.Signal(msg.Signal)]; ok {
+			if sig, ok := signals.ParseSSH(msg.Signal); ok {
 				killGroup(sig)
 			}
 			if req.WantReply {
@@ -558,7 +543,7 @@ func (s *Server) finish(ch ssh.Channel, c *exec.Cmd) {
 			CoreDumped bool
 			Error      string
 			Lang       string
-		}{Signal: signalName(ws.Signal())}
+		}{Signal: signals.SSHName(ws.Signal())}
 		_, _ = ch.SendRequest("exit-signal", false, ssh.Marshal(&msg))
 	} else {
 		var b [4]byte

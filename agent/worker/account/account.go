@@ -39,6 +39,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/podmpi/podmpi/agent/signals"
 	"github.com/podmpi/podmpi/agent/worker/api"
 	"github.com/podmpi/podmpi/gpu"
 )
@@ -376,7 +377,7 @@ func (a *Account) recordRankExit(p procInfo, at time.Time) {
 		code, sig, core := waitStatus(p.exitCode)
 		switch {
 		case sig != 0:
-			ev.Signal, ev.CoreDumped = SignalName(sig), core
+			ev.Signal, ev.CoreDumped = signals.Name(sig), core
 			ev.Message = who + " died of " + ev.Signal
 			if core {
 				ev.Message += " (core dumped)"
@@ -413,7 +414,7 @@ func (a *Account) SessionExited(e SessionExit) {
 	reason := ""
 	switch {
 	case e.Signal != 0:
-		reason = signalLabel(SignalName(e.Signal))
+		reason = signalLabel(signals.Name(e.Signal))
 	case e.ExitCode != 0:
 		reason = "exit"
 	}
@@ -430,7 +431,7 @@ func (a *Account) SessionExited(e SessionExit) {
 	level := slog.LevelWarn
 	if e.Signal != 0 {
 		ev.ExitCode = -1
-		ev.Signal = SignalName(e.Signal)
+		ev.Signal = signals.Name(e.Signal)
 		ev.Message = fmt.Sprintf("ssh session %s (%s) ended by %s", e.Session, firstWord(cmd), ev.Signal)
 	} else {
 		ev.Message = fmt.Sprintf("ssh session %s (%s) exited with status %d", e.Session, firstWord(cmd), e.ExitCode)

@@ -1,33 +1,23 @@
 package account
 
 import (
-	"strconv"
 	"syscall"
+
+	"github.com/podmpi/podmpi/agent/signals"
 )
 
-// signalNames are the signals with a name of their own in events, logs and
-// metric labels; any other is "SIG<n>" in events and "other" in labels.
-var signalNames = map[syscall.Signal]string{
-	syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT", syscall.SIGILL: "SIGILL",
-	syscall.SIGTRAP: "SIGTRAP", syscall.SIGABRT: "SIGABRT", syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE",
-	syscall.SIGKILL: "SIGKILL", syscall.SIGUSR1: "SIGUSR1", syscall.SIGSEGV: "SIGSEGV", syscall.SIGUSR2: "SIGUSR2",
-	syscall.SIGPIPE: "SIGPIPE", syscall.SIGALRM: "SIGALRM", syscall.SIGTERM: "SIGTERM", syscall.SIGXCPU: "SIGXCPU",
-	syscall.SIGXFSZ: "SIGXFSZ", syscall.SIGSYS: "SIGSYS",
-}
-
-// SignalName returns "SIGSEGV" for SIGSEGV, "SIG<n>" for a signal without
-// a name of its own.
-func SignalName(sig syscall.Signal) string {
-	if n, ok := signalNames[sig]; ok {
-		return n
-	}
-	return "SIG" + strconv.Itoa(int(sig))
+// labelSignals are the signals with a reason label of their own on the exit
+// counters; any other is "other" there (events still name it).
+var labelSignals = []syscall.Signal{
+	syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGILL, syscall.SIGTRAP, syscall.SIGABRT,
+	syscall.SIGBUS, syscall.SIGFPE, syscall.SIGKILL, syscall.SIGUSR1, syscall.SIGSEGV, syscall.SIGUSR2,
+	syscall.SIGPIPE, syscall.SIGALRM, syscall.SIGTERM, syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGSYS,
 }
 
 // signalLabel is the bounded metric label of a signal name.
 func signalLabel(name string) string {
-	for _, n := range signalNames {
-		if n == name {
+	for _, s := range labelSignals {
+		if signals.Name(s) == name {
 			return name
 		}
 	}
@@ -35,11 +25,11 @@ func signalLabel(name string) string {
 }
 
 // exitReasons are the values of the reason label of the exit counters:
-// "exit" (a non-zero status), each named signal, "other" (another signal).
+// "exit" (a non-zero status), each labelled signal, "other" (another signal).
 func exitReasons() []string {
 	out := []string{"exit", "other"}
-	for _, n := range signalNames {
-		out = append(out, n)
+	for _, s := range labelSignals {
+		out = append(out, signals.Name(s))
 	}
 	return out
 }

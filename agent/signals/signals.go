@@ -1,0 +1,74 @@
+// Package signals names Unix signals the one way podmpi writes them: in logs,
+// events, diagnoses and metric labels ("SIGSEGV"), and on the SSH wire, where
+// RFC 4254 section 6.10 names a few without the "SIG" prefix ("SEGV").
+package signals
+
+import (
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Name returns "SIGSEGV" for SIGSEGV, and "SIG<n>" for a number the kernel
+// gives no name (a real-time signal, or no signal at all).
+func Name(sig syscall.Signal) string {
+	if n := unix.SignalName(sig); n != "" {
+		return n
+	}
+	return "SIG" + strconv.Itoa(int(sig))
+}
+
+// Parse is the inverse of [Name] and of [SSHName]: it reads "SIGSEGV",
+// "SEGV" or "SIG11" and returns 0 for anything else (including "").
+func Parse(name string) syscall.Signal {
+	if name == "" {
+		return 0
+	}
+	if !strings.HasPrefix(name, "SIG") {
+		name = "SIG" + name
+	}
+	if s := unix.SignalNum(name); s != 0 {
+		return s
+	}
+	if n, err := strconv.Atoi(strings.TrimPrefix(name, "SIG")); err == nil && n > 0 && n <= maxSignal {
+		return syscall.Signal(n)
+	}
+	return 0
+}
+
+// maxSignal is the highest signal number Linux knows (SIGRTMAX).
+const maxSignal = 64
+
+// sshNames are the signals RFC 4254 section 6.10 names, by their names there.
+var sshNames = map[syscall.Signal]string{
+	syscall.SIGABRT: "ABRT", syscall.SIGALRM: "ALRM", syscall.SIGFPE: "FPE", syscall.SIGHUP: "HUP",
+	syscall.SIGILL: "ILL", syscall.SIGINT: "INT", syscall.SIGKILL: "KILL", syscall.SIGPIPE: "PIPE",
+	syscall.SIGQUIT: "QUIT", syscall.SIGSEGV: "SEGV", syscall.SIGTERM: "TERM", syscall.SIGUSR1: "USR1",
+	syscall.SIGUSR2: "USR2",
+}
+
+// SSHOther is the name an "exit-signal" message carries for a signal outside
+// RFC 4254's list; OpenSSH's sshd sends the same.
+const SSHOther = "SIG@openssh.com"
+
+// SSHName returns sig's name in an SSH "signal" or "exit-signal" message:
+// RFC 4254's name, or [SSHOther].
+func SSHName(sig syscall.Signal) string {
+	if n, ok := sshNames[sig]; ok {
+		return n
+	}
+	return SSHOther
+}
+
+// ParseSSH reads the name of an SSH "signal" request. Only RFC 4254's names
+// are accepted: a client may not send an arbitrary signal by number.
+func ParseSSH(name string) (syscall.Signal, bool) {
+	for s, n := range sshNames {
+		if n == name {
+			return s, true
+		}
+	}
+	return 0, false
+}
