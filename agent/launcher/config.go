@@ -77,8 +77,8 @@ type Config struct {
 	DiagnosisWatch   time.Duration
 	LaunchGrace      time.Duration
 
-	WebAddr        string // /metrics while the launcher runs; "" turns it off
-	PushURL        string // Pushgateway to push the metrics to at the end
+	WebAddr string // /metrics while the launcher runs; "" turns it off
+	PushURL string // Pushgateway to push the metrics to at the end
 	// PushDeleteOnSuccess deletes the job's group from the Pushgateway when
 	// it succeeded, so that only failures stay there.
 	PushDeleteOnSuccess bool
@@ -87,8 +87,8 @@ type Config struct {
 	MetricsNamespace string
 	MetricsJobName   string
 	MetricsPod       string
-	TerminationLog string // Kubernetes' termination message file
-	Log            cli.LogFlags
+	TerminationLog   string // Kubernetes' termination message file
+	Log              cli.LogFlags
 
 	Command []string // the user's command, usually mpirun ...
 	// Program is the file Command[0] runs when the caller resolved it (the
