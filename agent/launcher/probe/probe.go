@@ -21,7 +21,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,6 +29,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/podmpi/podmpi/agent/panictrap"
 	"github.com/podmpi/podmpi/agent/sshclient"
 )
 
@@ -146,7 +146,7 @@ func Run(ctx context.Context, targets []Target, opts Options) []Result {
 	results := make([]Result, len(targets))
 	next := make(chan int)
 	var wg sync.WaitGroup
-	var trap panicTrap
+	var trap panictrap.Trap
 	for range par {
 		wg.Go(func() {
 			for i := range next {
@@ -155,7 +155,7 @@ func Run(ctx context.Context, targets []Target, opts Options) []Result {
 					check = CheckBanner
 				}
 				func() {
-					defer trap.capture()
+					defer trap.Capture("a probe goroutine")
 					results[i] = probeOne(ctx, targets[i], deadline, check, opts, log)
 				}()
 			}
@@ -166,33 +166,8 @@ func Run(ctx context.Context, targets []Target, opts Options) []Result {
 	}
 	close(next)
 	wg.Wait()
-	trap.rethrow()
+	trap.Rethrow()
 	return results
-}
-
-// panicTrap carries the first panic of the probing goroutines to Run's
-// caller: a panic in a goroutine cannot be recovered by anyone else and
-// would end the launcher with Go's exit 2 and no termination message, while
-// re-raised on the caller's goroutine it reaches cmd/launcher's recover
-// (exit 71, the panic in the termination message). The stack of the
-// original goroutine is kept in the value.
-type panicTrap struct {
-	once sync.Once
-	v    any
-}
-
-// capture must be deferred directly.
-func (p *panicTrap) capture() {
-	if r := recover(); r != nil {
-		stack := debug.Stack()
-		p.once.Do(func() { p.v = fmt.Sprintf("%v [in a probe goroutine]\n%s", r, stack) })
-	}
-}
-
-func (p *panicTrap) rethrow() {
-	if p.v != nil {
-		panic(p.v)
-	}
 }
 
 // SpreadSample marks which of n items a sample of size sample takes:

@@ -50,7 +50,6 @@ import (
 	"net"
 	"net/http"
 	neturl "net/url"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,6 +59,7 @@ import (
 	"github.com/hashicorp/go-retryablehttp"
 
 	"github.com/podmpi/podmpi/agent/launcher/probe"
+	"github.com/podmpi/podmpi/agent/panictrap"
 	"github.com/podmpi/podmpi/agent/worker/api"
 	"github.com/podmpi/podmpi/hostfile"
 )
@@ -486,10 +486,10 @@ func (o Options) askAll(ctx context.Context, hosts []hostfile.Host, addrs map[st
 		}
 	}()
 	var wg sync.WaitGroup
-	var trap panicTrap
+	var trap panictrap.Trap
 	for _, i := range idx {
 		wg.Go(func() {
-			defer trap.capture()
+			defer trap.Capture("a slots goroutine")
 			h := hosts[i]
 			info, n, err := o.ask(ctx, h.Name, o.addrFor(h.Name, addrs[h.Name]), slots, log)
 			d := Decision{Host: h.Name, Asked: true, Attempts: n, Err: err}
@@ -508,7 +508,7 @@ func (o Options) askAll(ctx context.Context, hosts []hostfile.Host, addrs map[st
 	wg.Wait()
 	close(stop)
 	<-progressDone
-	trap.rethrow()
+	trap.Rethrow()
 }
 
 // listNames joins up to max names, then "(+N more)".
@@ -667,27 +667,4 @@ func plural(n int, word string) string {
 		return "1 " + word
 	}
 	return strconv.Itoa(n) + " " + word + "s"
-}
-
-// panicTrap carries the first panic of the asking goroutines to Decide's
-// caller, where cmd/launcher turns it into exit 71 with a termination
-// message (a panic in a goroutine cannot be recovered by anyone else). The
-// original goroutine's stack is kept in the value.
-type panicTrap struct {
-	once sync.Once
-	v    any
-}
-
-// capture must be deferred directly.
-func (p *panicTrap) capture() {
-	if r := recover(); r != nil {
-		stack := debug.Stack()
-		p.once.Do(func() { p.v = fmt.Sprintf("%v [in a slots goroutine]\n%s", r, stack) })
-	}
-}
-
-func (p *panicTrap) rethrow() {
-	if p.v != nil {
-		panic(p.v)
-	}
 }
