@@ -95,13 +95,6 @@ func TestCompose(t *testing.T) {
 	host := podmanService(t)
 	for _, mpi := range []string{"openmpi", "mpich"} {
 		t.Run(mpi, func(t *testing.T) {
-			if mpi == "mpich" {
-				// The file's default is Open MPI; MPICH is its documented
-				// variant. Over UCX's TCP transport only (one rank per
-				// container) Debian's MPICH 4.0.2 hangs in MPI_Finalize in
-				// most runs here (openucx/ucx#8738, see finalizeHangWait).
-				knownFailure(t, "waits for a fix of the MPICH image's MPI_Finalize hang over UCX TCP (openucx/ucx#8738): most compose MPICH runs hang after every rank reported")
-			}
 			// A copy of examples/compose: keygen.sh writes the job's key
 			// next to the compose file.
 			dir := filepath.Join(t.TempDir(), "examples", "compose")
@@ -123,15 +116,7 @@ func TestCompose(t *testing.T) {
 			start := time.Now()
 			log, hung := composeOnce(t, dir, host, mpi)
 			if hung {
-				msg := fmt.Sprintf("compose %s: every rank reported but the launcher had not exited %s later: the MPICH 4.0.2/UCX MPI_Finalize hang", mpi, finalizeHangWait)
-				if os.Getenv("PODMPI_CLUSTER_STRICT") == "1" {
-					t.Fatal(msg)
-				}
-				t.Logf("KNOWN HANG: %s; running it once more (PODMPI_CLUSTER_STRICT=1 fails instead)", msg)
-				start = time.Now()
-				if log, hung = composeOnce(t, dir, host, mpi); hung {
-					t.Fatalf("compose %s hung in MPI_Finalize twice in a row", mpi)
-				}
+				t.Fatalf("compose %s: every rank reported but the launcher had not exited %s later: a hang in MPI_Finalize (see finalizeHangWait)", mpi, finalizeHangWait)
 			}
 			hosts := checkRanks(t, log, 3)
 			for i := 1; i <= 3; i++ {
