@@ -143,8 +143,10 @@ type scanner struct {
 	proc     string
 	root     int
 	pageSize uint64
-	// ranks caches the rank of each process seen, read once from its
-	// environment.
+	// ranks caches the rank of each process seen with one. A process
+	// without one is read again next time: between fork and exec a rank's
+	// process still has its launcher's environment, and exec keeps the pid
+	// and start time.
 	ranks map[procKey]int
 }
 
@@ -192,8 +194,9 @@ func (s *scanner) snapshot() (map[procKey]procInfo, error) {
 		k := procKey{pid, st.start}
 		rank, ok := s.ranks[k]
 		if !ok {
-			rank = s.readRank(pid)
-			s.ranks[k] = rank
+			if rank = s.readRank(pid); rank >= 0 {
+				s.ranks[k] = rank
+			}
 		}
 		seen[k] = true
 		info := procInfo{key: k, comm: st.comm, ppid: st.ppid, rank: rank, rssBytes: st.rss * s.pageSize, exitCode: -1}
@@ -213,7 +216,7 @@ func (s *scanner) snapshot() (map[procKey]procInfo, error) {
 		pst, ok := stats[info.ppid]
 		if !ok {
 			info.leader = true
-		} else if prank, ok := s.ranks[procKey{info.ppid, pst.start}]; !ok || prank != info.rank {
+		} else if parent, ok := out[procKey{info.ppid, pst.start}]; !ok || parent.rank != info.rank {
 			info.leader = true
 		}
 		out[k] = info

@@ -112,25 +112,28 @@ func TestSnapshotRealProcesses(t *testing.T) {
 	}
 	defer func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() }()
 	s := newScanner("/proc", os.Getpid())
+	// Until the shell's child has exec'd sleep it is a second "sh": wait
+	// for the pair, not merely for two processes.
 	var snap map[procKey]procInfo
+	var shell, sleep *procInfo
 	for range 200 {
 		var err error
 		if snap, err = s.snapshot(); err != nil {
 			t.Fatal(err)
 		}
-		if len(snap) >= 2 {
+		shell, sleep = nil, nil
+		for _, p := range snap {
+			switch {
+			case p.comm == "sh" && p.key.pid == cmd.Process.Pid:
+				shell = &p
+			case p.comm == "sleep":
+				sleep = &p
+			}
+		}
+		if shell != nil && sleep != nil {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
-	}
-	var shell, sleep *procInfo
-	for _, p := range snap {
-		switch p.comm {
-		case "sh":
-			shell = &p
-		case "sleep":
-			sleep = &p
-		}
 	}
 	if shell == nil || sleep == nil {
 		t.Fatalf("snapshot = %+v; want sh and its sleep", snap)
@@ -203,6 +206,28 @@ func TestSnapshotFixture(t *testing.T) {
 		default:
 			t.Errorf("unexpected %+v", q)
 		}
+	}
+}
+
+// TestSnapshotRankAfterExec: a rank's process is first seen between fork
+// and exec, with its launcher's environment; after exec (same pid, same
+// start time) it has its rank. The rank must not stay unknown.
+func TestSnapshotRankAfterExec(t *testing.T) {
+	p := newFakeProc(t)
+	p.write(1, "worker-agent", 'S', 0, 10, 0)
+	p.write(10, "orted", 'S', 1, 10, 0)
+	p.write(11, "orted", 'R', 10, 10, 0, "PATH=/bin")
+	s := newScanner(p.dir, 1)
+	if _, err := s.snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	p.write(11, "python", 'R', 10, 1000, 0, "PATH=/bin", "OMPI_COMM_WORLD_RANK=3")
+	snap, err := s.snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := snap[procKey{11, 110}]; q.rank != 3 || !q.leader {
+		t.Errorf("after exec: %+v, want rank 3, leader", q)
 	}
 }
 
