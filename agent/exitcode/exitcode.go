@@ -47,6 +47,13 @@ const (
 	// launcher gives it (Hydra waits for such a daemon for ever); the
 	// launcher stopped it. An mpirun that exits on its own keeps its code.
 	LaunchFailed Code = 73
+	// WorkerGone: after mpirun started, a worker's pod was gone for sure
+	// (replaced by another pod under its name, or its name no longer
+	// resolves, its port is closed, or it has no route), and mpirun did not
+	// exit on its own within the grace the launcher gives it (a deleted pod
+	// can vanish without closing mpirun's connections); the launcher
+	// stopped it. An mpirun that exits on its own keeps its code.
+	WorkerGone Code = 74
 	// RemoteShell: the rsh client could not run the remote command (DNS, TCP,
 	// handshake, host key or authentication failure). Same value as OpenSSH's
 	// ssh(1) uses, which Open MPI and Hydra already understand.
@@ -79,6 +86,7 @@ var Table = []Entry{
 	{Internal, "internal", "all", "unexpected internal error", "report it with the log"},
 	{SlotsUnknown, "slots-unknown", "launcher", "with --slots auto, some workers' worker-agent gave no slot count before --probe.timeout and the discovery source gives none (never a smaller world in silence)", "the message names each worker and why: start worker-agent there, let the launcher reach --worker.web-port, raise --probe.timeout for slow starts, or give counts (name=N, slots=N in the hostfile, --slots N, --slots.allow-default)"},
 	{LaunchFailed, "launch-failed", "launcher", "podmpi-rsh could not start an MPI daemon after mpirun started and mpirun did not exit on its own within --diagnosis.launch-grace; the launcher stopped it (the termination message names host, port and phase)", "read the podmpi-rsh diagnosis first in the termination message: usually a worker whose worker-agent is not running or not reachable on its SSH port"},
+	{WorkerGone, "worker-gone", "launcher", "after mpirun started, a worker's pod was gone (deleted, evicted, restarted, its node lost) and mpirun did not exit on its own within --diagnosis.launch-grace; the launcher stopped it (the termination message names the worker)", "kubectl get events and kubectl describe pod for the named worker; an MPI job cannot go on without its ranks: run it again (from a checkpoint)"},
 	{CommandNotFound, "remote-command-not-found", "worker-agent session", "the remote shell could not find the command (for example orted not on PATH)", "put the MPI daemon on the worker-agent's PATH"},
 	{RemoteShell, "remote-shell", "rsh", "the rsh client could not run the remote command: dns, tcp, handshake, host key or auth failure (one stderr line names host and phase)", "read the phase and hint on stderr"},
 }

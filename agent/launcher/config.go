@@ -72,7 +72,8 @@ type Config struct {
 	// DiagnosisTimeout bounds asking every worker-agent what happened
 	// after mpirun failed; DiagnosisWatch is how often they are asked
 	// while it runs (0: never); LaunchGrace how long mpirun may take to
-	// exit on its own after podmpi-rsh could not start a daemon.
+	// exit on its own after podmpi-rsh could not start a daemon, or after a
+	// worker's pod was gone.
 	DiagnosisTimeout time.Duration
 	DiagnosisWatch   time.Duration
 	LaunchGrace      time.Duration
@@ -163,7 +164,7 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.NoTreeSpawn, "mpirun.no-tree-spawn", c.NoTreeSpawn, "make mpirun start every remote daemon itself (Open MPI plm_rsh_no_tree_spawn)")
 	fs.DurationVar(&c.DiagnosisTimeout, "diagnosis.timeout", c.DiagnosisTimeout, "after mpirun fails, how long to ask every worker-agent what happened (/events) before naming the root cause")
 	fs.DurationVar(&c.DiagnosisWatch, "diagnosis.watch-interval", c.DiagnosisWatch, "while mpirun runs, how often every worker-agent is asked for its account, so that a worker that stops answering is seen when it happens (0: only after a failure)")
-	fs.DurationVar(&c.LaunchGrace, "diagnosis.launch-grace", c.LaunchGrace, "after podmpi-rsh could not start an MPI daemon, how long mpirun may take to exit on its own before the launcher stops it (exit 73)")
+	fs.DurationVar(&c.LaunchGrace, "diagnosis.launch-grace", c.LaunchGrace, "after podmpi-rsh could not start an MPI daemon (exit 73), or a worker's pod is gone (exit 74), how long mpirun may take to exit on its own before the launcher stops it")
 	fs.StringVar(&c.WebAddr, "web.listen-address", c.WebAddr, "address for /metrics during init and while mpirun runs (empty: off)")
 	fs.StringVar(&c.PushURL, "metrics.push-url", c.PushURL, "Prometheus Pushgateway URL to push the metrics to at the end (PUT, grouped by namespace, job_name and pod)")
 	fs.BoolVar(&c.PushDeleteOnSuccess, "metrics.push-delete-on-success", c.PushDeleteOnSuccess, "when the job succeeded, delete its group from the Pushgateway instead of pushing (only failures stay)")

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/podmpi/podmpi/agent/launcher/mpirun"
@@ -25,7 +26,10 @@ import (
 // What happens after mpirun started: while it runs, the launcher watches
 // the records podmpi-rsh leaves when it cannot start a daemon (and stops an
 // mpirun that would wait for that daemon for ever) and asks every
-// worker-agent for its account of the pod now and then; when mpirun fails,
+// worker-agent for its account of the pod now and then (and stops an mpirun
+// that goes on after a worker's pod is gone: a deleted pod can vanish
+// without closing mpirun's connections, and MPI cannot go on without its
+// ranks); when mpirun fails,
 // it asks them all once more and names the root cause (package postmortem)
 // first in its log, its report and the termination message.
 
@@ -52,6 +56,9 @@ const (
 	// sinceSlack moves the start of the window asked for back, for clocks
 	// of different nodes that do not quite agree.
 	sinceSlack = 2 * time.Second
+	// replacedMargin is added to an agent's uptime (besides the request's
+	// own duration) before it is found younger than the run.
+	replacedMargin = 100 * time.Millisecond
 	// lostAfter is how many rounds in a row a worker must fail to answer
 	// before it is logged as lost.
 	lostAfter = 2
@@ -61,9 +68,12 @@ const (
 	maxEventsPerWorker = 2048
 )
 
-// errLaunchStopped is the cause of the context that stops mpirun after a
-// daemon could not be started.
-var errLaunchStopped = errors.New("podmpi-rsh could not start an MPI daemon and mpirun did not exit on its own")
+// errLaunchStopped and errWorkerGone are the causes of the context that
+// stops mpirun after a daemon could not be started, or a worker was gone.
+var (
+	errLaunchStopped = errors.New("podmpi-rsh could not start an MPI daemon and mpirun did not exit on its own")
+	errWorkerGone    = errors.New("a worker's pod is gone and mpirun did not exit on its own")
+)
 
 // workerState is what the launcher knows of one worker-agent.
 type workerState struct {
@@ -76,6 +86,29 @@ type workerState struct {
 	lostAt    time.Time         // first failure of the current run of failures
 	logged    bool              // its loss was logged
 	noAccount bool              // it answered 404: it keeps no account
+	started   time.Time         // its agent's start (the agent's clock), from its first answer
+	// replacedAt is when a worker-agent younger than the run started
+	// (the launcher's clock): the pod that ran the job's daemon is gone
+	// and another answers under its name. Zero when not seen.
+	replacedAt time.Time
+}
+
+// gone reports whether the worker's pod is gone for sure: replaced by
+// another, or not answering for lostAfter rounds in a row in a way that
+// says nothing is there any more (no such name, connection refused, no
+// route). A worker that answers too slowly is not gone: it may be busy.
+func (s *workerState) gone() bool {
+	return !s.replacedAt.IsZero() || s.fails >= lostAfter && nothingThere(s.err)
+}
+
+// nothingThere reports whether err says that nothing is at the address:
+// the name does not resolve, the port is closed, or there is no route.
+func nothingThere(err error) bool {
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return dns.IsNotFound
+	}
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH)
 }
 
 type eventKey struct {
@@ -93,6 +126,11 @@ type watch struct {
 	stderr    io.Writer
 	client    *http.Client
 
+	// upBefore is a time every worker-agent is known to have been up at:
+	// mpirun's start when the probe ran (it reached every agent before);
+	// zero when it did not.
+	upBefore time.Time
+
 	runCtx     context.Context // mpirun's context: cancelled to stop it
 	cancel     context.CancelCauseFunc
 	stopWg     sync.WaitGroup
@@ -104,6 +142,7 @@ type watch struct {
 	records       []rsh.FailureRecord
 	read          map[string]bool
 	launchStopped bool
+	goneStopped   bool
 	stoppedAt     time.Time
 }
 
@@ -143,7 +182,11 @@ func (l *Launcher) newWatch(ctx context.Context, p *Prepared, dir string) *watch
 
 // start begins watching, with mpirun about to start now.
 func (w *watch) start() {
-	w.since = time.Now().Add(-sinceSlack)
+	now := time.Now()
+	w.since = now.Add(-sinceSlack)
+	if !w.l.cfg.SkipProbe {
+		w.upBefore = now
+	}
 	ctx, quit := context.WithCancel(context.Background())
 	w.quit = quit
 	if w.failDir != "" {
@@ -243,15 +286,19 @@ func (w *watch) snapshotRead() map[string]bool {
 // watchWorkers asks every worker-agent for its account every
 // DiagnosisWatch while mpirun runs, so that a worker that stops answering
 // is seen (and logged) when it happens, and what it said before is kept.
+// When a worker is gone for sure and mpirun has not exited LaunchGrace
+// later, it is stopped.
 func (w *watch) watchWorkers(ctx context.Context) {
 	t := time.NewTicker(w.l.cfg.DiagnosisWatch)
 	defer t.Stop()
+	var deadline <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 			w.askAll(ctx, w.l.cfg.DiagnosisWatch)
+			var gone []string
 			w.mu.Lock()
 			for _, s := range w.workers {
 				if s.fails >= lostAfter && !s.logged {
@@ -259,8 +306,26 @@ func (w *watch) watchWorkers(ctx context.Context) {
 					w.l.log.Error("a worker-agent stopped answering while mpirun runs; its pod may be gone", "host", s.host,
 						"since", s.lostAt.UTC().Format(time.RFC3339), "err", s.err)
 				}
+				if s.gone() {
+					gone = append(gone, s.host)
+				}
 			}
 			w.mu.Unlock()
+			if len(gone) > 0 && deadline == nil {
+				w.l.log.Error("a worker's pod is gone while mpirun runs; mpirun is stopped unless it exits on its own",
+					"hosts", gone, "grace", w.l.cfg.LaunchGrace, "kill_grace", w.l.cfg.KillGrace)
+				timer := time.NewTimer(w.l.cfg.LaunchGrace)
+				defer timer.Stop()
+				deadline = timer.C
+			}
+		case <-deadline:
+			deadline = nil
+			w.mu.Lock()
+			w.goneStopped = true
+			w.mu.Unlock()
+			w.l.log.Error("mpirun did not exit after a worker's pod was gone; stopping it (SIGTERM, then SIGKILL of its process tree)",
+				"grace", w.l.cfg.LaunchGrace, "kill_grace", w.l.cfg.KillGrace)
+			w.cancel(errWorkerGone)
 		}
 	}
 }
@@ -307,6 +372,7 @@ func (w *watch) ask(ctx context.Context, s *workerState) {
 	w.mu.Unlock()
 	u := "http://" + net.JoinHostPort(s.host, strconv.Itoa(w.l.cfg.WorkerWebPort)) + api.EventsPath + "?since=" +
 		url.QueryEscape(since.UTC().Format(time.RFC3339Nano))
+	asked := time.Now()
 	ev, noAccount, err := w.get(ctx, u)
 	now := time.Now()
 	w.mu.Lock()
@@ -320,6 +386,10 @@ func (w *watch) ask(ctx context.Context, s *workerState) {
 		}
 		s.fails++
 		s.err = err
+	case w.replaced(s, ev, now, now.Sub(asked)):
+		// Another pod answers under the worker's name: what it says is
+		// not about this job. Keep what the first one said.
+		s.fails, s.err = 0, nil
 	default:
 		if s.fails >= lostAfter && s.logged {
 			w.l.log.Info("a worker-agent answers again", "host", s.host, "after", now.Sub(s.lostAt).Round(time.Millisecond))
@@ -347,6 +417,34 @@ func (w *watch) ask(ctx context.Context, s *workerState) {
 			}
 		}
 	}
+}
+
+// replaced reports (and records, logging it once) whether the agent that
+// answered at now, within took, is not the one that ran the job's daemon:
+// another than the one that answered first, or, at the first answer,
+// younger than the time since every agent was known to be up. Its uptime
+// (its own monotonic clock) is weighed against the launcher's, so the two
+// clocks need not agree; took bounds how stale its answer is. w.mu is
+// held.
+func (w *watch) replaced(s *workerState, ev api.Events, now time.Time, took time.Duration) bool {
+	if !s.replacedAt.IsZero() {
+		return true
+	}
+	if ev.Started.IsZero() || ev.UptimeSeconds <= 0 {
+		return false // an agent older than the fields
+	}
+	uptime := time.Duration(ev.UptimeSeconds * float64(time.Second))
+	switch {
+	case s.started.IsZero() && (w.upBefore.IsZero() || uptime+took+replacedMargin >= now.Sub(w.upBefore)):
+		s.started = ev.Started
+		return false
+	case ev.Started.Equal(s.started):
+		return false
+	}
+	s.replacedAt = now.Add(-uptime)
+	w.l.log.Error("another worker-agent answers under a worker's name: the pod that ran the job's daemon is gone (deleted, evicted or restarted)",
+		"host", s.host, "agent_uptime", uptime.Round(time.Millisecond), "mpirun_ran", now.Sub(w.since.Add(sinceSlack)).Round(time.Millisecond))
+	return true
 }
 
 // get fetches one /events document within askTimeout.
@@ -402,7 +500,7 @@ func (w *watch) diagnose(res mpirun.RunResult, program string) *postmortem.Diagn
 		in.Outcome.Stopped, in.Outcome.StoppedAt = true, w.stoppedAt
 	}
 	for _, s := range w.workers {
-		wk := postmortem.Worker{Host: s.host, NoAccount: s.noAccount}
+		wk := postmortem.Worker{Host: s.host, NoAccount: s.noAccount, ReplacedAt: s.replacedAt}
 		if s.events != nil && s.fails == 0 {
 			wk.Events = s.events
 		} else if !s.noAccount {
@@ -452,6 +550,14 @@ func (w *watch) stoppedForLaunch() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.launchStopped
+}
+
+// stoppedForGone reports whether the launcher stopped mpirun after a
+// worker's pod was gone.
+func (w *watch) stoppedForGone() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.goneStopped
 }
 
 // sameWriter reports whether a and b are the same writer, so that the

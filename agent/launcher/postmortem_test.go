@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -32,9 +33,10 @@ type fakeAgent struct {
 	srv  *http.Server
 	asks atomic.Int32
 
-	mu     sync.Mutex
-	events []api.Event
-	since  []string
+	mu      sync.Mutex
+	events  []api.Event
+	since   []string
+	started time.Time // when "the agent" started
 }
 
 func startAgent(t *testing.T) *fakeAgent {
@@ -43,7 +45,7 @@ func startAgent(t *testing.T) *fakeAgent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &fakeAgent{port: ln.Addr().(*net.TCPAddr).Port}
+	a := &fakeAgent{port: ln.Addr().(*net.TCPAddr).Port, started: time.Now().Add(-time.Hour)}
 	a.srv = &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != api.EventsPath {
 			http.NotFound(w, r)
@@ -53,12 +55,24 @@ func startAgent(t *testing.T) *fakeAgent {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		a.since = append(a.since, r.URL.Query().Get("since"))
-		_ = json.NewEncoder(w).Encode(api.Events{Hostname: "w", Now: time.Now(), Events: a.events,
+		var up float64
+		if !a.started.IsZero() {
+			up = time.Since(a.started).Seconds()
+		}
+		_ = json.NewEncoder(w).Encode(api.Events{Hostname: "w", Started: a.started, UptimeSeconds: up, Now: time.Now(), Events: a.events,
 			Memory: api.Memory{Version: 1, LimitBytes: 200 << 20}})
 	})}
 	go func() { _ = a.srv.Serve(ln) }()
 	t.Cleanup(func() { a.srv.Close() })
 	return a
+}
+
+// restart makes the agent another one, started now: a pod replaced under
+// the same name.
+func (a *fakeAgent) restart() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.started, a.events = time.Now(), nil
 }
 
 func (a *fakeAgent) set(evs ...api.Event) {
@@ -235,14 +249,18 @@ func TestWatchSeesAWorkerStopAnswering(t *testing.T) {
 		_ = os.WriteFile(gone, nil, 0o644)
 	}()
 	// mpirun fails a second after the agent went away: the watch (every
-	// 200ms) has seen it fail to answer twice by then.
-	code, _, logs, _, err := runJob(t, a.port, func(c *Config) { c.DiagnosisWatch = 200 * time.Millisecond },
-		"sh", "-c", `while [ ! -e "$0" ]; do sleep 0.05; done; sleep 1; exit 7`, gone)
+	// 200ms) has seen it fail to answer twice by then. Within the grace,
+	// mpirun's own exit stands.
+	code, _, logs, _, err := runJob(t, a.port, func(c *Config) {
+		c.DiagnosisWatch, c.LaunchGrace = 200*time.Millisecond, 20*time.Second
+	}, "sh", "-c", `while [ ! -e "$0" ]; do sleep 0.05; done; sleep 1; exit 7`, gone)
 	if code != 7 {
 		t.Fatalf("exit %d (%v), want 7", code, err)
 	}
-	if !strings.Contains(logs, "a worker-agent stopped answering while mpirun runs") {
-		t.Errorf("log lacks the lost worker:\n%s", logs)
+	for _, want := range []string{"a worker-agent stopped answering while mpirun runs", "a worker's pod is gone while mpirun runs"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("log lacks %q:\n%s", want, logs)
+		}
 	}
 	first := firstLine(code, err)
 	if !strings.Contains(first, "rank 0 on 127.0.0.1 died of signal 7 (SIGBUS") {
@@ -250,6 +268,97 @@ func TestWatchSeesAWorkerStopAnswering(t *testing.T) {
 	}
 	if msg := TerminationMessage(code, err); !strings.Contains(msg, "also: worker 127.0.0.1 is gone") || !strings.Contains(msg, " UTC") {
 		t.Errorf("termination message:\n%s", msg)
+	}
+}
+
+// TestWorkerGoneStopsMPIRun: a worker's agent goes away for good (its
+// port closed) while mpirun goes on as if nothing happened, as it does when
+// a deleted pod's connections vanish without a reset: the launcher stops it
+// and exits 74 naming the worker as gone.
+func TestWorkerGoneStopsMPIRun(t *testing.T) {
+	a := startAgent(t)
+	go func() {
+		for a.asks.Load() == 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+		a.srv.Close()
+	}()
+	start := time.Now()
+	code, _, logs, l, err := runJob(t, a.port, func(c *Config) { c.DiagnosisWatch = 200 * time.Millisecond }, "sleep", "30")
+	if code != exitcode.WorkerGone {
+		t.Fatalf("exit %d (%v), want %d", code, err, exitcode.WorkerGone)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the launcher took %s to stop mpirun", d)
+	}
+	first := firstLine(code, err)
+	if !strings.HasPrefix(first, "root cause: worker 127.0.0.1 is gone: its worker-agent does not answer") || !strings.Contains(first, "connection refused") {
+		t.Errorf("first line: %s", first)
+	}
+	if !strings.Contains(logs, "mpirun did not exit after a worker's pod was gone") {
+		t.Errorf("log lacks the stop:\n%s", logs)
+	}
+	if v := testutil.ToFloat64(l.m.RootCause.WithLabelValues(postmortem.CauseGone)); v != 1 {
+		t.Errorf("root cause metric gone = %v", v)
+	}
+}
+
+// TestReplacedWorkerIsGone: another agent, younger than the run, answers
+// under the worker's name (the pod was deleted and recreated with the same
+// hostname, as both operators do): the worker that ran the daemon is gone.
+func TestReplacedWorkerIsGone(t *testing.T) {
+	a := startAgent(t)
+	a.set(api.Event{Seq: 1, Time: time.Now(), Kind: api.KindSessionExit, ExitCode: 0, Rank: -1, Message: "first agent's"})
+	go func() {
+		for a.asks.Load() == 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+		a.restart()
+	}()
+	code, _, logs, _, err := runJob(t, a.port, func(c *Config) { c.DiagnosisWatch = 200 * time.Millisecond }, "sleep", "30")
+	if code != exitcode.WorkerGone {
+		t.Fatalf("exit %d (%v), want %d", code, err, exitcode.WorkerGone)
+	}
+	if first := firstLine(code, err); !strings.HasPrefix(first, "root cause: worker 127.0.0.1 is gone: its pod was replaced while the job ran") {
+		t.Errorf("first line: %s", first)
+	}
+	if !strings.Contains(logs, "another worker-agent answers under a worker's name") {
+		t.Errorf("log lacks the replacement:\n%s", logs)
+	}
+}
+
+// TestOlderAgentIsNotReplaced: an agent that says nothing of its start
+// (older than the field) is never taken for a replacement.
+func TestOlderAgentIsNotReplaced(t *testing.T) {
+	a := startAgent(t)
+	a.mu.Lock()
+	a.started = time.Time{}
+	a.mu.Unlock()
+	code, _, logs, _, err := runJob(t, a.port, func(c *Config) { c.DiagnosisWatch = 100 * time.Millisecond }, "sh", "-c", "sleep 0.6; exit 3")
+	if code != 3 {
+		t.Fatalf("exit %d (%v), want 3", code, err)
+	}
+	if strings.Contains(logs, "another worker-agent") || strings.Contains(firstLine(code, err), "gone") {
+		t.Errorf("an agent without a start time was taken for a replacement:\n%s", logs)
+	}
+}
+
+func TestNothingThere(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{&net.DNSError{Err: "no such host", Name: "w-1.job", IsNotFound: true}, true},
+		{&net.DNSError{Err: "server misbehaving", Name: "w-1.job", IsTemporary: true}, false},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, true},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.EHOSTUNREACH)}, true},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ETIMEDOUT)}, false},
+		{errors.New("no answer within 2s"), false},
+		{nil, false},
+	} {
+		if got := nothingThere(tc.err); got != tc.want {
+			t.Errorf("nothingThere(%v) = %v, want %v", tc.err, got, tc.want)
+		}
 	}
 }
 
@@ -378,5 +487,25 @@ func TestOtherCommandFailureDoesNotStop(t *testing.T) {
 	}
 	if !strings.Contains(logs, "podmpi-rsh could not run a remote command") || strings.Contains(logs, "stopping it") {
 		t.Errorf("log:\n%s", logs)
+	}
+}
+
+// TestReplacedAtFirstAnswer: an agent first asked after mpirun started is
+// a replacement when it is younger than the time since the probe reached
+// every agent; without a probe nothing says how old it must be.
+func TestReplacedAtFirstAnswer(t *testing.T) {
+	now := time.Now()
+	l := &Launcher{log: slog.New(slog.DiscardHandler)}
+	young := api.Events{Started: now.Add(-time.Second), UptimeSeconds: 1}
+	old := api.Events{Started: now.Add(-3 * time.Second), UptimeSeconds: 3}
+	probed := &watch{l: l, upBefore: now.Add(-3 * time.Second)}
+	if !probed.replaced(&workerState{}, young, now, 10*time.Millisecond) {
+		t.Errorf("an agent up 1s, 3s after the probe, is not taken for a replacement")
+	}
+	if probed.replaced(&workerState{}, old, now, 10*time.Millisecond) {
+		t.Errorf("an agent up since the probe is taken for a replacement")
+	}
+	if (&watch{l: l}).replaced(&workerState{}, young, now, 10*time.Millisecond) {
+		t.Errorf("without a probe, a young agent is taken for a replacement")
 	}
 }

@@ -182,6 +182,11 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 			Err: fmt.Errorf("podmpi-rsh could not start an MPI daemon and %s did not exit within --diagnosis.launch-grace=%s; the launcher stopped it",
 				argv[0], cfg.LaunchGrace),
 			Hint: "the root cause above names the worker, its port and the phase that failed; fix that worker (is worker-agent running and reachable on its SSH port?)"}
+	case pm.stoppedForGone():
+		return exitcode.WorkerGone, &Failure{Phase: PhaseMPIRun, Code: exitcode.WorkerGone, Diagnosis: diag,
+			Err: fmt.Errorf("a worker's pod was gone while %s ran, and %s did not exit within --diagnosis.launch-grace=%s; the launcher stopped it",
+				argv[0], argv[0], cfg.LaunchGrace),
+			Hint: "the root cause above names the worker: kubectl get events and kubectl describe pod for it (deleted? evicted? node lost?); an MPI job cannot go on without its ranks, so run it again"}
 	case res.TimedOut:
 		if diag != nil && diag.Root == nil {
 			diag = nil // a hang leaves no trace in the accounts: the timeout says it all

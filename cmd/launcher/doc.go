@@ -50,7 +50,7 @@
 //	--mpirun.no-tree-spawn          PODMPI_MPIRUN_NO_TREE_SPAWN          Open MPI: no tree spawn
 //	--diagnosis.timeout             PODMPI_DIAGNOSIS_TIMEOUT             after mpirun fails, deadline of asking every worker-agent what happened (5s)
 //	--diagnosis.watch-interval      PODMPI_DIAGNOSIS_WATCH_INTERVAL      how often worker-agents are asked while mpirun runs (5s; 0: never)
-//	--diagnosis.launch-grace        PODMPI_DIAGNOSIS_LAUNCH_GRACE        time mpirun gets to exit on its own after a daemon failed to start (5s)
+//	--diagnosis.launch-grace        PODMPI_DIAGNOSIS_LAUNCH_GRACE        time mpirun gets to exit on its own after a daemon failed to start or a worker was gone (5s)
 //	--web.listen-address            PODMPI_WEB_LISTEN_ADDRESS            /metrics address (:9022; empty: off)
 //	--metrics.push-url              PODMPI_METRICS_PUSH_URL              Pushgateway URL (PUT at the end, grouped by namespace, job_name, pod)
 //	--metrics.push-delete-on-success PODMPI_METRICS_PUSH_DELETE_ON_SUCCESS delete the job's group when it succeeded

@@ -88,6 +88,11 @@ type Worker struct {
 	// LostAt is when the launcher first saw it stop answering while mpirun
 	// ran; zero when it never did.
 	LostAt time.Time
+	// ReplacedAt is when the worker-agent now answering under its name
+	// started, after mpirun did: the pod that ran the job's daemon is
+	// gone. Zero when not seen. Events, when set, are what the first agent
+	// said.
+	ReplacedAt time.Time
 }
 
 // Outcome is how mpirun ended.
@@ -206,6 +211,9 @@ func Decide(in Input) Diagnosis {
 			fs = append(fs, fromEvents(w.Host, *w.Events)...)
 		}
 		switch {
+		case !w.ReplacedAt.IsZero():
+			d.Silent++
+			fs = append(fs, gone(w, in.Outcome.WebPort))
 		case w.Err == nil && (w.Events != nil || w.NoAccount):
 			d.Answered++
 		default:
@@ -431,16 +439,25 @@ func rankOn(rank, pid int, host string) string {
 	return "a rank on " + host
 }
 
-// gone is a worker that did not answer.
+// gone is a worker that did not answer, or that another pod answers for.
 func gone(w Worker, port int) Finding {
 	f := Finding{Cause: CauseGone, tier: tierGone, Host: w.Host, Rank: -1, ExitCode: -1, Time: w.LostAt, source: "launcher", port: port}
-	why := "no answer"
-	if w.Err != nil {
-		why = w.Err.Error()
-	}
-	f.Sentence = fmt.Sprintf("worker %s is gone: its worker-agent does not answer on port %d (%s)", w.Host, port, why)
-	if !w.LostAt.IsZero() {
-		f.Sentence += ", since " + w.LostAt.UTC().Format(time.TimeOnly) + " UTC"
+	switch {
+	case !w.ReplacedAt.IsZero():
+		if f.Time.IsZero() || w.ReplacedAt.Before(f.Time) {
+			f.Time = w.ReplacedAt
+		}
+		f.Sentence = fmt.Sprintf("worker %s is gone: its pod was replaced while the job ran (the worker-agent answering on port %d now started at %s UTC, after mpirun)",
+			w.Host, port, w.ReplacedAt.UTC().Format(time.TimeOnly))
+	default:
+		why := "no answer"
+		if w.Err != nil {
+			why = w.Err.Error()
+		}
+		f.Sentence = fmt.Sprintf("worker %s is gone: its worker-agent does not answer on port %d (%s)", w.Host, port, why)
+		if !w.LostAt.IsZero() {
+			f.Sentence += ", since " + w.LostAt.UTC().Format(time.TimeOnly) + " UTC"
+		}
 	}
 	f.Hint = "the pod was deleted, evicted or preempted, or its node was lost: kubectl get events --sort-by=.lastTimestamp, and " +
 		"kubectl describe pod for that worker (Evicted? OOMKilled? node NotReady?)"

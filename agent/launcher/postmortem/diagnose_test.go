@@ -150,6 +150,23 @@ func TestGoneWorker(t *testing.T) {
 	}
 }
 
+// TestReplacedWorker: another pod answers under the worker's name; what
+// the first agent said (a session that ended as mpirun lost the daemon) is
+// the cascade, the replaced pod the root cause.
+func TestReplacedWorker(t *testing.T) {
+	first := answered(hostB, api.Event{Time: at(4), Kind: api.KindSessionExit, Rank: -1, ExitCode: -1, Signal: "SIGTERM", Message: "ssh session c1/s1 (orted) ended by SIGTERM"})
+	first.ReplacedAt = at(2)
+	d := Decide(Input{
+		Outcome: Outcome{Program: "mpirun", ExitCode: 205, WebPort: 9022},
+		Workers: []Worker{answered(hostA), first},
+		Reports: []Report{{Time: at(3), Kind: ReportDaemonLost, Rank: -1, Host: "dg-node-0-1", ExitCode: -1}},
+	})
+	wantRoot(t, d, CauseGone, "worker "+hostB+" is gone: its pod was replaced while the job ran", "port 9022", "started at 05:06:09 UTC", "kubectl get events")
+	if d.Silent != 1 || d.Answered != 1 {
+		t.Errorf("answered %d, silent %d", d.Answered, d.Silent)
+	}
+}
+
 func TestNoAccountIsNotGone(t *testing.T) {
 	d := Decide(Input{Workers: []Worker{{Host: hostA, NoAccount: true}}})
 	if d.Root != nil || d.Silent != 0 || d.Answered != 1 {

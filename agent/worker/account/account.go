@@ -107,6 +107,8 @@ type Account struct {
 	m    *metrics
 	now  func() time.Time
 	scan *scanner
+	// started is when the account (and so the agent) started.
+	started time.Time
 
 	mu      sync.Mutex
 	ring    []api.Event
@@ -164,7 +166,7 @@ func New(cfg Config) (*Account, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	a := &Account{cfg: cfg, log: log, now: cfg.Now, scan: newScanner(cfg.Proc, cfg.RootPID),
-		ring: make([]api.Event, 0, cfg.Capacity)}
+		ring: make([]api.Event, 0, cfg.Capacity), started: cfg.Now()}
 	a.cg, a.cgErr = FindMemoryCgroup(cfg.CgroupRoot, cfg.ProcSelfCgroup)
 	if a.cg != nil {
 		// The baseline: OOM kills before the agent started are not its.
@@ -502,7 +504,9 @@ func (a *Account) record(ev api.Event, level slog.Level, attrs ...any) {
 func (a *Account) Events(since time.Time) api.Events {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := api.Events{Hostname: a.cfg.Hostname, Now: a.now(), Since: since, Memory: a.mem, Events: []api.Event{}}
+	now := a.now()
+	out := api.Events{Hostname: a.cfg.Hostname, Started: a.started, UptimeSeconds: now.Sub(a.started).Seconds(), Now: now, Since: since,
+		Memory: a.mem, Events: []api.Event{}}
 	if n := uint64(len(a.ring)); a.seq > n {
 		out.Dropped = a.seq - n
 	}

@@ -284,9 +284,13 @@ func TestEventsSince(t *testing.T) {
 	r.tick()
 	since := r.a.now()
 	r.a.SessionExited(SessionExit{Session: "new", Command: "orted", ExitCode: 1})
-	evs := r.a.Events(since).Events
-	if len(evs) != 1 || evs[0].Session != "new" {
+	got := r.a.Events(since)
+	if evs := got.Events; len(evs) != 1 || evs[0].Session != "new" {
 		t.Fatalf("Events(since) = %+v, want only the new one", evs)
+	}
+	// The agent's start and its clock now: its uptime, one interval.
+	if up := got.Now.Sub(got.Started); up != rigInterval || got.UptimeSeconds != rigInterval.Seconds() {
+		t.Errorf("Now - Started = %s, uptime %gs, want %s (Started %s)", up, got.UptimeSeconds, rigInterval, got.Started)
 	}
 }
 

@@ -112,6 +112,14 @@ type GPUEvent struct {
 // Events is the /events document.
 type Events struct {
 	Hostname string `json:"hostname"`
+	// Started is when this worker-agent started, on its clock, and
+	// UptimeSeconds how long it has run (its monotonic clock: a step of
+	// the wall clock does not change it); zero from agents older than the
+	// fields. An agent younger than the job it is asked about is not the
+	// one that ran the job's daemon (its pod was deleted and replaced, or
+	// its container restarted).
+	Started       time.Time `json:"started,omitzero"`
+	UptimeSeconds float64   `json:"uptimeSeconds,omitempty"`
 	// Now is the agent's clock when it answered; Since the start of the
 	// window asked for (the zero time: everything kept).
 	Now   time.Time `json:"now"`
