@@ -104,15 +104,6 @@ func need(t *testing.T) {
 	}
 }
 
-// knownFailure skips a test that waits for another issue, unless
-// PODMPI_CLUSTER_KNOWN_FAILURES=1 asks to run it anyway.
-func knownFailure(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("PODMPI_CLUSTER_KNOWN_FAILURES") != "1" {
-		t.Skip(why + " (PODMPI_CLUSTER_KNOWN_FAILURES=1 runs it)")
-	}
-}
-
 func ctxT(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)

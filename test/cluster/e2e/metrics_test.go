@@ -49,15 +49,15 @@ func TestMetrics(t *testing.T) {
 		lm, err = scrape(ctx, ns, launcher)
 		return err == nil, err
 	})
-	for _, want := range []string{
-		`podmpi_launcher_phase_success{phase="probe"} 1`,
-		`podmpi_launcher_workers_reachable 2`,
-		`podmpi_launcher_workers_expected 2`,
-		`podmpi_launcher_init_duration_seconds `,
-		`podmpi_launcher_probe_latency_seconds{host="` + job.GetName() + `-worker-0.`,
+	for _, re := range []string{
+		`(?m)^podmpi_launcher_phase_success\{phase="probe"\} 1$`,
+		`(?m)^podmpi_launcher_workers_reachable 2$`,
+		`(?m)^podmpi_launcher_workers_expected 2$`,
+		`(?m)^podmpi_launcher_init_duration_seconds [0-9.e+-]+$`,
+		`(?m)^podmpi_launcher_probe_latency_seconds_count 2$`,
 	} {
-		if !strings.Contains(lm, want) {
-			t.Errorf("launcher /metrics lacks %q", want)
+		if !regexp.MustCompile(re).MatchString(lm) {
+			t.Errorf("launcher /metrics has no line matching %s", re)
 		}
 	}
 	worker := job.GetName() + "-worker-0"

@@ -14,7 +14,6 @@ import (
 // runs without the launcher in front of it and finds "ssh" on PATH.
 func TestSDKShape(t *testing.T) {
 	need(t)
-	knownFailure(t, "waits for issue 11: adoption through the ssh and mpirun names (mpirun started without the launcher must find podmpi as its ssh)")
 	installRuntimes(t, nil)
 	ns := namespace(t, "sdk", true)
 	tj := trainJob(t, "podmpi-openmpi")
@@ -28,7 +27,6 @@ func TestSDKShape(t *testing.T) {
 // from the launcher pod: ssh with its options after the host name.
 func TestHorovodSSH(t *testing.T) {
 	need(t)
-	knownFailure(t, "waits for issue 11: adoption through the ssh name (an ssh on the launcher's PATH that is podmpi's client)")
 	installRuntimes(t, nil)
 	ns := namespace(t, "horovod", true)
 	tj := trainJob(t, "podmpi-openmpi")
