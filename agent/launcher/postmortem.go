@@ -134,6 +134,7 @@ type watch struct {
 	runCtx     context.Context // mpirun's context: cancelled to stop it
 	cancel     context.CancelCauseFunc
 	stopWg     sync.WaitGroup
+	stopOnce   sync.Once
 	quit       context.CancelFunc
 	unwatchCtx func() bool
 
@@ -217,7 +218,7 @@ func (w *watch) stop() {
 func (w *watch) watchRecords(ctx context.Context) {
 	t := time.NewTicker(recordPoll)
 	defer t.Stop()
-	var deadline <-chan time.Time
+	logged := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -225,24 +226,37 @@ func (w *watch) watchRecords(ctx context.Context) {
 		case <-t.C:
 			// Only a daemon that never started makes mpirun wait for ever;
 			// another command's failure is the command's to report.
-			if n := w.readRecords(); n > 0 && deadline == nil {
-				grace := w.l.cfg.LaunchGrace
+			if n := w.readRecords(); n > 0 && !logged {
+				logged = true
 				w.l.log.Error("an MPI daemon could not be started; mpirun is stopped unless it exits on its own",
-					"grace", grace, "kill_grace", w.l.cfg.KillGrace)
-				timer := time.NewTimer(grace)
-				defer timer.Stop()
-				deadline = timer.C
+					"grace", w.l.cfg.LaunchGrace, "kill_grace", w.l.cfg.KillGrace)
+				w.stopAfterGrace(ctx, &w.launchStopped, errLaunchStopped,
+					"mpirun did not exit after its daemon failed to start; stopping it (SIGTERM, then SIGKILL of its process tree)")
 			}
-		case <-deadline:
-			deadline = nil
-			w.mu.Lock()
-			w.launchStopped = true
-			w.mu.Unlock()
-			w.l.log.Error("mpirun did not exit after its daemon failed to start; stopping it (SIGTERM, then SIGKILL of its process tree)",
-				"grace", w.l.cfg.LaunchGrace, "kill_grace", w.l.cfg.KillGrace)
-			w.cancel(errLaunchStopped)
 		}
 	}
+}
+
+// stopAfterGrace stops mpirun LaunchGrace from now unless the watch ends
+// first (mpirun exited on its own): it sets *flag, logs msg and cancels
+// mpirun's context with cause. Only the first call counts.
+func (w *watch) stopAfterGrace(ctx context.Context, flag *bool, cause error, msg string) {
+	w.stopOnce.Do(func() {
+		w.stopWg.Go(func() {
+			t := time.NewTimer(w.l.cfg.LaunchGrace)
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			w.mu.Lock()
+			*flag = true
+			w.mu.Unlock()
+			w.l.log.Error(msg, "grace", w.l.cfg.LaunchGrace, "kill_grace", w.l.cfg.KillGrace)
+			w.cancel(cause)
+		})
+	})
 }
 
 // readRecords reads the records not read yet, logs each, and returns how
@@ -291,7 +305,7 @@ func (w *watch) snapshotRead() map[string]bool {
 func (w *watch) watchWorkers(ctx context.Context) {
 	t := time.NewTicker(w.l.cfg.DiagnosisWatch)
 	defer t.Stop()
-	var deadline <-chan time.Time
+	logged := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -311,21 +325,13 @@ func (w *watch) watchWorkers(ctx context.Context) {
 				}
 			}
 			w.mu.Unlock()
-			if len(gone) > 0 && deadline == nil {
+			if len(gone) > 0 && !logged {
+				logged = true
 				w.l.log.Error("a worker's pod is gone while mpirun runs; mpirun is stopped unless it exits on its own",
 					"hosts", gone, "grace", w.l.cfg.LaunchGrace, "kill_grace", w.l.cfg.KillGrace)
-				timer := time.NewTimer(w.l.cfg.LaunchGrace)
-				defer timer.Stop()
-				deadline = timer.C
+				w.stopAfterGrace(ctx, &w.goneStopped, errWorkerGone,
+					"mpirun did not exit after a worker's pod was gone; stopping it (SIGTERM, then SIGKILL of its process tree)")
 			}
-		case <-deadline:
-			deadline = nil
-			w.mu.Lock()
-			w.goneStopped = true
-			w.mu.Unlock()
-			w.l.log.Error("mpirun did not exit after a worker's pod was gone; stopping it (SIGTERM, then SIGKILL of its process tree)",
-				"grace", w.l.cfg.LaunchGrace, "kill_grace", w.l.cfg.KillGrace)
-			w.cancel(errWorkerGone)
 		}
 	}
 }
