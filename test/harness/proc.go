@@ -49,6 +49,10 @@ func (c *Cluster) Command(ctx context.Context, pod, uid, gid int, env []string, 
 
 	cmd := exec.CommandContext(cctx, argv[0], argv[1:]...)
 	cmd.Env = []string{DefaultPath}
+	// A pod's process starts in its image's working directory, not in the
+	// test's: a checkout under a private directory (mktemp -d is 0700)
+	// would refuse the pod's UID, and Hydra hands its cwd to every proxy.
+	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error {
 		pid := cmd.Process.Pid
