@@ -132,7 +132,7 @@ func (c *Cluster) Up(ctx context.Context, opts UpOptions) (Info, error) {
 			return Info{}, fmt.Errorf("cleaning up a partial cluster: %w", err)
 		}
 	} else if running == 0 {
-		if _, err := os.Stat(c.L.State); err == nil || len(podNetns()) > 0 || len(cgroupRoots()) > 0 || bridgeExists() {
+		if _, err := os.Stat(c.L.State); err == nil || len(podNetns()) > 0 || len(cgroupRoots()) > 0 || linkExists(Bridge) {
 			c.logf("== leftovers of an earlier cluster found: cleaning up")
 			if err := c.Down(ctx); err != nil {
 				return Info{}, fmt.Errorf("cleaning up an earlier cluster: %w", err)
@@ -221,11 +221,6 @@ func (c *Cluster) Up(ctx context.Context, opts UpOptions) (Info, error) {
 		return Info{}, err
 	}
 	return info, nil
-}
-
-func bridgeExists() bool {
-	_, err := os.Stat("/sys/class/net/" + Bridge)
-	return err == nil
 }
 
 // debianVersions reads the versions of the Debian-packaged parts.

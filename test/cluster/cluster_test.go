@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -417,4 +418,29 @@ func TestKilledRunIsCleaned(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 	t.Fatalf("3 minutes after the kill, left:\n  %s", strings.Join(tr, "\n  "))
+}
+
+// TestDelLinkGone: taking down what an earlier cluster left must not fail on
+// a link that is already gone. Deleting one end of a veth pair deletes both,
+// and the kernel removes a pod's host end by itself once its namespace is
+// freed, between the listing of the bridge's ports and their deletion.
+func TestDelLinkGone(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (creates a veth pair)")
+	}
+	a, b := fmt.Sprintf("pmt%da", os.Getpid()%100000), fmt.Sprintf("pmt%db", os.Getpid()%100000)
+	ctx := context.Background()
+	if out, err := exec.Command("ip", "link", "add", a, "type", "veth", "peer", "name", b).CombinedOutput(); err != nil {
+		t.Skipf("cannot create a veth pair here: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", a).Run() })
+	if err := delLink(ctx, a); err != nil {
+		t.Fatalf("delete %s: %v", a, err)
+	}
+	if linkExists(a) || linkExists(b) {
+		t.Fatalf("after deleting %s: %s exists %v, %s exists %v", a, a, linkExists(a), b, linkExists(b))
+	}
+	if err := delLink(ctx, b); err != nil {
+		t.Errorf("delete %s, gone with its peer: %v", b, err)
+	}
 }

@@ -167,17 +167,31 @@ func bridgePorts() []string {
 // removeLinks deletes the veths left on the bridge and the bridge itself.
 func removeLinks(ctx context.Context) error {
 	var errs []error
-	for _, p := range bridgePorts() {
-		if _, err := run(ctx, "ip", "link", "del", p); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if _, err := os.Stat("/sys/class/net/" + Bridge); err == nil {
-		if _, err := run(ctx, "ip", "link", "del", Bridge); err != nil {
+	for _, p := range append(bridgePorts(), Bridge) {
+		if err := delLink(ctx, p); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// delLink deletes a network interface. One that is already gone is no error:
+// the kernel takes a veth's host end away by itself once its pod's namespace
+// is freed, which can happen between listing the bridge's ports and deleting
+// them, and deleting either end of a pair deletes both.
+func delLink(ctx context.Context, name string) error {
+	if !linkExists(name) {
+		return nil
+	}
+	if _, err := run(ctx, "ip", "link", "del", name); err != nil && linkExists(name) {
+		return err
+	}
+	return nil
+}
+
+func linkExists(name string) bool {
+	_, err := os.Stat("/sys/class/net/" + name)
+	return err == nil
 }
 
 // Chains the kubelet creates (iptables-nft or legacy, IPv4 and IPv6): its
@@ -424,7 +438,7 @@ func (l Layout) Traces() []string {
 	for _, ns := range podNetns() {
 		out = append(out, "netns "+ns)
 	}
-	if bridgeExists() {
+	if linkExists(Bridge) {
 		out = append(out, "link "+Bridge)
 	}
 	for _, p := range bridgePorts() {
