@@ -51,8 +51,12 @@ const (
 const (
 	// recordPoll is how often the rsh failure records are looked at.
 	recordPoll = 250 * time.Millisecond
-	// askTimeout bounds one /events request.
+	// askTimeout bounds one /events request while mpirun runs; after it
+	// failed, a request may take what is left of --diagnosis.timeout.
 	askTimeout = 2 * time.Second
+	// reaskPause is the pause between two rounds of the final questions
+	// to the worker-agents that have not answered them yet.
+	reaskPause = 250 * time.Millisecond
 	// sinceSlack moves the start of the window asked for back, for clocks
 	// of different nodes that do not quite agree.
 	sinceSlack = 2 * time.Second
@@ -87,6 +91,8 @@ type workerState struct {
 	logged    bool              // its loss was logged
 	noAccount bool              // it answered 404: it keeps no account
 	started   time.Time         // its agent's start (the agent's clock), from its first answer
+	asked     time.Time         // when it was last asked (the launcher's clock)
+	answered  time.Time         // its last answer of any kind (the launcher's clock)
 	// replacedAt is when a worker-agent younger than the run started
 	// (the launcher's clock): the pod that ran the job's daemon is gone
 	// and another answers under its name. Zero when not seen.
@@ -99,6 +105,12 @@ type workerState struct {
 // route). A worker that answers too slowly is not gone: it may be busy.
 func (s *workerState) gone() bool {
 	return !s.replacedAt.IsZero() || s.fails >= lostAfter && nothingThere(s.err)
+}
+
+// settledSince reports whether the worker was asked after t and either
+// answered or was found with nothing at its address.
+func (s *workerState) settledSince(t time.Time) bool {
+	return s.asked.After(t) && (s.answered.After(t) || nothingThere(s.err))
 }
 
 // nothingThere reports whether err says that nothing is at the address:
@@ -311,7 +323,7 @@ func (w *watch) watchWorkers(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			w.askAll(ctx, w.l.cfg.DiagnosisWatch)
+			w.askAll(ctx, w.l.cfg.DiagnosisWatch, askTimeout, time.Time{})
 			var gone []string
 			w.mu.Lock()
 			for _, s := range w.workers {
@@ -336,16 +348,17 @@ func (w *watch) watchWorkers(ctx context.Context) {
 	}
 }
 
-// askAll asks every worker-agent (at most ProbeParallel at once) for its
-// account since the run started, within d.
-func (w *watch) askAll(ctx context.Context, d time.Duration) {
+// askAll asks every worker-agent (at most ProbeParallel at once) that
+// has not answered since after for its account since the run started,
+// within d, each request within perAsk.
+func (w *watch) askAll(ctx context.Context, d, perAsk time.Duration, after time.Time) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	sem := make(chan struct{}, max(w.l.cfg.ProbeParallel, 1))
 	var wg sync.WaitGroup
 	for _, s := range w.workers {
 		w.mu.Lock()
-		skip := s.noAccount
+		skip := s.noAccount || !after.IsZero() && s.settledSince(after)
 		w.mu.Unlock()
 		if skip {
 			continue
@@ -362,14 +375,51 @@ func (w *watch) askAll(ctx context.Context, d time.Duration) {
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			w.ask(ctx, s)
+			w.ask(ctx, s, perAsk)
 		})
 	}
 	wg.Wait()
 }
 
-// ask asks one worker-agent and merges its answer.
-func (w *watch) ask(ctx context.Context, s *workerState) {
+// askUntilAnswered asks the worker-agents once more, within d. One that
+// does not answer in time (a busy pod: its rank may have just used all its
+// memory) is asked again until d is spent, each request within what is
+// left of it: a slow answer is not a gone worker, and its account is what
+// names the cause. One with nothing at its address (no such name, port
+// closed, no route) is not asked again: an agent started anew there would
+// not know what the old one saw.
+func (w *watch) askUntilAnswered(d time.Duration) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	for {
+		left := time.Until(start.Add(d))
+		w.askAll(ctx, left, left, start)
+		if w.allAnswered(start) || ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(reaskPause):
+		}
+	}
+}
+
+// allAnswered reports whether every worker-agent has settled since t.
+func (w *watch) allAnswered(t time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, s := range w.workers {
+		if !s.noAccount && !s.settledSince(t) {
+			return false
+		}
+	}
+	return true
+}
+
+// ask asks one worker-agent, within timeout, and merges its answer.
+func (w *watch) ask(ctx context.Context, s *workerState, timeout time.Duration) {
 	w.mu.Lock()
 	since := w.since
 	if !s.agentNow.IsZero() {
@@ -379,10 +429,16 @@ func (w *watch) ask(ctx context.Context, s *workerState) {
 	u := "http://" + net.JoinHostPort(s.host, strconv.Itoa(w.l.cfg.WorkerWebPort)) + api.EventsPath + "?since=" +
 		url.QueryEscape(since.UTC().Format(time.RFC3339Nano))
 	asked := time.Now()
-	ev, noAccount, err := w.get(ctx, u)
+	w.mu.Lock()
+	s.asked = asked
+	w.mu.Unlock()
+	ev, noAccount, err := w.get(ctx, u, timeout)
 	now := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if err == nil {
+		s.answered = now
+	}
 	switch {
 	case noAccount:
 		s.noAccount = true
@@ -453,9 +509,9 @@ func (w *watch) replaced(s *workerState, ev api.Events, now time.Time, took time
 	return true
 }
 
-// get fetches one /events document within askTimeout.
-func (w *watch) get(ctx context.Context, u string) (api.Events, bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, askTimeout)
+// get fetches one /events document within timeout.
+func (w *watch) get(ctx context.Context, u string, timeout time.Duration) (api.Events, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
@@ -468,7 +524,7 @@ func (w *watch) get(ctx context.Context, u string) (api.Events, bool, error) {
 			err = ue.Err
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("no answer within %s", askTimeout)
+			err = fmt.Errorf("no answer within %s", timeout.Round(time.Millisecond))
 		}
 		return api.Events{}, false, err
 	}
@@ -494,7 +550,7 @@ func (w *watch) diagnose(res mpirun.RunResult, program string) *postmortem.Diagn
 	}
 	timeout := w.l.cfg.DiagnosisTimeout
 	start := time.Now()
-	w.askAll(context.Background(), timeout)
+	w.askUntilAnswered(timeout)
 	w.mu.Lock()
 	in := postmortem.Input{
 		Outcome: postmortem.Outcome{Program: program, ExitCode: res.ExitCode, TimedOut: res.TimedOut, LaunchStopped: w.launchStopped,

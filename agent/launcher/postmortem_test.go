@@ -37,6 +37,7 @@ type fakeAgent struct {
 	events  []api.Event
 	since   []string
 	started time.Time // when "the agent" started
+	stall   time.Duration // how long the next request waits before its answer
 }
 
 func startAgent(t *testing.T) *fakeAgent {
@@ -52,6 +53,11 @@ func startAgent(t *testing.T) *fakeAgent {
 			return
 		}
 		a.asks.Add(1)
+		a.mu.Lock()
+		stall := a.stall
+		a.stall = 0
+		a.mu.Unlock()
+		time.Sleep(stall)
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		a.since = append(a.since, r.URL.Query().Get("since"))
@@ -206,11 +212,59 @@ func TestDiagnosisNamesTheOOMKill(t *testing.T) {
 	}
 }
 
+// TestSlowAgentIsNotGone: an agent that answers after longer than one
+// request of the watch may take (its pod busy: a rank just used all its
+// memory) is asked within the whole --diagnosis.timeout, and its account
+// names the cause; it is not called gone.
+func TestSlowAgentIsNotGone(t *testing.T) {
+	a := startAgent(t)
+	a.set(api.Event{Seq: 1, Time: time.Now(), Kind: api.KindOOMKill, Rank: 3, PID: 77, Comm: "train", ExitCode: -1, Signal: "SIGKILL",
+		Memory: &api.Memory{Version: 1, LimitBytes: 200 << 20, UsageBytes: 200 << 20, PeakBytes: 200 << 20, OOMKills: 1, AtLimit: true}})
+	a.mu.Lock()
+	a.stall = askTimeout + 500*time.Millisecond
+	a.mu.Unlock()
+	code, _, _, _, err := runJob(t, a.port, func(c *Config) { c.DiagnosisTimeout = 2 * askTimeout }, "sh", "-c", "exit 137")
+	if first := firstLine(code, err); !strings.Contains(first, "OOM: rank 3 on 127.0.0.1") {
+		t.Errorf("first line: %s; want the slow agent's OOM kill", first)
+	}
+}
+
+// TestSilentAgentIsAskedAgain: an agent whose first answer is lost (the
+// request times out) is asked again within --diagnosis.timeout.
+func TestSilentAgentIsAskedAgain(t *testing.T) {
+	a := startAgent(t)
+	a.set(api.Event{Seq: 1, Time: time.Now(), Kind: api.KindRankExit, Rank: 1, PID: 7, Comm: "train", ExitCode: -1, Signal: "SIGSEGV"})
+	l, _ := New(Config{WorkerWebPort: a.port, ProbeParallel: 4})
+	w := &watch{l: l, since: time.Now().Add(-time.Minute), client: http.DefaultClient}
+	s := &workerState{host: "127.0.0.1"}
+	w.workers = []*workerState{s}
+	a.mu.Lock()
+	a.stall = time.Second
+	a.mu.Unlock()
+	// A budget shorter than the stall for the first request: it fails.
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	w.askAll(ctx, time.Second, time.Second, time.Time{})
+	cancel()
+	if s.err == nil || s.events != nil {
+		t.Fatalf("first ask: err %v events %v; want a timeout", s.err, s.events)
+	}
+	w.askUntilAnswered(5 * time.Second)
+	if s.err != nil || s.events == nil || len(s.events.Events) != 1 || a.asks.Load() < 2 {
+		t.Fatalf("after asking again: err %v events %+v asks %d", s.err, s.events, a.asks.Load())
+	}
+}
+
 func TestDiagnosisGoneWorker(t *testing.T) {
 	port := sshtest.FreePort(t)
-	code, _, _, _, err := runJob(t, port, nil, "sh", "-c", "exit 1")
+	start := time.Now()
+	code, _, _, _, err := runJob(t, port, func(c *Config) { c.DiagnosisTimeout = time.Minute }, "sh", "-c", "exit 1")
 	if code != 1 {
 		t.Fatalf("exit %d", code)
+	}
+	// Nothing at the address is settled at once: it is not asked again
+	// until the diagnosis timeout.
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("the run took %s: a refused worker-agent was asked until --diagnosis.timeout", took)
 	}
 	first := firstLine(code, err)
 	for _, want := range []string{"worker 127.0.0.1 is gone", "port " + strconv.Itoa(port), "connection refused", "kubectl get events"} {
@@ -450,10 +504,10 @@ func TestProvisionalEventsAreReplaced(t *testing.T) {
 	w.workers = []*workerState{s}
 	mem := &api.Memory{LimitBytes: 1 << 20, AtLimit: true}
 	a.set(api.Event{Time: time.Now(), Kind: api.KindOOMKill, Rank: -1, ExitCode: -1, Memory: mem, Provisional: true})
-	w.askAll(t.Context(), 5*time.Second)
+	w.askAll(t.Context(), 5*time.Second, askTimeout, time.Time{})
 	a.set(api.Event{Seq: 4, Time: time.Now(), Kind: api.KindOOMKill, Rank: 2, PID: 8, ExitCode: -1, Memory: mem})
-	w.askAll(t.Context(), 5*time.Second)
-	w.askAll(t.Context(), 5*time.Second)
+	w.askAll(t.Context(), 5*time.Second, askTimeout, time.Time{})
+	w.askAll(t.Context(), 5*time.Second, askTimeout, time.Time{})
 	if len(s.events.Events) != 1 || s.events.Events[0].Rank != 2 || s.events.Events[0].Provisional {
 		t.Fatalf("events = %+v; want the recorded OOM kill once", s.events.Events)
 	}
