@@ -161,6 +161,12 @@ func dumpNamespace(t *testing.T, ns string) {
 				t.Logf("  %s waiting: %s %s", st.Name, st.State.Waiting.Reason, st.State.Waiting.Message)
 			}
 		}
+		for _, st := range p.Status.ContainerStatuses {
+			if prev := st.LastTerminationState.Terminated; prev != nil && st.RestartCount > 0 {
+				t.Logf("  %s ended before (exit %d): %s", st.Name, prev.ExitCode, prev.Message)
+				t.Logf("  log tail of that run:\n%s", lastLines(previousLogs(ctx, ns, p.Name, st.Name), 40))
+			}
+		}
 		t.Logf("  log tail:\n%s", lastLines(podLogs(ctx, ns, p.Name, false), 30))
 	}
 	ev, err := e.cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
@@ -269,6 +275,15 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() (bool, erro
 	}
 }
 
+// previousLogs is the log of the container's run before its restart.
+func previousLogs(ctx context.Context, ns, pod, container string) string {
+	b, err := e.cs.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: container, Previous: true}).DoRaw(ctx)
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	return string(b)
+}
+
 func podLogs(ctx context.Context, ns, pod string, timestamps bool) string {
 	b, err := e.cs.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Timestamps: timestamps}).DoRaw(ctx)
 	if err != nil {
@@ -361,6 +376,31 @@ func condition(o *unstructured.Unstructured, typ string) (string, string) {
 		}
 	}
 	return "", ""
+}
+
+// waitJobEnd waits until the job object name of gvr in ns has condition
+// success or failure True, and returns whether it succeeded and that
+// condition's message. meanwhile, when not nil, runs on each poll and ends
+// the wait early by returning true (ok false, message empty).
+func waitJobEnd(t *testing.T, ctx context.Context, gvr schema.GroupVersionResource, ns, name, success, failure string,
+	timeout time.Duration, meanwhile func() bool) (ok bool, message string) {
+	t.Helper()
+	waitFor(t, timeout, fmt.Sprintf("%s %s %s or %s", gvr.Resource, name, success, failure), func() (bool, error) {
+		o, err := getObj(ctx, gvr, ns, name)
+		if err != nil {
+			return false, err
+		}
+		if s, msg := condition(o, success); s == "True" {
+			ok, message = true, msg
+			return true, nil
+		}
+		if s, msg := condition(o, failure); s == "True" {
+			message = msg
+			return true, nil
+		}
+		return meanwhile != nil && meanwhile(), nil
+	})
+	return ok, message
 }
 
 func getObj(ctx context.Context, gvr schema.GroupVersionResource, ns, name string) (*unstructured.Unstructured, error) {

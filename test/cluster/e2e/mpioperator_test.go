@@ -93,19 +93,7 @@ func runMPIJob(t *testing.T, ns string, job *unstructured.Unstructured, timeout 
 	apply(t, ns, job)
 	sel := "training.kubeflow.org/job-role=launcher,training.kubeflow.org/job-name=" + job.GetName()
 	var okSeen, lastLog time.Time
-	waitFor(t, timeout, "MPIJob "+job.GetName()+" Succeeded or Failed", func() (bool, error) {
-		o, err := getObj(ctx, mpiJobGVR, ns, job.GetName())
-		if err != nil {
-			return false, err
-		}
-		if s, msg := condition(o, "Succeeded"); s == "True" {
-			r.ok, r.message = true, msg
-			return true, nil
-		}
-		if s, msg := condition(o, "Failed"); s == "True" {
-			r.message = msg
-			return true, nil
-		}
+	r.ok, r.message = waitJobEnd(t, ctx, mpiJobGVR, ns, job.GetName(), "Succeeded", "Failed", timeout, func() bool {
 		if time.Since(lastLog) > 5*time.Second {
 			lastLog = time.Now()
 			if pods, err := podsWith(ctx, ns, sel); err == nil && len(pods) > 0 && okSeen.IsZero() &&
@@ -113,11 +101,8 @@ func runMPIJob(t *testing.T, ns string, job *unstructured.Unstructured, timeout 
 				okSeen = time.Now()
 			}
 		}
-		if !okSeen.IsZero() && time.Since(okSeen) > finalizeHangWait {
-			r.hung = true
-			return true, nil
-		}
-		return false, nil
+		r.hung = !okSeen.IsZero() && time.Since(okSeen) > finalizeHangWait
+		return r.hung
 	})
 	r.took = time.Since(start)
 	pods, err := podsWith(ctx, ns, sel)

@@ -72,21 +72,7 @@ func runTrainJob(t *testing.T, ns string, tj *unstructured.Unstructured, timeout
 	ctx := ctxT(t, timeout+time.Minute)
 	r := trainJobResult{name: tj.GetName(), created: time.Now()}
 	apply(t, ns, tj)
-	waitFor(t, timeout, "TrainJob "+tj.GetName()+" Complete or Failed", func() (bool, error) {
-		o, err := getObj(ctx, trainJobGVR, ns, tj.GetName())
-		if err != nil {
-			return false, err
-		}
-		if s, msg := condition(o, "Complete"); s == "True" {
-			r.complete, r.message = true, msg
-			return true, nil
-		}
-		if s, msg := condition(o, "Failed"); s == "True" {
-			r.message = msg
-			return true, nil
-		}
-		return false, nil
-	})
+	r.complete, r.message = waitJobEnd(t, ctx, trainJobGVR, ns, tj.GetName(), "Complete", "Failed", timeout, nil)
 	r.finished = time.Now()
 	var err error
 	sel := "jobset.sigs.k8s.io/jobset-name=" + tj.GetName()
