@@ -36,7 +36,7 @@ type fakeAgent struct {
 	mu      sync.Mutex
 	events  []api.Event
 	since   []string
-	started time.Time // when "the agent" started
+	started time.Time     // when "the agent" started
 	stall   time.Duration // how long the next request waits before its answer
 }
 
