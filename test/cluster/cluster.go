@@ -183,10 +183,10 @@ func (c *Cluster) Up(ctx context.Context, opts UpOptions) (Info, error) {
 			return Info{}, err
 		}
 	}
-	if err := c.waitNodeReady(ctx, 90*time.Second); err != nil {
+	if err := c.waitReady(ctx, 90*time.Second); err != nil {
 		return Info{}, err
 	}
-	c.logf("== node %s Ready (%s after the first daemon)", NodeName, time.Since(t0).Round(100*time.Millisecond))
+	c.logf("== node %s Ready, default ServiceAccount there (%s after the first daemon)", NodeName, time.Since(t0).Round(100*time.Millisecond))
 
 	info := Info{
 		Kubeconfig: c.L.AdminKubeconfig(), Kubectl: c.L.Kubectl(c.Pins), Kubernetes: c.Pins.Kubernetes,

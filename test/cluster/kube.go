@@ -50,8 +50,11 @@ func (c *Cluster) Kubectl(ctx context.Context, stdin []byte, args ...string) (st
 	return out.String(), nil
 }
 
-// waitNodeReady waits until the node reports Ready.
-func (c *Cluster) waitNodeReady(ctx context.Context, d time.Duration) error {
+// waitReady waits until the node is Ready and the default namespace has
+// its default ServiceAccount: until then the API server refuses every pod
+// in it ("serviceaccount "default" not found"), so a cluster is not usable
+// before.
+func (c *Cluster) waitReady(ctx context.Context, d time.Duration) error {
 	cs, err := c.Client()
 	if err != nil {
 		return err
@@ -64,17 +67,24 @@ func (c *Cluster) waitNodeReady(ctx context.Context, d time.Duration) error {
 		if err == nil {
 			last = "no Ready condition"
 			for _, cond := range n.Status.Conditions {
-				if cond.Type == corev1.NodeReady {
-					if cond.Status == corev1.ConditionTrue {
-						return nil
-					}
-					last = fmt.Sprintf("Ready=%s: %s", cond.Status, cond.Message)
+				if cond.Type != corev1.NodeReady {
+					continue
 				}
+				last = fmt.Sprintf("Ready=%s: %s", cond.Status, cond.Message)
+				if cond.Status != corev1.ConditionTrue {
+					break
+				}
+				_, err := cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+				if err == nil {
+					return nil
+				}
+				last = "node Ready; no ServiceAccount default/default yet (kube-controller-manager makes it): " + err.Error()
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("node %s not Ready after %s: %s; kubelet log: %s", NodeName, d, last, filepathJoin(c.L.Logs(), "kubelet.log"))
+			return fmt.Errorf("cluster not usable after %s: %s; logs: %s, %s", d, last,
+				filepathJoin(c.L.Logs(), "kubelet.log"), filepathJoin(c.L.Logs(), "kube-controller-manager.log"))
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
