@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -513,7 +514,8 @@ func (w *watch) replaced(s *workerState, ev api.Events, now time.Time, took time
 func (w *watch) get(ctx context.Context, u string, timeout time.Duration) (api.Events, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	var st requestStage
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, st.trace()), http.MethodGet, u, nil)
 	if err != nil {
 		return api.Events{}, false, err
 	}
@@ -524,7 +526,7 @@ func (w *watch) get(ctx context.Context, u string, timeout time.Duration) (api.E
 			err = ue.Err
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("no answer within %s", timeout.Round(time.Millisecond))
+			err = fmt.Errorf("no answer within %s (%s)", timeout.Round(time.Millisecond), st.String())
 		}
 		return api.Events{}, false, err
 	}
@@ -631,4 +633,55 @@ func sameWriter(a, b io.Writer) (same bool) {
 		}
 	}()
 	return a == b
+}
+
+// requestStage is how far one HTTP request got, for the message of one
+// that timed out: a name that did not resolve, a connection that did not
+// open, or an agent that took the request and did not answer are
+// different faults.
+type requestStage struct {
+	mu    sync.Mutex
+	stage string
+}
+
+func (r *requestStage) set(s string) {
+	r.mu.Lock()
+	r.stage = s
+	r.mu.Unlock()
+}
+
+func (r *requestStage) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stage == "" {
+		return "not started"
+	}
+	return r.stage
+}
+
+func (r *requestStage) trace() *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{
+		DNSStart: func(i httptrace.DNSStartInfo) { r.set("looking up " + i.Host) },
+		DNSDone: func(i httptrace.DNSDoneInfo) {
+			if i.Err != nil {
+				r.set("name lookup failed: " + i.Err.Error())
+				return
+			}
+			r.set("name resolved")
+		},
+		ConnectStart: func(_, addr string) { r.set("connecting to " + addr) },
+		ConnectDone: func(_, addr string, err error) {
+			if err != nil {
+				r.set("connecting to " + addr + ": " + err.Error())
+				return
+			}
+			r.set("connected to " + addr)
+		},
+		WroteRequest: func(i httptrace.WroteRequestInfo) {
+			if i.Err == nil {
+				r.set(r.String() + ", request sent, no response")
+			}
+		},
+		GotFirstResponseByte: func() { r.set("answer started") },
+	}
 }

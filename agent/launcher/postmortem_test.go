@@ -248,6 +248,9 @@ func TestSilentAgentIsAskedAgain(t *testing.T) {
 	if s.err == nil || s.events != nil {
 		t.Fatalf("first ask: err %v events %v; want a timeout", s.err, s.events)
 	}
+	if want := "connected to 127.0.0.1:" + strconv.Itoa(a.port) + ", request sent, no response"; !strings.Contains(s.err.Error(), want) {
+		t.Errorf("first ask: %v; want how far it got: %q", s.err, want)
+	}
 	w.askUntilAnswered(5 * time.Second)
 	if s.err != nil || s.events == nil || len(s.events.Events) != 1 || a.asks.Load() < 2 {
 		t.Fatalf("after asking again: err %v events %+v asks %d", s.err, s.events, a.asks.Load())
