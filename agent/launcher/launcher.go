@@ -66,6 +66,8 @@ type Prepared struct {
 	Version  string
 	Hostfile string
 	Results  []probe.Result
+	// Addrs are the addresses each host name resolved to in dns-wait.
+	Addrs map[string][]string
 }
 
 // Launcher runs the phases.
@@ -240,8 +242,10 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 		return nil, err
 	}
 	hosts := make([]hostfile.Host, len(resolved))
+	p.Addrs = make(map[string][]string, len(resolved))
 	for i, r := range resolved {
 		hosts[i] = r.Host
+		p.Addrs[r.Host.Name] = r.Addrs
 	}
 
 	// slots. From here on, workers have until readyBy to answer for their

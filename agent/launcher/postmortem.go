@@ -71,6 +71,9 @@ const (
 	maxRecords = 64
 	// maxEventsPerWorker bounds the events kept of one worker-agent.
 	maxEventsPerWorker = 2048
+	// lookupBudget is how long a worker's name may take to resolve before
+	// the watch asks the address it last resolved to instead.
+	lookupBudget = time.Second
 )
 
 // errLaunchStopped and errWorkerGone are the causes of the context that
@@ -138,6 +141,8 @@ type watch struct {
 	stdout    io.Writer
 	stderr    io.Writer
 	client    *http.Client
+	// lookupHost resolves a worker's name (net.DefaultResolver's).
+	lookupHost func(ctx context.Context, host string) ([]string, error)
 
 	// upBefore is a time every worker-agent is known to have been up at:
 	// mpirun's start when the probe ran (it reached every agent before);
@@ -153,6 +158,7 @@ type watch struct {
 
 	mu            sync.Mutex
 	workers       []*workerState
+	known         map[string][]string // each worker's addresses, last resolved
 	records       []rsh.FailureRecord
 	read          map[string]bool
 	launchStopped bool
@@ -181,9 +187,17 @@ func (l *Launcher) newWatch(ctx context.Context, p *Prepared, dir string) *watch
 	if !sameWriter(cfg.Stdout, cfg.Stderr) {
 		w.stderr = w.collector.Writer(cfg.Stderr)
 	}
+	w.known = make(map[string][]string, len(p.Addrs))
+	for name, addrs := range p.Addrs {
+		if len(addrs) > 0 {
+			w.known[name] = addrs
+		}
+	}
+	w.lookupHost = net.DefaultResolver.LookupHost
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.DisableKeepAlives = true // one request per worker now and then: no idle descriptor per worker
 	tr.Proxy = nil
+	tr.DialContext = w.dial
 	w.client = &http.Client{Transport: tr}
 	w.runCtx, w.cancel = context.WithCancelCause(ctx)
 	w.unwatchCtx = context.AfterFunc(ctx, func() {
@@ -508,6 +522,93 @@ func (w *watch) replaced(s *workerState, ev api.Events, now time.Time, took time
 	w.l.log.Error("another worker-agent answers under a worker's name: the pod that ran the job's daemon is gone (deleted, evicted or restarted)",
 		"host", s.host, "agent_uptime", uptime.Round(time.Millisecond), "mpirun_ran", now.Sub(w.since.Add(sinceSlack)).Round(time.Millisecond))
 	return true
+}
+
+// dial connects to a worker-agent. Its name is resolved anew, so that a
+// pod replaced under it is found; but a lookup that has not finished
+// within lookupBudget (one lost DNS packet costs the resolver's 5 s
+// timeout) falls back on the addresses the name last resolved to, which
+// are the pod that ran the job. A name that no longer exists has no
+// fallback: nothing is there.
+func (w *watch) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || net.ParseIP(host) != nil {
+		return d.DialContext(ctx, network, addr)
+	}
+	ips, err := w.resolve(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	var first error
+	for _, ip := range ips {
+		c, err := d.DialContext(ctx, network, net.JoinHostPort(ip, port))
+		if err == nil {
+			return c, nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return nil, first
+}
+
+// resolve is dial's lookup: see dial.
+func (w *watch) resolve(ctx context.Context, host string) ([]string, error) {
+	type result struct {
+		ips []string
+		err error
+	}
+	if tr := httptrace.ContextClientTrace(ctx); tr != nil && tr.DNSStart != nil {
+		tr.DNSStart(httptrace.DNSStartInfo{Host: host})
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan result, 1)
+	go func() {
+		ips, err := w.lookupHost(lctx, host)
+		done <- result{ips, err}
+	}()
+	known := func() []string {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.known[host]
+	}
+	timer := time.NewTimer(lookupBudget)
+	defer timer.Stop()
+	var r result
+	select {
+	case r = <-done:
+	case <-timer.C:
+		if ips := known(); len(ips) > 0 {
+			w.l.log.Debug("a worker's name did not resolve in time; asking the address it resolved to before", "host", host, "addrs", ips, "after", lookupBudget)
+			return ips, nil
+		}
+		r = <-done
+	}
+	if tr := httptrace.ContextClientTrace(ctx); tr != nil && tr.DNSDone != nil {
+		tr.DNSDone(httptrace.DNSDoneInfo{Err: r.err})
+	}
+	var dnsErr *net.DNSError
+	switch {
+	case r.err == nil && len(r.ips) > 0:
+		w.mu.Lock()
+		if w.known == nil {
+			w.known = make(map[string][]string)
+		}
+		w.known[host] = r.ips
+		w.mu.Unlock()
+		return r.ips, nil
+	case errors.As(r.err, &dnsErr) && dnsErr.IsNotFound:
+		return nil, r.err
+	case r.err == nil:
+		r.err = &net.DNSError{Err: "no addresses", Name: host, IsNotFound: true}
+		return nil, r.err
+	}
+	if ips := known(); len(ips) > 0 {
+		return ips, nil
+	}
+	return nil, r.err
 }
 
 // get fetches one /events document within timeout.

@@ -566,3 +566,72 @@ func TestReplacedAtFirstAnswer(t *testing.T) {
 		t.Errorf("without a probe, a young agent is taken for a replacement")
 	}
 }
+
+// dialWatch is a watch over one worker, host, whose agent is a, with the
+// launcher's own dialer and lookup as given.
+func dialWatch(t *testing.T, a *fakeAgent, host string, known []string, lookup func(context.Context, string) ([]string, error)) (*watch, *workerState) {
+	t.Helper()
+	l, _ := New(Config{WorkerWebPort: a.port, ProbeParallel: 4})
+	w := &watch{l: l, since: time.Now().Add(-time.Minute), lookupHost: lookup, known: map[string][]string{}}
+	if known != nil {
+		w.known[host] = known
+	}
+	tr := &http.Transport{DialContext: w.dial, DisableKeepAlives: true}
+	w.client = &http.Client{Transport: tr}
+	s := &workerState{host: host}
+	w.workers = []*workerState{s}
+	return w, s
+}
+
+// TestStalledLookupUsesTheKnownAddress: a worker's name that does not
+// resolve in time (a lost DNS packet costs the resolver 5 s) is asked at
+// the address it resolved to before, the pod that ran the job.
+func TestStalledLookupUsesTheKnownAddress(t *testing.T) {
+	a := startAgent(t)
+	a.set(api.Event{Seq: 1, Time: time.Now(), Kind: api.KindRankExit, Rank: 1, PID: 7, Comm: "train", ExitCode: -1, Signal: "SIGSEGV"})
+	stalled := func(ctx context.Context, _ string) ([]string, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	w, s := dialWatch(t, a, "w-0.example", []string{"127.0.0.1"}, stalled)
+	start := time.Now()
+	w.askAll(t.Context(), 10*time.Second, 10*time.Second, time.Time{})
+	if s.err != nil || s.events == nil || len(s.events.Events) != 1 {
+		t.Fatalf("err %v events %+v; want the account from the known address", s.err, s.events)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("took %s: the stalled lookup was waited for", took)
+	}
+
+	// Without a known address the lookup is all there is: it times out.
+	w, s = dialWatch(t, a, "w-1.example", nil, stalled)
+	w.askAll(t.Context(), 2*time.Second, 2*time.Second, time.Time{})
+	if s.err == nil || !strings.Contains(s.err.Error(), "looking up w-1.example") {
+		t.Errorf("err %v; want a timeout while looking up the name", s.err)
+	}
+}
+
+// TestNameGoneHasNoFallback: a worker's name that no longer exists is
+// nothing there, whatever it resolved to before; a name that resolves is
+// asked at its new address, which is remembered.
+func TestNameGoneHasNoFallback(t *testing.T) {
+	a := startAgent(t)
+	gone := func(context.Context, string) ([]string, error) {
+		return nil, &net.DNSError{Err: "no such host", Name: "w-0.example", IsNotFound: true}
+	}
+	w, s := dialWatch(t, a, "w-0.example", []string{"127.0.0.1"}, gone)
+	w.askAll(t.Context(), 5*time.Second, 5*time.Second, time.Time{})
+	if s.events != nil || !nothingThere(s.err) {
+		t.Fatalf("err %v events %v; want no such host", s.err, s.events)
+	}
+
+	found := func(context.Context, string) ([]string, error) { return []string{"127.0.0.1"}, nil }
+	w, s = dialWatch(t, a, "w-0.example", []string{"192.0.2.1"}, found)
+	w.askAll(t.Context(), 5*time.Second, 5*time.Second, time.Time{})
+	if s.err != nil || s.events == nil {
+		t.Fatalf("err %v; want the answer from the new address", s.err)
+	}
+	if got := w.known["w-0.example"]; len(got) != 1 || got[0] != "127.0.0.1" {
+		t.Errorf("known = %v, want the new address", got)
+	}
+}
