@@ -73,12 +73,14 @@ func TestAcceptanceArbitraryUID(t *testing.T) {
 	}
 	// The test binary's build dir is 0700 root: copy the agent where the
 	// arbitrary UID can execute it.
+	// cp writes the copy, not this process: a descriptor this process
+	// held open for writing would be inherited by whatever a parallel test
+	// forks meanwhile, and exec of the copy would fail "Text file busy".
 	bin := filepath.Join(root, "worker-agent")
-	data, err := os.ReadFile(agentBin)
-	if err != nil {
-		t.Fatal(err)
+	if out, err := exec.Command("cp", agentBin, bin).CombinedOutput(); err != nil {
+		t.Fatalf("cp %s %s: %v: %s", agentBin, bin, err, out)
 	}
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
+	if err := os.Chmod(bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
 
