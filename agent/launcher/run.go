@@ -66,7 +66,7 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 		},
 		NoTreeSpawn: cfg.NoTreeSpawn,
 	}
-	// What happens after mpirun starts is watched (postmortem.go).
+	// What happens after mpirun starts is watched (watch.go).
 	pm := l.newWatch(ctx, p, rshDir)
 	w.Rsh.FailureDir = pm.failDir
 	if name, cidr, addr, multi, err := mpirun.PodInterface(); err == nil {
