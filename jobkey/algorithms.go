@@ -1,6 +1,10 @@
 package jobkey
 
-import "golang.org/x/crypto/ssh"
+import (
+	"net"
+
+	"golang.org/x/crypto/ssh"
+)
 
 // The SSH algorithms both ends of podmpi offer (worker-agent's server, the
 // launcher's probe and podmpi-rsh), set explicitly rather than taken from
@@ -79,3 +83,16 @@ func HostSigner(s ssh.Signer) (ssh.Signer, error) {
 	}
 	return ssh.NewSignerWithAlgorithms(as, RSASignatureAlgorithms)
 }
+
+// TCPKeepAlive is the TCP keepalive of both ends of a job's SSH connections
+// (worker-agent's listener, the launcher's probe and podmpi-rsh): on, with
+// the kernel's settings (net.ipv4.tcp_keepalive_time, _intvl, _probes;
+// 7200 s, 75 s and 9 unless the pod changes them), which is what OpenSSH's
+// TCPKeepAlive yes does on either end. Go's own default (15 s idle, 15 s
+// between probes, 9 probes) would drop a connection to a healthy worker
+// after about 150 s of network partition that OpenSSH carries through;
+// neither end sends SSH-level keepalives by default either (see
+// sshd.Config.KeepAliveInterval). A dead peer is found by what owns the
+// pods instead: the job controller deletes them, and the launcher's watch
+// sees the worker's name vanish or another agent answer under it.
+var TCPKeepAlive = net.KeepAliveConfig{Enable: true, Idle: -1, Interval: -1, Count: -1}

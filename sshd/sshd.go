@@ -44,8 +44,9 @@
 //   - OpenSSH-grade limits: LoginGraceTime, MaxStartups "begin:rate:full"
 //     with random early drop and PerSourceMaxStartups per client IP (an
 //     over-limit connection gets one text line naming the limit, then is
-//     closed), MaxAuthTries, MaxSessions, keepalive@openssh.com probes, and
-//     client "env" requests bounded per session by what execve accepts. No
+//     closed), MaxAuthTries, MaxSessions, keepalive@openssh.com probes (off by
+//     default, as OpenSSH's ClientAliveInterval; TCP keepalive on with the
+//     kernel's timing, as OpenSSH's TCPKeepAlive), and client "env" requests bounded per session by what execve accepts. No
 //     port, agent or X11 forwarding, no subsystems (sftp is refused).
 //   - TCP_NODELAY and, during the handshake, TCP_QUICKACK after every read,
 //     which removes a ~40 ms Nagle/delayed-ACK stall per OpenSSH connection.
@@ -90,10 +91,14 @@ const (
 	DefaultPerSourceMaxStartups = 10  // unauthenticated connections from one IP address
 	DefaultMaxAuthTries         = 6
 	DefaultMaxSessions          = 10
-	DefaultKeepAliveInterval    = 15 * time.Second
-	DefaultKeepAliveCountMax    = 3
-	DefaultKillGrace            = time.Second
-	DefaultShutdownGrace        = 10 * time.Second
+	// DefaultKeepAliveInterval is 0: no keepalive probes, as OpenSSH's
+	// ClientAliveInterval 0, so that a network partition OpenSSH carries
+	// through does not drop a healthy job's daemons either. TCP keepalive
+	// stays on with the kernel's settings (jobkey.TCPKeepAlive).
+	DefaultKeepAliveInterval = 0
+	DefaultKeepAliveCountMax = 3
+	DefaultKillGrace         = time.Second
+	DefaultShutdownGrace     = 10 * time.Second
 )
 
 // Config configures a Server. Zero values select the defaults above.
@@ -111,7 +116,7 @@ type Config struct {
 	PerSourceMaxStartups int           // 0 -> 10: concurrent unauthenticated connections from one IP address
 	MaxAuthTries         int           // 0 -> 6: failed auth attempts per connection
 	MaxSessions          int           // 0 -> 10: open session channels per connection
-	KeepAliveInterval    time.Duration // 0 -> 15s; negative disables keepalive probes
+	KeepAliveInterval    time.Duration // 0 or negative -> no keepalive probes (OpenSSH's ClientAliveInterval 0)
 	KeepAliveCountMax    int           // 0 -> 3 unanswered probes before the connection is dropped
 	KillGrace            time.Duration // 0 -> 1s: SIGTERM -> SIGKILL for a session's process group
 	ShutdownGrace        time.Duration // 0 -> 10s: SIGTERM -> SIGKILL for sessions on Shutdown (capped by its ctx)
@@ -168,9 +173,6 @@ func (c *Config) applyDefaults() {
 	}
 	if c.MaxSessions <= 0 {
 		c.MaxSessions = DefaultMaxSessions
-	}
-	if c.KeepAliveInterval == 0 {
-		c.KeepAliveInterval = DefaultKeepAliveInterval
 	}
 	if c.KeepAliveCountMax <= 0 {
 		c.KeepAliveCountMax = DefaultKeepAliveCountMax
@@ -346,7 +348,8 @@ func (s *Server) Listen() (net.Addr, error) {
 		return nil, fmt.Errorf("sshd: already listening on %s", s.ln.Addr())
 	}
 	addr := s.cfg.ListenAddress
-	ln, err := net.Listen("tcp", addr)
+	lc := net.ListenConfig{KeepAliveConfig: jobkey.TCPKeepAlive}
+	ln, err := lc.Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		switch {
 		case errors.Is(err, syscall.EADDRINUSE):

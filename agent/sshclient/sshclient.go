@@ -360,11 +360,12 @@ func resolve(ctx context.Context, host string, cfg Config) ([]string, error) {
 }
 
 // connect tries each address in turn, each with its own timeout, and returns
-// the first connection (TCP_NODELAY set) or the last error.
+// the first connection (TCP_NODELAY set; TCP keepalive as OpenSSH sets it,
+// jobkey.TCPKeepAlive) or the last error.
 func connect(ctx context.Context, addrs []string, port int, timeout time.Duration) (net.Conn, error) {
 	var lastErr error
 	for _, a := range addrs {
-		d := net.Dialer{Timeout: timeout}
+		d := net.Dialer{Timeout: timeout, KeepAliveConfig: jobkey.TCPKeepAlive}
 		c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(a, strconv.Itoa(port)))
 		if err == nil {
 			if tc, ok := c.(*net.TCPConn); ok {

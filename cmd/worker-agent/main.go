@@ -165,7 +165,7 @@ func (o *options) register(fs *pflag.FlagSet) {
 	fs.IntVar(&o.perSource, "ssh.per-source-max-startups", sshd.DefaultPerSourceMaxStartups, "unauthenticated connections from one IP address; more are refused at once")
 	fs.IntVar(&o.maxAuthTries, "ssh.max-auth-tries", sshd.DefaultMaxAuthTries, "failed authentication attempts per connection")
 	fs.IntVar(&o.maxSessions, "ssh.max-sessions", sshd.DefaultMaxSessions, "open session channels per connection")
-	fs.DurationVar(&o.keepAlive, "ssh.keepalive-interval", sshd.DefaultKeepAliveInterval, "interval of keepalive probes to idle clients (0 disables them)")
+	fs.DurationVar(&o.keepAlive, "ssh.keepalive-interval", sshd.DefaultKeepAliveInterval, "interval of keepalive probes to idle clients; after 3 unanswered ones the client is dropped (0, the default, sends none, as OpenSSH)")
 	fs.DurationVar(&o.killGrace, "ssh.kill-grace", sshd.DefaultKillGrace, "SIGTERM to SIGKILL delay for a session's processes when its client goes away")
 	fs.StringVar(&o.webListen, "web.listen-address", ":9022", "HTTP listen address for /healthz, /readyz, /info, /events and /metrics (empty disables)")
 	fs.IntVar(&o.webMaxConns, "web.max-connections", worker.DefaultWebMaxConnections, "HTTP connections open at once; at the limit the oldest idle one is closed for a new one")
