@@ -65,7 +65,8 @@ const (
 	// own duration) before it is found younger than the run.
 	replacedMargin = 100 * time.Millisecond
 	// lostAfter is how many rounds in a row a worker must fail to answer
-	// before it is logged as lost.
+	// before it is logged as not answering, and how many rounds in a row
+	// its name must not exist before it is gone.
 	lostAfter = 2
 	// maxRecords bounds the rsh failure records read.
 	maxRecords = 64
@@ -91,6 +92,7 @@ type workerState struct {
 	agentNow  time.Time         // the agent's clock at its last answer
 	err       error             // the last failure to answer
 	fails     int               // rounds in a row without an answer
+	nameGone  int               // rounds in a row its name did not exist
 	lostAt    time.Time         // first failure of the current run of failures
 	logged    bool              // its loss was logged
 	noAccount bool              // it answered 404: it keeps no account
@@ -103,12 +105,15 @@ type workerState struct {
 	replacedAt time.Time
 }
 
-// gone reports whether the worker's pod is gone for sure: replaced by
-// another, or not answering for lostAfter rounds in a row in a way that
-// says nothing is there any more (no such name, connection refused, no
-// route). A worker that answers too slowly is not gone: it may be busy.
+// gone reports whether the worker's pod is gone for sure: another
+// worker-agent, younger than the run, answers under its name, or its name
+// has not existed for lostAfter rounds in a row (a deleted pod's name
+// leaves the headless Service). Anything else, a timeout, a refused
+// connection, no route (what a network partition gives once the pod
+// bridge forgets the pod's address), is no proof: the worker may be slow,
+// restarting or cut off for a while, and the job may well go on.
 func (s *workerState) gone() bool {
-	return !s.replacedAt.IsZero() || s.fails >= lostAfter && nothingThere(s.err)
+	return !s.replacedAt.IsZero() || s.nameGone >= lostAfter
 }
 
 // settledSince reports whether the worker was asked after t and either
@@ -119,12 +124,15 @@ func (s *workerState) settledSince(t time.Time) bool {
 
 // nothingThere reports whether err says that nothing is at the address:
 // the name does not resolve, the port is closed, or there is no route.
+// Asking again soon will not help; it is not proof that the pod is gone.
 func nothingThere(err error) bool {
+	return nameNotFound(err) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH)
+}
+
+// nameNotFound reports whether err is an authoritative "no such name".
+func nameNotFound(err error) bool {
 	var dns *net.DNSError
-	if errors.As(err, &dns) {
-		return dns.IsNotFound
-	}
-	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH)
+	return errors.As(err, &dns) && dns.IsNotFound
 }
 
 type eventKey struct {
@@ -141,7 +149,8 @@ type watch struct {
 	stdout    io.Writer
 	stderr    io.Writer
 	client    *http.Client
-	// lookupHost resolves a worker's name (net.DefaultResolver's).
+	// lookupHost resolves a worker's name (Config.Resolver's, else
+	// net.DefaultResolver's).
 	lookupHost func(ctx context.Context, host string) ([]string, error)
 
 	// upBefore is a time every worker-agent is known to have been up at:
@@ -194,6 +203,9 @@ func (l *Launcher) newWatch(ctx context.Context, p *Prepared, dir string) *watch
 		}
 	}
 	w.lookupHost = net.DefaultResolver.LookupHost
+	if cfg.Resolver != nil {
+		w.lookupHost = cfg.Resolver.LookupHost
+	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.DisableKeepAlives = true // one request per worker now and then: no idle descriptor per worker
 	tr.Proxy = nil
@@ -344,8 +356,9 @@ func (w *watch) watchWorkers(ctx context.Context) {
 			for _, s := range w.workers {
 				if s.fails >= lostAfter && !s.logged {
 					s.logged = true
-					w.l.log.Error("a worker-agent stopped answering while mpirun runs; its pod may be gone", "host", s.host,
-						"since", s.lostAt.UTC().Format(time.RFC3339), "err", s.err)
+					w.l.log.Warn("a worker-agent stopped answering while mpirun runs; it may be slow, restarting or cut off for a while, "+
+						"and the job goes on unless its pod is gone for sure (its name no longer exists, or another agent answers under it)",
+						"host", s.host, "since", s.lostAt.UTC().Format(time.RFC3339), "err", s.err)
 				}
 				if s.gone() {
 					gone = append(gone, s.host)
@@ -463,15 +476,20 @@ func (w *watch) ask(ctx context.Context, s *workerState, timeout time.Duration) 
 		}
 		s.fails++
 		s.err = err
+		if nameNotFound(err) {
+			s.nameGone++
+		} else {
+			s.nameGone = 0
+		}
 	case w.replaced(s, ev, now, now.Sub(asked)):
 		// Another pod answers under the worker's name: what it says is
 		// not about this job. Keep what the first one said.
-		s.fails, s.err = 0, nil
+		s.fails, s.err, s.nameGone = 0, nil, 0
 	default:
 		if s.fails >= lostAfter && s.logged {
 			w.l.log.Info("a worker-agent answers again", "host", s.host, "after", now.Sub(s.lostAt).Round(time.Millisecond))
 		}
-		s.fails, s.err, s.lostAt, s.logged = 0, nil, time.Time{}, false
+		s.fails, s.err, s.lostAt, s.logged, s.nameGone = 0, nil, time.Time{}, false, 0
 		s.agentNow = ev.Now
 		if s.events == nil {
 			s.seen = make(map[eventKey]bool)
@@ -665,7 +683,7 @@ func (w *watch) diagnose(res mpirun.RunResult, program string) *postmortem.Diagn
 		in.Outcome.Stopped, in.Outcome.StoppedAt = true, w.stoppedAt
 	}
 	for _, s := range w.workers {
-		wk := postmortem.Worker{Host: s.host, NoAccount: s.noAccount, ReplacedAt: s.replacedAt}
+		wk := postmortem.Worker{Host: s.host, NoAccount: s.noAccount, ReplacedAt: s.replacedAt, NameGone: nameNotFound(s.err)}
 		if s.events != nil && s.fails == 0 {
 			wk.Events = s.events
 		} else if !s.noAccount {

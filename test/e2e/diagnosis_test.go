@@ -60,7 +60,34 @@ func TestDiagnosis(t *testing.T) {
 		t.Logf("termination message: %s", first)
 	})
 
+	t.Run("worker_pod_deleted", func(t *testing.T) {
+		// A deleted pod: every process killed and its name out of DNS.
+		start := time.Now()
+		p := f.launch(t, ctx, workers, "mpirun.openmpi", "-np", "4", prog, "sleep", "-1")
+		waitOutput(t, p, ": ready", 4, 60*time.Second)
+		if err := f.c.KillPod(2); err != nil {
+			t.Fatal(err)
+		}
+		delete(f.agents, 2)
+		if err := f.c.Unpublish(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		defer f.startAgent(t, ctx, 2, AgentOptions{})
+		defer func() {
+			if err := f.c.Publish(ctx, 2); err != nil {
+				t.Error(err)
+			}
+		}()
+		r := wait(t, p, start, 30*time.Second)
+		first := f.expectRootCause(t, r, "worker dg-node-0-1.dg is gone: its name no longer exists", "kubectl get events")
+		t.Logf("termination message: %s", first)
+		f.noLeftovers(t, 5*time.Second)
+	})
+
 	t.Run("worker_pod_killed", func(t *testing.T) {
+		// Every process of the pod killed, its name still there (a
+		// container that died, or a pod that is being deleted): named for
+		// what was seen, never as gone.
 		start := time.Now()
 		p := f.launch(t, ctx, workers, "mpirun.openmpi", "-np", "4", prog, "sleep", "-1")
 		waitOutput(t, p, ": ready", 4, 60*time.Second)
@@ -70,7 +97,7 @@ func TestDiagnosis(t *testing.T) {
 		delete(f.agents, 2)
 		defer f.startAgent(t, ctx, 2, AgentOptions{})
 		r := wait(t, p, start, 30*time.Second)
-		first := f.expectRootCause(t, r, "worker dg-node-0-1.dg is gone", "kubectl get events")
+		first := f.expectRootCause(t, r, "worker dg-node-0-1.dg did not answer", "connection refused", "kubectl describe pod")
 		t.Logf("termination message: %s", first)
 		f.noLeftovers(t, 5*time.Second)
 	})

@@ -12,7 +12,10 @@
 //  2. A GPU's hardware error (a double-bit ECC error, an Xid that is not the
 //     program's own) comes next.
 //  3. A daemon that could not be started (podmpi-rsh's record) and a worker
-//     whose agent does not answer at all (pod deleted, evicted, node lost).
+//     whose pod is gone (another agent answers under its name, or its name
+//     no longer exists: deleted, evicted, node lost) or, without that
+//     proof, whose agent does not answer at all (unreachable: named as what
+//     it is, never as gone).
 //  4. A rank that crashed (SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE, ...).
 //  5. A rank killed by SIGKILL without an OOM kill, a rank that exited with
 //     a non-zero status, a daemon mpirun lost.
@@ -46,6 +49,9 @@ const (
 	CauseGPU     = "gpu"
 	CauseLaunch  = "launch"
 	CauseGone    = "gone"
+	// CauseUnreachable: a worker-agent that did not answer, with no proof
+	// that its pod is gone (see Worker.NameGone, Worker.ReplacedAt).
+	CauseUnreachable = "unreachable"
 	CauseCrash   = "crash"
 	CauseKilled  = "killed"
 	CauseExit    = "exit"
@@ -56,7 +62,7 @@ const (
 )
 
 // Causes lists every cause.
-var Causes = []string{CauseOOM, CauseGPU, CauseLaunch, CauseGone, CauseCrash, CauseKilled, CauseExit, CauseDaemon,
+var Causes = []string{CauseOOM, CauseGPU, CauseLaunch, CauseGone, CauseUnreachable, CauseCrash, CauseKilled, CauseExit, CauseDaemon,
 	CauseCascade, CauseStopped, CauseUnknown}
 
 // Tiers of the rules above (lower wins).
@@ -93,6 +99,10 @@ type Worker struct {
 	// gone. Zero when not seen. Events, when set, are what the first agent
 	// said.
 	ReplacedAt time.Time
+	// NameGone is true when its name no longer existed when last asked
+	// (an authoritative "no such name" from DNS): a deleted pod's name
+	// leaves the job's headless Service.
+	NameGone bool
 }
 
 // Outcome is how mpirun ended.
@@ -234,7 +244,7 @@ func Decide(in Input) Diagnosis {
 	// A worker's own agent that recorded a failure before it went quiet
 	// saw that failure first: it beats the worker being gone.
 	for i := range fs {
-		if fs[i].Cause != CauseGone {
+		if !fs[i].silent() {
 			continue
 		}
 		for _, g := range fs {
@@ -248,7 +258,7 @@ func Decide(in Input) Diagnosis {
 		for i := range fs {
 			f := &fs[i]
 			late := f.Time.IsZero() || !o.StoppedAt.IsZero() && !f.Time.Before(o.StoppedAt)
-			if (f.Cause == CauseGone || f.Cause == CauseLaunch) && late {
+			if (f.silent() || f.Cause == CauseLaunch) && late {
 				f.Cause, f.tier = CauseCascade, tierCascade
 				f.Sentence += " (after the launcher was told to stop: its pod is likely being deleted too)"
 			}
@@ -368,20 +378,25 @@ func rankEnd(f Finding, host, comm string) Finding {
 		who += " (" + comm + ")"
 	}
 	sig := signals.Parse(f.Signal)
+	shellSig := syscall.Signal(0)
+	if sig == 0 && isShell(comm) && f.ExitCode > 128 && f.ExitCode < 128+65 {
+		shellSig = syscall.Signal(f.ExitCode - 128) // sh reports its child's death by signal N as status 128+N
+	}
 	switch {
+	case shellSig != 0:
+		f.Sentence = fmt.Sprintf("%s exited with status %d: its child died of %s", who, f.ExitCode, describeSignal(shellSig))
+		f = classifySignal(f, shellSig)
 	case sig != 0:
 		f.Sentence = who + " died of " + describeSignal(sig)
 		if f.CoreDumped {
 			f.Sentence += ", core dumped"
 		}
-		switch {
-		case isCrash(sig):
-			f.Cause, f.tier, f.Hint = CauseCrash, tierCrash, crashHint(sig)
-		case sig == syscall.SIGKILL:
-			f.Cause, f.tier, f.Hint = CauseKilled, tierFailed, killHint
-		default:
-			f.Cause, f.tier = CauseCascade, tierCascade
-		}
+		f = classifySignal(f, sig)
+	case f.ExitCode == 128+int(syscall.SIGPIPE):
+		// 141 is what a shell or a runtime reports for SIGPIPE: whatever
+		// read its output went away first (its daemon's session ended).
+		f.Cause, f.tier = CauseCascade, tierCascade
+		f.Sentence = fmt.Sprintf("%s exited with status %d (a broken pipe: what read its output, its daemon's session, was gone first)", who, f.ExitCode)
 	case f.ExitCode > 0:
 		f.Cause, f.tier = CauseExit, tierFailed
 		f.Sentence = fmt.Sprintf("%s exited with status %d", who, f.ExitCode)
@@ -391,6 +406,31 @@ func rankEnd(f Finding, host, comm string) Finding {
 		f.Sentence = who + " (its status was not seen)"
 	}
 	return f
+}
+
+// classifySignal sets f's cause, tier and hint for a death by sig: a crash,
+// a SIGKILL (killed), or the cascade of another failure (SIGTERM, SIGINT,
+// SIGHUP, SIGPIPE: something else ended first).
+func classifySignal(f Finding, sig syscall.Signal) Finding {
+	switch {
+	case isCrash(sig):
+		f.Cause, f.tier, f.Hint = CauseCrash, tierCrash, crashHint(sig)
+	case sig == syscall.SIGKILL:
+		f.Cause, f.tier, f.Hint = CauseKilled, tierFailed, killHint
+	default:
+		f.Cause, f.tier = CauseCascade, tierCascade
+	}
+	return f
+}
+
+// isShell reports whether comm is a shell, whose exit status 128+N says
+// that its child died of signal N.
+func isShell(comm string) bool {
+	switch comm {
+	case "sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "busybox":
+		return true
+	}
+	return false
 }
 
 const killHint = "SIGKILL without an OOM kill in its pod's cgroup: the node's OOM killer, a liveness probe, or someone's kill; " +
@@ -439,9 +479,19 @@ func rankOn(rank, pid int, host string) string {
 	return "a rank on " + host
 }
 
-// gone is a worker that did not answer, or that another pod answers for.
+// gone is a worker that did not answer, or that another pod answers for:
+// gone when there is proof (another agent under its name, its name no
+// longer exists), unreachable otherwise.
 func gone(w Worker, port int) Finding {
 	f := Finding{Cause: CauseGone, tier: tierGone, Host: w.Host, Rank: -1, ExitCode: -1, Time: w.LostAt, source: "launcher", port: port}
+	why := "no answer"
+	if w.Err != nil {
+		why = w.Err.Error()
+	}
+	since := ""
+	if !w.LostAt.IsZero() {
+		since = ", since " + w.LostAt.UTC().Format(time.TimeOnly) + " UTC"
+	}
 	switch {
 	case !w.ReplacedAt.IsZero():
 		if f.Time.IsZero() || w.ReplacedAt.Before(f.Time) {
@@ -449,20 +499,24 @@ func gone(w Worker, port int) Finding {
 		}
 		f.Sentence = fmt.Sprintf("worker %s is gone: its pod was replaced while the job ran (the worker-agent answering on port %d now started at %s UTC, after mpirun)",
 			w.Host, port, w.ReplacedAt.UTC().Format(time.TimeOnly))
+	case w.NameGone:
+		f.Sentence = fmt.Sprintf("worker %s is gone: its name no longer exists in DNS (%s)%s: its pod was deleted", w.Host, why, since)
 	default:
-		why := "no answer"
-		if w.Err != nil {
-			why = w.Err.Error()
-		}
-		f.Sentence = fmt.Sprintf("worker %s is gone: its worker-agent does not answer on port %d (%s)", w.Host, port, why)
-		if !w.LostAt.IsZero() {
-			f.Sentence += ", since " + w.LostAt.UTC().Format(time.TimeOnly) + " UTC"
-		}
+		f.Cause = CauseUnreachable
+		f.Sentence = fmt.Sprintf("worker %s did not answer: its worker-agent on port %d (%s)%s; its pod may have been deleted or restarted, or the network to it is cut",
+			w.Host, port, why, since)
+		f.Hint = "kubectl get pod -o wide and kubectl describe pod for that worker: deleted, evicted, restarted (Last State), or node NotReady? " +
+			"If it runs and is Ready, check what cuts it off from the launcher (NetworkPolicy, the node's network)"
+		return f
 	}
 	f.Hint = "the pod was deleted, evicted or preempted, or its node was lost: kubectl get events --sort-by=.lastTimestamp, and " +
 		"kubectl describe pod for that worker (Evicted? OOMKilled? node NotReady?)"
 	return f
 }
+
+// silent reports whether f is a worker-agent that gave no answer (gone or
+// unreachable).
+func (f Finding) silent() bool { return f.Cause == CauseGone || f.Cause == CauseUnreachable }
 
 // launch is a daemon podmpi-rsh could not start.
 func launch(r rsh.FailureRecord, hosts []string) Finding {
@@ -489,7 +543,7 @@ func launch(r rsh.FailureRecord, hosts []string) Finding {
 func foldLaunches(fs []Finding) []Finding {
 	drop := make([]bool, len(fs))
 	for i := range fs {
-		if fs[i].Cause != CauseGone {
+		if !fs[i].silent() {
 			continue
 		}
 		for j := range fs {
@@ -613,7 +667,7 @@ func merge(fs []Finding) []Finding {
 }
 
 func sameProcess(a, b Finding) bool {
-	if a.Host == "" || a.Host != b.Host || a.Cause == CauseGone || b.Cause == CauseGone || a.Cause == CauseLaunch || b.Cause == CauseLaunch ||
+	if a.Host == "" || a.Host != b.Host || a.silent() || b.silent() || a.Cause == CauseLaunch || b.Cause == CauseLaunch ||
 		a.Cause == CauseGPU || b.Cause == CauseGPU || a.Cause == CauseDaemon || b.Cause == CauseDaemon {
 		return false
 	}

@@ -2,6 +2,7 @@ package postmortem
 
 import (
 	"errors"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -144,10 +145,20 @@ func TestGoneWorker(t *testing.T) {
 		},
 		Reports: []Report{{Time: at(3), Kind: ReportDaemonLost, Rank: -1, Host: "dg-node-0-1", ExitCode: -1}},
 	})
-	wantRoot(t, d, CauseGone, "worker "+hostB+" is gone", "port 9022", "connection refused", "kubectl get events", "05:06:09 UTC")
+	// A refused connection is no proof that the pod is gone: the worker
+	// is named for what was seen.
+	wantRoot(t, d, CauseUnreachable, "worker "+hostB+" did not answer", "port 9022", "connection refused", "05:06:09 UTC",
+		"may have been deleted or restarted, or the network to it is cut", "kubectl describe pod", "NetworkPolicy")
 	if d.Silent != 1 || d.Answered != 1 {
 		t.Errorf("answered %d, silent %d", d.Answered, d.Silent)
 	}
+	// Its name gone from DNS is: the pod was deleted.
+	d = Decide(Input{
+		Outcome: Outcome{Program: "mpirun", ExitCode: 1, WebPort: 9022},
+		Workers: []Worker{answered(hostA), {Host: hostB, Err: &net.DNSError{Err: "no such host", Name: hostB, IsNotFound: true}, LostAt: at(2), NameGone: true}},
+		Reports: []Report{{Time: at(3), Kind: ReportDaemonLost, Rank: -1, Host: "dg-node-0-1", ExitCode: -1}},
+	})
+	wantRoot(t, d, CauseGone, "worker "+hostB+" is gone: its name no longer exists", "no such host", "kubectl get events", "05:06:09 UTC")
 }
 
 // TestReplacedWorker: another pod answers under the worker's name; what
@@ -195,7 +206,7 @@ func TestLaunchFailure(t *testing.T) {
 func TestSessionLostOnAGoneWorker(t *testing.T) {
 	d := Decide(Input{
 		Outcome: Outcome{WebPort: 9022},
-		Workers: []Worker{answered(hostA), {Host: hostB, Err: errors.New("connect: connection refused")}},
+		Workers: []Worker{answered(hostA), {Host: hostB, Err: errors.New("lookup: no such host"), NameGone: true}},
 		Launches: []rsh.FailureRecord{{Time: at(4), Host: hostB, Port: 2222, Phase: "remote-command", Daemon: "orted",
 			Cause: "wait: remote command exited without exit status or exit signal", Hint: "the session ended without an exit status"}},
 		Reports: []Report{{Time: at(5), Kind: ReportDaemonLost, Rank: -1, Host: "dg-node-0-1", ExitCode: -1}},
@@ -230,7 +241,7 @@ func TestStopped(t *testing.T) {
 	d := Decide(Input{Outcome: stopped, Workers: []Worker{answered(hostA, rankExit(11, 0, 1, "SIGTERM", -1)), {Host: hostB, Err: errors.New("refused")}}})
 	wantRoot(t, d, CauseStopped, "received SIGTERM", "kubectl get events")
 	for _, f := range d.Others {
-		if f.Cause == CauseGone {
+		if f.silent() {
 			t.Errorf("a worker that went away with the stop is named gone: %s", f.Sentence)
 		}
 	}
@@ -239,7 +250,7 @@ func TestStopped(t *testing.T) {
 	wantRoot(t, d, CauseCrash, "SIGSEGV")
 	// A worker lost before the stop too.
 	d = Decide(Input{Outcome: stopped, Workers: []Worker{{Host: hostB, Err: errors.New("i/o timeout"), LostAt: at(3)}}})
-	wantRoot(t, d, CauseGone, hostB)
+	wantRoot(t, d, CauseUnreachable, hostB)
 }
 
 func TestNonZeroExitAndFirstToEnd(t *testing.T) {
@@ -288,8 +299,8 @@ func TestLastWordsOfAWorkerThatWentQuiet(t *testing.T) {
 	w.Err, w.LostAt = errors.New("i/o timeout"), at(4)
 	d := Decide(Input{Workers: []Worker{w}})
 	wantRoot(t, d, CauseOOM, "rank 2 on "+hostB, "64 MiB")
-	if d.Silent != 1 || len(d.Others) != 1 || d.Others[0].Cause != CauseGone {
-		t.Errorf("silent %d, others %v; want the worker also named gone", d.Silent, d.Lines())
+	if d.Silent != 1 || len(d.Others) != 1 || d.Others[0].Cause != CauseUnreachable {
+		t.Errorf("silent %d, others %v; want the worker also named as not answering", d.Silent, d.Lines())
 	}
 }
 
@@ -298,8 +309,50 @@ func TestCrashBeforeTheWorkerWentQuiet(t *testing.T) {
 	w.Err, w.LostAt = errors.New("refused"), at(5)
 	d := Decide(Input{Workers: []Worker{w, answered(hostA, rankExit(6, 1, 10, "SIGABRT", -1))}})
 	wantRoot(t, d, CauseCrash, "rank 0 on "+hostB, "SIGBUS")
-	// Without its own last words, a lost worker beats the crashes elsewhere.
+	// Without its own last words, a worker that stopped answering beats
+	// the crashes elsewhere (the aborts that follow a lost daemon).
 	w = Worker{Host: hostB, Err: errors.New("refused"), LostAt: at(5)}
 	d = Decide(Input{Workers: []Worker{w, answered(hostA, rankExit(6, 1, 10, "SIGABRT", -1))}})
-	wantRoot(t, d, CauseGone, hostB)
+	wantRoot(t, d, CauseUnreachable, hostB)
+}
+
+// TestBrokenPipeIsAConsequence: a rank that died of a broken pipe (signal
+// 13, or status 141 as a shell reports it) after its daemon's session was
+// dropped is the consequence; what dropped it is the cause.
+func TestBrokenPipeIsAConsequence(t *testing.T) {
+	sh := func(s, rank, pid, code int) api.Event {
+		e := rankExit(s, rank, pid, "", code)
+		e.Comm = "sh"
+		return e
+	}
+	lostB := Worker{Host: hostB, Err: errors.New("i/o timeout"), LostAt: at(1)}
+	d := Decide(Input{
+		Outcome: Outcome{Program: "mpirun", ExitCode: 1, WebPort: 9022},
+		Workers: []Worker{answered(hostA, sh(3, 2, 40, 141), rankExit(4, 3, 41, "SIGPIPE", -1)), lostB},
+		Reports: []Report{{Time: at(2), Kind: ReportDaemonLost, Rank: -1, Host: "dg-node-0-1", ExitCode: -1}},
+	})
+	wantRoot(t, d, CauseUnreachable, "worker "+hostB+" did not answer")
+	for _, l := range d.Lines() {
+		if strings.Contains(l, "rank 2") && !strings.Contains(l, "broken pipe") {
+			t.Errorf("status 141 not read as a broken pipe: %s", l)
+		}
+	}
+	// Alone, a broken pipe is still not the program's own failure.
+	d = Decide(Input{Workers: []Worker{answered(hostA, sh(3, 2, 40, 141))}})
+	if d.Cause() == CauseExit || strings.Contains(d.Summary(), "the program itself failed") {
+		t.Errorf("a broken pipe blamed on the program: %s", d.Summary())
+	}
+}
+
+// TestShellReportsItsChildsSignal: a shell rank's status 128+N is its
+// child's death by signal N (sh -c 'train' whose train segfaulted exits
+// 139): a crash, not the program's exit status.
+func TestShellReportsItsChildsSignal(t *testing.T) {
+	e := rankExit(3, 1, 40, "", 139)
+	e.Comm = "bash"
+	d := Decide(Input{Workers: []Worker{answered(hostA, e)}})
+	wantRoot(t, d, CauseCrash, "rank 1 on "+hostA, "status 139", "SIGSEGV", "core dump")
+	// The same status from a program that is not a shell is its own.
+	d = Decide(Input{Workers: []Worker{answered(hostA, rankExit(3, 1, 40, "", 139))}})
+	wantRoot(t, d, CauseExit, "exited with status 139")
 }
