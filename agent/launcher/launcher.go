@@ -185,12 +185,6 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 		for _, ign := range plan.Ignored {
 			l.log.Warn("discovery source ignored: a higher-precedence source is set", "ignored", string(ign), "used", string(plan.Source))
 		}
-		if sib := discovery.Siblings(spec.Self, plan.Hosts, plan.SelfIndex); len(sib) > 0 {
-			return &Failure{Phase: PhaseDiscovery, Code: exitcode.Config,
-				Err: fmt.Errorf("the hostfile lists %d other pods of this launcher's own replicated job (%s): the job starts several launcher pods, and each would run it",
-					len(sib), strings.Join(sib, ", ")),
-				Hint: "Trainer sizes the launcher's replicated job from the runtime's mlPolicy.numNodes: set it to 1 in the ClusterTrainingRuntime and give the number of nodes in the TrainJob (trainer.numNodes); with JobSet directly, give the launcher job replicas: 1 and parallelism: 1"}
-		}
 		return nil
 	})
 	if err != nil {
@@ -393,11 +387,16 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 		}
 		if len(failed) > 0 {
 			var b strings.Builder
+			var late []hostfile.Host
 			for _, r := range failed {
 				fmt.Fprintf(&b, "%v\n", r.Failure)
+				if r.Failure.Phase != sshclient.PhaseNotWorkerAgent {
+					late = append(late, hostfile.Host{Name: r.Target.Host})
+				}
 			}
 			return &Failure{Phase: PhaseProbe, Code: exitcode.ProbeFailed,
-				Err: fmt.Errorf("%d of %d workers failed the SSH probe:\n%s", len(failed), len(results), strings.TrimSpace(b.String()))}
+				Err:  fmt.Errorf("%d of %d workers failed the SSH probe:\n%s", len(failed), len(results), strings.TrimSpace(b.String())),
+				Hint: siblingHint(p.Spec.Self, late)}
 		}
 		return nil
 	})
@@ -405,6 +404,31 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 		return nil, err
 	}
 	return p, nil
+}
+
+// siblingHint is the hint for workers that never became reachable when
+// their names look like other pods of the launcher's own replicated job
+// (JobSet's <jobset>-<job>-<index>-<pod> naming): they may be further
+// launcher pods, which never run a worker-agent. A name is no proof (the
+// launcher may well be pod 0 of its workers' own group), so this is only
+// a hint; a peer that answers as a launcher is named by the probe itself.
+func siblingHint(self string, late []hostfile.Host) string {
+	sib := discovery.Siblings(self, late, -1)
+	if len(sib) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s named like other pods of this launcher's own replicated job; if they are launcher pods too (the job starts several), "+
+		"none of them runs a worker-agent: Trainer sizes the launcher's replicated job from the runtime's mlPolicy.numNodes, so set it to 1 in "+
+		"the ClusterTrainingRuntime and give the node count in the TrainJob (trainer.numNodes); with JobSet directly, give the launcher job "+
+		"replicas: 1 and parallelism: 1", plural(len(sib), "worker is", "workers are"))
+}
+
+// plural is "1 worker is" or "3 workers are".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }
 
 // implementation resolves --mpi.implementation with mpirun.Resolve: an

@@ -494,27 +494,36 @@ func TestDetectionNeverRunsTheUsersProgram(t *testing.T) {
 
 // A hostfile that lists other pods of the launcher's own replicated job (a
 // runtime that starts several launcher pods) fails at once, naming them.
-func TestPrepareSiblingLaunchers(t *testing.T) {
-	hf := filepath.Join(t.TempDir(), "hostfile")
-	content := "tj-node-0-0.tj slots=2\ntj-launcher-0-0.tj slots=2\ntj-launcher-0-1.tj slots=2\ntj-launcher-0-2.tj slots=2\n"
-	if err := os.WriteFile(hf, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	l, _ := New(Config{Discovery: discovery.Spec{Hostfile: hf, Self: "tj-launcher-0-1"}, Implementation: "openmpi4",
-		HostfilePath: filepath.Join(t.TempDir(), "out")})
-	start := time.Now()
-	_, err := l.Prepare(context.Background(), true)
-	var f *Failure
-	if !errors.As(err, &f) || f.Phase != PhaseDiscovery || f.Code != exitcode.Config {
-		t.Fatalf("want a discovery config failure, got %v", err)
-	}
-	for _, want := range []string{"tj-launcher-0-0.tj", "tj-launcher-0-2.tj", "mlPolicy.numNodes"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("failure does not name %q: %v", want, err)
+// TestPrepareSiblingNamesAreAHint: hostfile names like other pods of the
+// launcher's own replicated job decide nothing before the probe; workers
+// that never become reachable under such names get the launcher-count hint
+// with the probe's failure.
+func TestPrepareSiblingNamesAreAHint(t *testing.T) {
+	closed := func() int { // a port nothing listens on
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
 		}
+		defer ln.Close()
+		return ln.Addr().(*net.TCPAddr).Port
 	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("took %s", d)
+	f := newFixture(t, true, "/usr/bin:/bin")
+	cfg := baseConfig(f, "tj-launcher-0-0.tj=2", "tj-launcher-0-1.tj=2")
+	cfg.Discovery.Self = "tj-launcher-0-0"
+	cfg.Resolver = newNames(map[string]string{"tj-launcher-0-0.tj": "127.0.0.2", "tj-launcher-0-1.tj": "127.0.0.1"})
+	cfg.SSHPort, cfg.WorkerWebPort, cfg.Slots = closed(), closed(), 2
+	cfg.ProbeTimeout = time.Second
+	cfg.HostfilePath = filepath.Join(t.TempDir(), "hostfile")
+	l, _ := New(cfg)
+	_, err := l.Prepare(context.Background(), true)
+	var fl *Failure
+	if !errors.As(err, &fl) || fl.Phase != PhaseProbe || fl.Code != exitcode.ProbeFailed {
+		t.Fatalf("want a probe failure (the names alone decide nothing), got %v", err)
+	}
+	for _, want := range []string{"tj-launcher-0-1.tj", "1 worker is named like other pods of this launcher's own replicated job", "mlPolicy.numNodes"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("failure lacks %q: %v", want, err)
+		}
 	}
 }
 
@@ -593,5 +602,24 @@ func TestHydraSelfEntryIsHostName(t *testing.T) {
 	}
 	if got := l.hostsToWrite(mpi.MPICH, hosts, -1); got[1].Name != "tj-launcher-0-0.tj" {
 		t.Errorf("no self: %v", got)
+	}
+}
+
+// TestSiblingHint: workers that never became reachable under names like
+// other pods of the launcher's own replicated job get the launcher-count
+// hint; other names get none, and the hint never decides anything.
+func TestSiblingHint(t *testing.T) {
+	late := []hostfile.Host{{Name: "tj-launcher-0-1.tj"}, {Name: "tj-launcher-0-2.tj"}}
+	h := siblingHint("tj-launcher-0-0", late)
+	for _, want := range []string{"2 workers are named like other pods of this launcher's own replicated job", "mlPolicy.numNodes", "if they are launcher pods"} {
+		if !strings.Contains(h, want) {
+			t.Errorf("hint lacks %q: %s", want, h)
+		}
+	}
+	if h := siblingHint("tj-launcher-0-0", []hostfile.Host{{Name: "tj-node-0-1.tj"}}); h != "" {
+		t.Errorf("a worker of another replicated job got the hint: %s", h)
+	}
+	if h := siblingHint("pi-launcher", late); h != "" {
+		t.Errorf("mpi-operator's launcher name got the hint: %s", h)
 	}
 }

@@ -183,6 +183,13 @@ func newFixture(t *testing.T, job string, workers int, unpublished ...int) *fixt
 			Publish:  pub,
 		})
 	}
+	return newFixturePods(t, job, pods)
+}
+
+// newFixturePods starts a cluster of the given pods (pod 0 runs the
+// launcher).
+func newFixturePods(t *testing.T, job string, pods []harness.PodSpec) *fixture {
+	t.Helper()
 	c := harness.StartT(t, harness.Config{Job: job, ExtraIface: true, Pods: pods})
 	f := &fixture{c: c, job: job, agents: map[int]*harness.Proc{}}
 	t.Cleanup(func() {

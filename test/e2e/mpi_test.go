@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/podmpi/podmpi/test/harness"
 )
 
 // TestMPI runs real jobs through the launcher and 3 worker-agents x 2 slots,
@@ -157,4 +159,24 @@ func TestLateWorkers(t *testing.T) {
 	if i, j := strings.Index(r.out, "0/3 workers resolved"), strings.Index(r.out, "== hostfile"); i < 0 || j < 0 || i > j {
 		t.Errorf("progress must come before the hostfile report:\n%s", r.out)
 	}
+}
+
+// TestLauncherInWorkersGroup: the launcher is pod 0 of the workers' own
+// indexed group (a JobSet with one replicated job, an Indexed Job): its
+// name, ig-node-0-0, looks like a sibling of every worker's, and the job
+// runs; a name is no proof of another launcher.
+func TestLauncherInWorkersGroup(t *testing.T) {
+	ctx := testCtx(t, 4*time.Minute)
+	pods := []harness.PodSpec{{Hostname: "ig-node-0-0", Role: harness.RoleLauncher, Publish: true}}
+	for i := 1; i <= 2; i++ {
+		pods = append(pods, harness.PodSpec{Hostname: fmt.Sprintf("ig-node-0-%d", i), Role: harness.RoleWorker, Publish: true})
+	}
+	f := newFixturePods(t, "ig", pods)
+	f.startAgents(t, ctx, 1, 2)
+	// The hostfile lists the launcher's own entry first, as Trainer's
+	// runLauncherAsNode does.
+	r := f.run(t, ctx, 90*time.Second, []string{"--workers", "ig-node-0-0.ig=2,ig-node-0-1.ig=2,ig-node-0-2.ig=2"},
+		"mpirun.openmpi", "-np", "6", allreduceOMPI)
+	mustSucceed(t, r)
+	checkAllreduce(t, r, 6, map[string]int{"ig-node-0-0": 2, "ig-node-0-1": 2, "ig-node-0-2": 2})
 }

@@ -366,10 +366,12 @@ var jobsetPod = regexp.MustCompile(`^(.+)-[0-9]+-[0-9]+$`)
 // Siblings returns the hosts, other than self's own entry (selfIndex, -1
 // for none), that are other pods of the replicated job self belongs to by
 // JobSet's naming: self "tj-launcher-0-0" and "tj-launcher-0-1.tj" are
-// siblings, "tj-node-0-1.tj" is not. For a launcher these are other launcher
-// pods, which Trainer starts when a runtime sizes the launcher's job above
-// one; each of them would run the job. Names that do not follow the pattern
-// (mpi-operator's <job>-launcher) have no siblings.
+// siblings, "tj-node-0-1.tj" is not. A name proves nothing: siblings may be
+// further launcher pods (Trainer starts them when a runtime sizes the
+// launcher's job above one) or the launcher's own workers (a launcher that
+// is pod 0 of its workers' indexed group), so the launcher uses them only
+// for a hint. Names that do not follow the pattern (mpi-operator's
+// <job>-launcher) have no siblings.
 func Siblings(self string, hosts []hostfile.Host, selfIndex int) []string {
 	label, _, _ := strings.Cut(nameKey(strings.TrimSpace(self)), ".")
 	m := jobsetPod.FindStringSubmatch(label)
