@@ -45,20 +45,20 @@ import (
 // Causes: the kind of a Finding, and the values of the launcher's
 // root-cause metric label.
 const (
-	CauseOOM     = "oom"
-	CauseGPU     = "gpu"
-	CauseLaunch  = "launch"
-	CauseGone    = "gone"
+	CauseOOM    = "oom"
+	CauseGPU    = "gpu"
+	CauseLaunch = "launch"
+	CauseGone   = "gone"
 	// CauseUnreachable: a worker-agent that did not answer, with no proof
 	// that its pod is gone (see Worker.NameGone, Worker.ReplacedAt).
 	CauseUnreachable = "unreachable"
-	CauseCrash   = "crash"
-	CauseKilled  = "killed"
-	CauseExit    = "exit"
-	CauseDaemon  = "daemon"
-	CauseCascade = "cascade"
-	CauseStopped = "stopped"
-	CauseUnknown = "unknown"
+	CauseCrash       = "crash"
+	CauseKilled      = "killed"
+	CauseExit        = "exit"
+	CauseDaemon      = "daemon"
+	CauseCascade     = "cascade"
+	CauseStopped     = "stopped"
+	CauseUnknown     = "unknown"
 )
 
 // Causes lists every cause.
