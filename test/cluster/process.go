@@ -282,3 +282,10 @@ func tail(file string, n int) string {
 	}
 	return "    " + strings.Join(lines, "\n    ")
 }
+
+// DaemonPID returns the PID of the cluster's daemon name ("coredns",
+// "kubelet", ...) from its pid file, when it runs: the drills that pause
+// a daemon use it.
+func DaemonPID(l Layout, name string) (int, bool) {
+	return pidFileAlive(filepath.Join(l.Logs(), name+".pid"))
+}

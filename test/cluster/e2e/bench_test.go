@@ -132,12 +132,7 @@ func TestBench(t *testing.T) {
 	}
 	tool(t, "controllers", "--trainer", e.pins.Trainer[0], "--mpi-operator", "none")
 	installRuntimes(t, nil)
-	sshImage := buildOpenSSHImage(t)
-	var rt unstructured.Unstructured
-	if err := yaml.Unmarshal([]byte(fmt.Sprintf(openSSHRuntime, sshImage)), &rt.Object); err != nil {
-		t.Fatal(err)
-	}
-	apply(t, "", &rt)
+	installOpenSSHRuntime(t)
 	// No Pod Security labels: the OpenSSH runtime runs sshd with a
 	// writable root, as upstream's does.
 	ns := namespace(t, "bench", false)
@@ -166,6 +161,34 @@ func TestBench(t *testing.T) {
 	}
 }
 
+// installOpenSSHRuntime builds the OpenSSH baseline image and applies the
+// openssh-openmpi ClusterTrainingRuntime with it.
+func installOpenSSHRuntime(t *testing.T) {
+	t.Helper()
+	var rt unstructured.Unstructured
+	if err := yaml.Unmarshal([]byte(fmt.Sprintf(openSSHRuntime, buildOpenSSHImage(t))), &rt.Object); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, "", &rt)
+}
+
+// openSSHTrainJob makes tj (a TrainJob on podmpi-openmpi) run on the
+// OpenSSH baseline runtime: the same ranks, under OpenSSH's mpirun and ssh.
+func openSSHTrainJob(t *testing.T, tj *unstructured.Unstructured) {
+	t.Helper()
+	args, _, _ := unstructured.NestedStringSlice(tj.Object, "spec", "trainer", "args")
+	if len(args) == 0 || args[0] != "mpirun" {
+		t.Fatalf("TrainJob %s: args %q do not start with mpirun", tj.GetName(), args)
+	}
+	setNested(t, tj, "openssh-openmpi", "spec", "runtimeRef", "name")
+	unstructured.RemoveNestedField(tj.Object, "spec", "trainer", "args")
+	cmd := []any{"mpirun", "--hostfile", "/etc/mpi/hostfile"}
+	for _, a := range args[1:] {
+		cmd = append(cmd, a)
+	}
+	setNested(t, tj, cmd, "spec", "trainer", "command")
+}
+
 func buildOpenSSHImage(t *testing.T) string {
 	t.Helper()
 	base := e.info.Images["openmpi"]
@@ -189,9 +212,7 @@ func benchOnce(t *testing.T, ns, runtime string, nodes int) benchSample {
 	tj := trainJob(t, "podmpi-openmpi")
 	setNested(t, tj, int64(nodes), "spec", "trainer", "numNodes")
 	if runtime == "openssh" {
-		setNested(t, tj, "openssh-openmpi", "spec", "runtimeRef", "name")
-		unstructured.RemoveNestedField(tj.Object, "spec", "trainer", "args")
-		setNested(t, tj, []any{"mpirun", "--hostfile", "/etc/mpi/hostfile", "podmpi-allreduce", "1048576"}, "spec", "trainer", "command")
+		openSSHTrainJob(t, tj)
 	}
 	s := benchSample{Runtime: runtime, Nodes: nodes, Phases: map[string]float64{}}
 	created := time.Now()
