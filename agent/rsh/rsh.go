@@ -456,23 +456,11 @@ func (r *runner) exitStatus(host string, port int, err error) int {
 }
 
 // commandName names the program a remote command runs, for the exit-127
-// line: the MPI daemon it names when it names one (Open MPI prefixes
-// orted with PATH settings), else its first word that is not a variable
-// assignment.
+// line (mpi.CommandProgram: the MPI daemon it runs, else the program of its
+// first command).
 func commandName(cmd string) string {
-	for _, d := range mpi.AllDaemons() {
-		if strings.Contains(cmd, d) {
-			return d
-		}
-	}
-	for _, w := range strings.Fields(cmd) {
-		w = strings.Trim(w, `"'`)
-		if k, _, ok := strings.Cut(w, "="); ok && k != "" && !strings.ContainsAny(k, "/ ") {
-			continue
-		}
-		if w != "" {
-			return printable(w)
-		}
+	if p := mpi.CommandProgram(cmd); p != "" {
+		return printable(p)
 	}
 	return "the command"
 }
