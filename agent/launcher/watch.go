@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -21,7 +22,6 @@ import (
 	"github.com/podmpi/podmpi/agent/launcher/postmortem"
 	"github.com/podmpi/podmpi/agent/rsh"
 	"github.com/podmpi/podmpi/agent/worker/api"
-	"github.com/podmpi/podmpi/mpi"
 )
 
 // What happens after mpirun started: while it runs, the launcher watches
@@ -301,12 +301,12 @@ func (w *watch) readRecords() int {
 	room := maxRecords - len(w.records)
 	daemons := 0
 	for i, r := range recs {
-		msg := "podmpi-rsh could not run a remote command"
-		if slices.Contains(mpi.AllDaemons(), r.Daemon) {
-			msg = "podmpi-rsh could not start an MPI daemon"
+		msg, level := "podmpi-rsh could not run a remote command (not an MPI daemon: its caller reports it)", slog.LevelWarn
+		if r.Launch {
+			msg, level = "podmpi-rsh could not start an MPI daemon", slog.LevelError
 			daemons++
 		}
-		w.l.log.Error(msg, "host", r.Host, "port", r.Port, "phase", r.Phase, "daemon", r.Daemon, "cause", r.Cause, "hint", r.Hint)
+		w.l.log.Log(context.Background(), level, msg, "host", r.Host, "port", r.Port, "phase", r.Phase, "daemon", r.Daemon, "cause", r.Cause, "hint", r.Hint)
 		if i < room {
 			w.records = append(w.records, r)
 		}

@@ -11,8 +11,10 @@
 //     "exited on signal 9") is the same failure, not another one.
 //  2. A GPU's hardware error (a double-bit ECC error, an Xid that is not the
 //     program's own) comes next.
-//  3. A daemon that could not be started (podmpi-rsh's record) and a worker
-//     whose agent does not answer at all (pod deleted, evicted, node lost).
+//  3. A daemon that could not be started (podmpi-rsh's record of mpirun's
+//     own launch) and a worker whose agent does not answer at all (pod
+//     deleted, evicted, node lost). A record of another command (a job
+//     script's ssh) is only listed.
 //  4. A rank that crashed (SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE, ...).
 //  5. A rank killed by SIGKILL without an OOM kill, a rank that exited with
 //     a non-zero status, a daemon mpirun lost.
@@ -464,9 +466,24 @@ func gone(w Worker, port int) Finding {
 	return f
 }
 
-// launch is a daemon podmpi-rsh could not start.
+// launch is a daemon podmpi-rsh could not start. A record of any other
+// command (a job script's own ssh: the failure directory is in the whole
+// command's environment) is context, listed and never the cause: mpirun
+// does not wait for it, and whatever ran it reports its failure.
 func launch(r rsh.FailureRecord, hosts []string) Finding {
 	host := matchHost(r.Host, hosts)
+	where := net.JoinHostPort(host, strconv.Itoa(r.Port))
+	if !r.Launch {
+		prog := r.Daemon
+		if prog == "" {
+			prog = "a command"
+		}
+		return Finding{Cause: CauseCascade, tier: tierCascade, Time: r.Time, Host: host, Rank: -1, ExitCode: -1, source: "rsh",
+			phase: r.Phase, cause: r.Cause,
+			Sentence: fmt.Sprintf("podmpi-rsh could not run %s on %s (not an MPI daemon: a command of the job's own, context only): %s: %s",
+				prog, where, r.Phase, r.Cause),
+			Hint: r.Hint}
+	}
 	daemon := r.Daemon
 	if daemon == "" {
 		daemon = "the MPI daemon"
@@ -476,7 +493,7 @@ func launch(r rsh.FailureRecord, hosts []string) Finding {
 		verb = "run"
 	}
 	f := Finding{Cause: CauseLaunch, tier: tierGone, Time: r.Time, Host: host, Rank: -1, ExitCode: -1, source: "rsh", phase: r.Phase, cause: r.Cause,
-		Sentence: fmt.Sprintf("podmpi-rsh could not %s %s on %s: %s: %s", verb, daemon, net.JoinHostPort(host, strconv.Itoa(r.Port)), r.Phase, r.Cause),
+		Sentence: fmt.Sprintf("podmpi-rsh could not %s %s on %s: %s: %s", verb, daemon, where, r.Phase, r.Cause),
 		Hint:     r.Hint}
 	return f
 }

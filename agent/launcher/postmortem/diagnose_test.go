@@ -181,12 +181,37 @@ func TestLaunchFailure(t *testing.T) {
 	d := Decide(Input{
 		Outcome:  Outcome{Program: "mpiexec.hydra", LaunchStopped: true, ExitCode: 143},
 		Workers:  []Worker{answered(hostA), {Host: hostB, Err: errors.New("connection refused")}},
-		Launches: []rsh.FailureRecord{{Time: at(1), Host: hostB, Port: 2222, Phase: "tcp-refused", Cause: "dial tcp 10.0.0.3:2222: connect: connection refused", Hint: "nothing listens on port 2222", Daemon: "hydra_pmi_proxy"}},
+		Launches: []rsh.FailureRecord{{Time: at(1), Host: hostB, Port: 2222, Phase: "tcp-refused", Cause: "dial tcp 10.0.0.3:2222: connect: connection refused", Hint: "nothing listens on port 2222", Daemon: "hydra_pmi_proxy", Launch: true}},
 	})
 	wantRoot(t, d, CauseLaunch, "podmpi-rsh could not start hydra_pmi_proxy on "+hostB+":2222: tcp-refused",
 		"its worker-agent does not answer on port 0 either", "hint: nothing listens")
 	if len(d.Others) != 0 || d.Silent != 1 {
 		t.Errorf("others = %v, silent %d; want the silent agent folded into the launch failure", d.Lines(), d.Silent)
+	}
+}
+
+// TestScriptSSHIsContext: the failure directory is in the environment of
+// the whole command, so a job script's own ssh (git over ssh, a check of a
+// worker) that fails leaves a record too. It happened first, but it is not
+// mpirun's daemon launch: rank 1's SIGSEGV is the root cause, the record a
+// line of context.
+func TestScriptSSHIsContext(t *testing.T) {
+	d := Decide(Input{
+		Outcome: Outcome{Program: "mpirun", ExitCode: 139},
+		Workers: []Worker{answered(hostA, rankExit(8, 1, 300, "SIGSEGV", -1)), answered(hostB)},
+		Launches: []rsh.FailureRecord{{Time: at(1), Host: "git.example.com", Port: 22, Phase: "tcp-refused",
+			Cause: "dial tcp 10.1.1.1:22: connect: connection refused", Hint: "nothing listens on port 22", Daemon: "git-upload-pack"}},
+	})
+	wantRoot(t, d, CauseCrash, "rank 1 on "+hostA, "SIGSEGV")
+	if len(d.Others) != 1 || d.Others[0].Cause != CauseCascade ||
+		!strings.Contains(d.Others[0].Sentence, "podmpi-rsh could not run git-upload-pack on git.example.com:22 (not an MPI daemon") {
+		t.Errorf("others = %v; want the script's ssh as one line of context", d.Lines())
+	}
+	// Alone, it is still not the cause.
+	d = Decide(Input{Workers: []Worker{answered(hostA)}, Launches: []rsh.FailureRecord{{Time: at(1), Host: hostA, Port: 2222,
+		Phase: "tcp-refused", Cause: "refused", Daemon: "hostname"}}})
+	if d.Root != nil || len(d.Others) != 1 {
+		t.Errorf("root %+v, others %v; want no root cause and the record listed", d.Root, d.Lines())
 	}
 }
 
@@ -196,7 +221,7 @@ func TestSessionLostOnAGoneWorker(t *testing.T) {
 	d := Decide(Input{
 		Outcome: Outcome{WebPort: 9022},
 		Workers: []Worker{answered(hostA), {Host: hostB, Err: errors.New("connect: connection refused")}},
-		Launches: []rsh.FailureRecord{{Time: at(4), Host: hostB, Port: 2222, Phase: "remote-command", Daemon: "orted",
+		Launches: []rsh.FailureRecord{{Time: at(4), Host: hostB, Port: 2222, Phase: "remote-command", Daemon: "orted", Launch: true,
 			Cause: "wait: remote command exited without exit status or exit signal", Hint: "the session ended without an exit status"}},
 		Reports: []Report{{Time: at(5), Kind: ReportDaemonLost, Rank: -1, Host: "dg-node-0-1", ExitCode: -1}},
 	})
@@ -208,7 +233,7 @@ func TestSessionLostOnAGoneWorker(t *testing.T) {
 	}
 	// The same record on a worker that still answers stays what it is.
 	d = Decide(Input{Workers: []Worker{answered(hostB)}, Launches: []rsh.FailureRecord{{Time: at(4), Host: hostB, Port: 2222,
-		Phase: "remote-command", Daemon: "orted", Cause: "x"}}})
+		Phase: "remote-command", Daemon: "orted", Launch: true, Cause: "x"}}})
 	wantRoot(t, d, CauseLaunch, "podmpi-rsh could not run orted on "+hostB+":2222")
 }
 
