@@ -145,7 +145,7 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 		return exitcode.MPIRunNotFound, &Failure{Phase: PhaseMPIRun, Code: exitcode.MPIRunNotFound, Err: err,
 			Hint: "install the MPI in the launcher image: podmpi's own " + argv[0] + " runs the real one it finds after it on PATH"}
 	}
-	argv = programArgv0(argv, prog, p.Impl.Hydra())
+	argv = programArgv0(argv, prog, p.Impl)
 	var res mpirun.RunResult
 	runErr := l.phase(PhaseMPIRun, func() error {
 		var err error
