@@ -667,3 +667,27 @@ func TestBadRecordIsReadOnce(t *testing.T) {
 		t.Errorf("daemons %d, records %+v; want w-0 then w-1", daemons, w.records)
 	}
 }
+
+// TestRankOnTheLaunchersOwnPod: with the launcher's own entry in the
+// hostfile (runLauncherAsNode) a rank runs beside it; when it exits
+// non-zero, Open MPI names it without a host, and the launcher's account
+// of its own pod, which saw that rank end, places it there. It used to be
+// "rank 1 on an unknown worker".
+func TestRankOnTheLaunchersOwnPod(t *testing.T) {
+	a := startAgent(t)
+	mpirun := `OMPI_COMM_WORLD_RANK=1 sh -c 'sleep 2; exit 3'; ` +
+		`printf '%s\n' 'mpirun detected that one or more processes exited with non-zero status, thus causing' ` +
+		`'the job to be terminated. The first process to do so was:' '' '  Process name: [[4242,1],1]' '  Exit code:    3' >&2; exit 3`
+	code, _, logs, _, err := runJob(t, a.port, func(c *Config) {
+		c.Discovery = discovery.Spec{Workers: []string{"127.0.0.1=2", "localhost=2"}, Self: "localhost"}
+	}, "sh", "-c", mpirun)
+	if code != 3 {
+		t.Fatalf("exit %d (%v), want mpirun's 3", code, err)
+	}
+	if first := firstLine(code, err); !strings.Contains(first, "root cause: rank 1 on localhost (the launcher's own pod) (sh) exited with status 3") {
+		t.Errorf("first line: %s", first)
+	}
+	if !strings.Contains(logs, "account of the pod started") {
+		t.Errorf("the launcher kept no account of its own pod:\n%s", logs)
+	}
+}

@@ -124,6 +124,12 @@ type Input struct {
 	Workers  []Worker
 	Reports  []Report
 	Launches []rsh.FailureRecord
+	// Self is the launcher's own hostfile entry when it runs ranks too
+	// (Trainer's runLauncherAsNode, mpi-operator's runLauncherAsWorker);
+	// "" when it runs none. SelfEvents is the launcher's own account of its
+	// pod then (the same as a worker-agent's /events); nil without one.
+	Self       string
+	SelfEvents *api.Events
 }
 
 // Finding is one failure found.
@@ -146,6 +152,7 @@ type Finding struct {
 	Hint     string
 
 	tier   int
+	self   bool   // Host is the launcher's own pod
 	source string // "agent", "mpirun", "rsh", "launcher"
 	comm   string // the process's command name, when the agent saw it
 	rss    uint64 // its resident memory when last seen
@@ -202,15 +209,21 @@ func (d Diagnosis) Lines() []string {
 
 // Decide weighs in and returns the diagnosis.
 func Decide(in Input) Diagnosis {
-	hosts := make([]string, 0, len(in.Workers))
+	hosts := make([]string, 0, len(in.Workers)+1)
 	for _, w := range in.Workers {
 		hosts = append(hosts, w.Host)
 	}
 	var fs []Finding
 	var d Diagnosis
+	if in.Self != "" {
+		hosts = append(hosts, in.Self)
+		if in.SelfEvents != nil {
+			fs = append(fs, fromEvents(in.Self, true, *in.SelfEvents)...)
+		}
+	}
 	for _, w := range in.Workers {
 		if w.Events != nil {
-			fs = append(fs, fromEvents(w.Host, *w.Events)...)
+			fs = append(fs, fromEvents(w.Host, false, *w.Events)...)
 		}
 		switch {
 		case !w.ReplacedAt.IsZero():
@@ -227,10 +240,11 @@ func Decide(in Input) Diagnosis {
 		fs = append(fs, launch(r, hosts))
 	}
 	for _, r := range in.Reports {
-		if f, ok := fromReport(r, hosts, in.Outcome.Program); ok {
+		if f, ok := fromReport(r, hosts, in.Self, in.Outcome.Program); ok {
 			fs = append(fs, f)
 		}
 	}
+	fs = placeRanks(fs)
 	fs = merge(fs)
 	fs = foldLaunches(fs)
 	// A worker's own agent that recorded a failure before it went quiet
@@ -320,11 +334,12 @@ func orMPIRun(p string) string {
 	return p
 }
 
-// fromEvents turns a worker's account into findings.
-func fromEvents(host string, ev api.Events) []Finding {
+// fromEvents turns a pod's account into findings: a worker-agent's, or
+// the launcher's own (self) when it runs ranks.
+func fromEvents(host string, self bool, ev api.Events) []Finding {
 	var out []Finding
 	for _, e := range ev.Events {
-		f := Finding{Time: e.Time, Host: host, Rank: e.Rank, PID: e.PID, Signal: e.Signal, CoreDumped: e.CoreDumped,
+		f := Finding{Time: e.Time, Host: host, self: self, Rank: e.Rank, PID: e.PID, Signal: e.Signal, CoreDumped: e.CoreDumped,
 			ExitCode: e.ExitCode, Memory: e.Memory, source: "agent", comm: e.Comm, rss: e.RSSBytes}
 		switch e.Kind {
 		case api.KindOOMKill:
@@ -333,10 +348,10 @@ func fromEvents(host string, ev api.Events) []Finding {
 				m := ev.Memory
 				f.Memory = &m
 			}
-			f.Sentence, f.Hint = oomText(host, f.Rank, f.PID, f.comm, f.rss, *f.Memory)
+			f.Sentence, f.Hint = oomText(f.where(), f.Rank, f.PID, f.comm, f.rss, *f.Memory)
 		case api.KindGPUXid, api.KindGPUECC:
 			f.Cause, f.tier = CauseGPU, tierGPU
-			f.Sentence = e.Message + " on " + host
+			f.Sentence = e.Message + " on " + f.where()
 			switch {
 			case e.Kind == api.KindGPUECC:
 				f.Hint = "the GPU's memory failed: cordon the node (kubectl cordon), let the driver retire the page or reset the GPU, and rerun elsewhere"
@@ -347,10 +362,10 @@ func fromEvents(host string, ev api.Events) []Finding {
 				f.Hint = "a GPU or driver fault: check the node (nvidia-smi -q, the kernel log), cordon it and rerun elsewhere"
 			}
 		case api.KindRankExit:
-			f = rankEnd(f, host, f.comm)
+			f = rankEnd(f)
 		case api.KindSessionExit:
 			f.Cause, f.tier = CauseCascade, tierCascade
-			f.Sentence = e.Message + " on " + host
+			f.Sentence = e.Message + " on " + f.where()
 			if sig := signals.Parse(e.Signal); isCrash(sig) {
 				f.Cause, f.tier = CauseCrash, tierCrash
 				f.Hint = "the MPI daemon itself crashed: look at the worker's log and its core dump"
@@ -364,10 +379,10 @@ func fromEvents(host string, ev api.Events) []Finding {
 }
 
 // rankEnd classifies a rank's end by its signal or status.
-func rankEnd(f Finding, host, comm string) Finding {
-	who := rankOn(f.Rank, f.PID, host)
-	if comm != "" {
-		who += " (" + comm + ")"
+func rankEnd(f Finding) Finding {
+	who := rankOn(f.Rank, f.PID, f.where())
+	if f.comm != "" {
+		who += " (" + f.comm + ")"
 	}
 	sig := signals.Parse(f.Signal)
 	switch {
@@ -535,10 +550,11 @@ func foldLaunches(fs []Finding) []Finding {
 	return out
 }
 
-// fromReport turns one of mpirun's messages into a finding.
-func fromReport(r Report, hosts []string, program string) (Finding, bool) {
+// fromReport turns one of mpirun's messages into a finding; self is the
+// launcher's own entry in hosts ("" when it runs no ranks).
+func fromReport(r Report, hosts []string, self, program string) (Finding, bool) {
 	host := matchHost(r.Host, hosts)
-	f := Finding{Time: r.Time, Host: host, Rank: r.Rank, PID: r.PID, ExitCode: r.ExitCode, source: "mpirun"}
+	f := Finding{Time: r.Time, Host: host, self: host != "" && host == self, Rank: r.Rank, PID: r.PID, ExitCode: r.ExitCode, source: "mpirun"}
 	switch r.Kind {
 	case ReportSignal:
 		f.Signal = signals.Name(syscall.Signal(r.Signal))
@@ -546,15 +562,15 @@ func fromReport(r Report, hosts []string, program string) (Finding, bool) {
 		if r.PID == 0 || r.Rank >= 0 {
 			f.PID = 0 // Open MPI prints PID 0
 		}
-		return rankEnd(f, orUnknownHost(host), ""), true
+		return rankEnd(f), true
 	case ReportExit:
 		if r.ExitCode <= 0 {
 			return f, false
 		}
-		return rankEnd(f, orUnknownHost(host), ""), true
+		return rankEnd(f), true
 	case ReportDaemonLost:
 		f.Cause, f.tier = CauseDaemon, tierFailed
-		f.Sentence = fmt.Sprintf("%s lost contact with its MPI daemon on %s", orMPIRun(program), orUnknownHost(host))
+		f.Sentence = fmt.Sprintf("%s lost contact with its MPI daemon on %s", orMPIRun(program), f.where())
 		f.Hint = "the daemon died or the network between the pods broke: read that worker's log and kubectl get events"
 		return f, true
 	case ReportDaemonFailed:
@@ -566,11 +582,46 @@ func fromReport(r Report, hosts []string, program string) (Finding, bool) {
 	return f, false
 }
 
-func orUnknownHost(h string) string {
-	if h == "" {
-		return "an unknown worker"
+// where names the finding's host in its sentence: the launcher's own pod
+// says so, since it runs no worker-agent.
+func (f Finding) where() string {
+	switch {
+	case f.Host == "":
+		return "an unknown host"
+	case f.self:
+		return f.Host + " (the launcher's own pod)"
 	}
-	return h
+	return f.Host
+}
+
+// placeRanks gives a rank mpirun named without its host (Open MPI's
+// "Process name: [[j,1],R] Exit code: C") the host whose account saw rank
+// R end, when exactly one did: ranks are numbered across the job, so
+// that is where it ran, the launcher's own pod included.
+func placeRanks(fs []Finding) []Finding {
+	for i := range fs {
+		f := &fs[i]
+		if f.source != "mpirun" || f.Host != "" || f.Rank < 0 {
+			continue
+		}
+		var at *Finding
+		for j := range fs {
+			g := &fs[j]
+			if g.source != "agent" || g.Rank != f.Rank || g.Host == "" {
+				continue
+			}
+			if at != nil && at.Host != g.Host {
+				at = nil // seen on two hosts: another world's rank
+				break
+			}
+			at = g
+		}
+		if at != nil {
+			f.Host, f.self = at.Host, at.self
+			*f = rankEnd(*f)
+		}
+	}
+	return fs
 }
 
 // matchHost maps a node name as MPI printed it (short or full) to the
@@ -620,7 +671,7 @@ func merge(fs []Finding) []Finding {
 		for j := range out {
 			if out[j].Host == out[i].Host && out[j].Cause == CauseKilled && out[j].Rank >= 0 {
 				out[i].Rank, out[i].PID = out[j].Rank, max(out[i].PID, out[j].PID)
-				out[i].Sentence, out[i].Hint = oomText(out[i].Host, out[i].Rank, out[i].PID, out[i].comm, out[i].rss, *out[i].Memory)
+				out[i].Sentence, out[i].Hint = oomText(out[i].where(), out[i].Rank, out[i].PID, out[i].comm, out[i].rss, *out[i].Memory)
 				out[j].tier = tierInfo // the same failure
 				break
 			}
@@ -671,10 +722,10 @@ func combine(a, b Finding) Finding {
 	}
 	switch keep.Cause {
 	case CauseOOM:
-		keep.Sentence, keep.Hint = oomText(keep.Host, keep.Rank, keep.PID, keep.comm, keep.rss, *keep.Memory)
+		keep.Sentence, keep.Hint = oomText(keep.where(), keep.Rank, keep.PID, keep.comm, keep.rss, *keep.Memory)
 	case CauseCrash, CauseKilled, CauseExit, CauseCascade:
 		if keep.source == "mpirun" || keep.tier == tierInfo {
-			keep = rankEnd(keep, keep.Host, keep.comm)
+			keep = rankEnd(keep)
 		}
 	}
 	return keep

@@ -272,7 +272,7 @@ func TestNonZeroExitAndFirstToEnd(t *testing.T) {
 		Workers: []Worker{answered(hostA, rankExit(2, 3, 30, "", -1))},
 		Reports: []Report{{Time: at(3), Kind: ReportExit, Rank: 3, ExitCode: 3}},
 	})
-	wantRoot(t, d, CauseExit, "rank 3 on ", "exited with status 3", "Python exception")
+	wantRoot(t, d, CauseExit, "rank 3 on "+hostA+" (train) exited with status 3", "Python exception")
 	// MPICH says nothing about a rank's exit status: the first rank to end.
 	d = Decide(Input{Outcome: Outcome{Program: "mpiexec", ExitCode: 3},
 		Workers: []Worker{answered(hostA, rankExit(5, 0, 10, "", -1)), answered(hostB, rankExit(2, 1, 11, "", -1))}})
@@ -281,6 +281,42 @@ func TestNonZeroExitAndFirstToEnd(t *testing.T) {
 	if d.Root != nil {
 		t.Fatalf("root = %+v from nothing", d.Root)
 	}
+}
+
+// TestRankOnTheLauncherPod: with runLauncherAsNode the launcher's pod runs
+// ranks too. A rank that exits non-zero there, which Open MPI names
+// without its host, is placed by the launcher's own account of its pod;
+// a rank that crashes there is named on the launcher's pod, by the name
+// Open MPI prints (its host name) or by the account alone.
+func TestRankOnTheLauncherPod(t *testing.T) {
+	const self = "dg-launcher-0-0.dg"
+	own := &api.Events{Hostname: self, Events: []api.Event{rankExit(3, 4, 77, "", -1)}}
+	d := Decide(Input{
+		Outcome:    Outcome{Program: "mpirun", ExitCode: 3},
+		Workers:    []Worker{answered(hostA, rankExit(5, 0, 10, "SIGTERM", -1)), answered(hostB)},
+		Reports:    []Report{{Time: at(4), Kind: ReportExit, Rank: 4, ExitCode: 3}},
+		Self:       self,
+		SelfEvents: own,
+	})
+	wantRoot(t, d, CauseExit, "rank 4 on "+self+" (the launcher's own pod) (train) exited with status 3")
+	if d.Root.Host != self || d.Answered != 2 {
+		t.Errorf("root host %q, answered %d", d.Root.Host, d.Answered)
+	}
+	// Open MPI names the launcher's node by its host name.
+	d = Decide(Input{
+		Workers: []Worker{answered(hostA), answered(hostB)},
+		Reports: []Report{{Time: at(4), Kind: ReportSignal, Rank: 5, Host: "dg-launcher-0-0", Signal: 11, ExitCode: -1}},
+		Self:    self,
+	})
+	wantRoot(t, d, CauseCrash, "rank 5 on "+self+" (the launcher's own pod) died of signal 11 (SIGSEGV")
+	// Its own account alone.
+	d = Decide(Input{Workers: []Worker{answered(hostA)}, Self: self,
+		SelfEvents: &api.Events{Events: []api.Event{rankExit(2, 5, 78, "SIGBUS", -1)}}})
+	wantRoot(t, d, CauseCrash, "rank 5 on "+self+" (the launcher's own pod) (train) died of signal 7 (SIGBUS")
+	// A rank two hosts saw end is another world's: not placed.
+	d = Decide(Input{Workers: []Worker{answered(hostA, rankExit(1, 1, 5, "", -1)), answered(hostB, rankExit(1, 1, 6, "", -1))},
+		Reports: []Report{{Time: at(4), Kind: ReportExit, Rank: 1, ExitCode: 2}}})
+	wantRoot(t, d, CauseExit, "rank 1 on an unknown host exited with status 2")
 }
 
 func TestOthersAreBounded(t *testing.T) {
