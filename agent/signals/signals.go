@@ -4,6 +4,7 @@
 package signals
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,6 +19,17 @@ func Name(sig syscall.Signal) string {
 		return n
 	}
 	return "SIG" + strconv.Itoa(int(sig))
+}
+
+// Describe is sig for a sentence: "signal 11 (SIGSEGV, segmentation
+// fault)", with the C library's description of it (strsignal's, which Go
+// keeps), or "signal 40 (SIG40)" for one without.
+func Describe(sig syscall.Signal) string {
+	s := fmt.Sprintf("signal %d (%s", int(sig), Name(sig))
+	if d := sig.String(); d != "" && !strings.HasPrefix(d, "signal ") {
+		s += ", " + d
+	}
+	return s + ")"
 }
 
 // Parse is the inverse of [Name]: it reads "SIGSEGV", "SEGV" or "SIG11"

@@ -16,6 +16,17 @@ func TestName(t *testing.T) {
 	}
 }
 
+func TestDescribe(t *testing.T) {
+	for sig, want := range map[syscall.Signal]string{
+		syscall.SIGSEGV: "signal 11 (SIGSEGV, segmentation fault)", syscall.SIGBUS: "signal 7 (SIGBUS, bus error)",
+		syscall.SIGFPE: "signal 8 (SIGFPE, floating point exception)", syscall.SIGKILL: "signal 9 (SIGKILL, killed)", 40: "signal 40 (SIG40)",
+	} {
+		if got := Describe(sig); got != want {
+			t.Errorf("Describe(%d) = %q, want %q", int(sig), got, want)
+		}
+	}
+}
+
 func TestParse(t *testing.T) {
 	for name, want := range map[string]syscall.Signal{
 		"SIGSEGV": syscall.SIGSEGV, "SEGV": syscall.SIGSEGV, "SIG11": syscall.SIGSEGV, "SIGBUS": syscall.SIGBUS,

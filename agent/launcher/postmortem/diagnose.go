@@ -387,7 +387,7 @@ func rankEnd(f Finding) Finding {
 	sig := signals.Parse(f.Signal)
 	switch {
 	case sig != 0:
-		f.Sentence = who + " died of " + describeSignal(sig)
+		f.Sentence = who + " died of " + signals.Describe(sig)
 		if f.CoreDumped {
 			f.Sentence += ", core dumped"
 		}
@@ -754,19 +754,4 @@ func crashHint(sig syscall.Signal) string {
 		return "an arithmetic fault (an integer division by zero): " + core
 	}
 	return "a crash in the program or a library it loads (CUDA, NCCL, a Python extension): " + core
-}
-
-var signalWords = map[syscall.Signal]string{
-	syscall.SIGSEGV: "segmentation fault", syscall.SIGBUS: "bus error", syscall.SIGABRT: "aborted", syscall.SIGILL: "illegal instruction",
-	syscall.SIGFPE: "arithmetic exception", syscall.SIGKILL: "killed", syscall.SIGTERM: "terminated", syscall.SIGINT: "interrupted",
-	syscall.SIGHUP: "hang-up", syscall.SIGPIPE: "broken pipe", syscall.SIGSYS: "bad system call", syscall.SIGTRAP: "trap",
-}
-
-// describeSignal is "signal 11 (SIGSEGV, segmentation fault)".
-func describeSignal(sig syscall.Signal) string {
-	s := fmt.Sprintf("signal %d (%s", int(sig), signals.Name(sig))
-	if w, ok := signalWords[sig]; ok {
-		s += ", " + w
-	}
-	return s + ")"
 }
