@@ -679,7 +679,7 @@ func (w *watch) diagnose(res mpirun.RunResult, program string) *postmortem.Diagn
 	w.mu.Lock()
 	in := postmortem.Input{
 		Outcome: postmortem.Outcome{Program: program, ExitCode: res.ExitCode, TimedOut: res.TimedOut, LaunchStopped: w.launchStopped,
-			WebPort: w.l.cfg.WorkerWebPort},
+			WebPort: w.l.cfg.WorkerWebPort, Started: w.since.Add(sinceSlack)},
 		Reports:  w.collector.Reports(),
 		Launches: append([]rsh.FailureRecord(nil), w.records...),
 		Self:     w.self,

@@ -116,6 +116,9 @@ type Outcome struct {
 	LaunchStopped bool
 	// WebPort is the worker-agents' HTTP port, for the messages.
 	WebPort int
+	// Started is when mpirun started, on the launcher's clock; zero when
+	// unknown.
+	Started time.Time
 }
 
 // Input is everything Decide weighs.
@@ -244,7 +247,7 @@ func Decide(in Input) Diagnosis {
 			fs = append(fs, f)
 		}
 	}
-	fs = placeRanks(fs)
+	fs = placeRanks(fs, in.Outcome.Started)
 	fs = merge(fs)
 	fs = foldLaunches(fs)
 	// A worker's own agent that recorded a failure before it went quiet
@@ -597,26 +600,41 @@ func (f Finding) where() string {
 // placeRanks gives a rank mpirun named without its host (Open MPI's
 // "Process name: [[j,1],R] Exit code: C") the host whose account saw rank
 // R end, when exactly one did: ranks are numbered across the job, so
-// that is where it ran, the launcher's own pod included.
-func placeRanks(fs []Finding) []Finding {
+// that is where it ran, the launcher's own pod included. When several
+// did, one of them an earlier run's (the accounts are asked from a little
+// before mpirun started, for clocks that do not quite agree), the hosts
+// that saw it end only before started are left out; still several, it is
+// not placed.
+func placeRanks(fs []Finding, started time.Time) []Finding {
 	for i := range fs {
 		f := &fs[i]
 		if f.source != "mpirun" || f.Host != "" || f.Rank < 0 {
 			continue
 		}
-		var at *Finding
+		type seen struct {
+			at     *Finding
+			inThis bool // seen at or after started
+		}
+		var hosts []string
+		byHost := map[string]*seen{}
 		for j := range fs {
 			g := &fs[j]
 			if g.source != "agent" || g.Rank != f.Rank || g.Host == "" {
 				continue
 			}
-			if at != nil && at.Host != g.Host {
-				at = nil // seen on two hosts: another world's rank
-				break
+			s, ok := byHost[g.Host]
+			if !ok {
+				s = &seen{at: g}
+				byHost[g.Host] = s
+				hosts = append(hosts, g.Host)
 			}
-			at = g
+			s.inThis = s.inThis || started.IsZero() || !g.Time.Before(started)
 		}
-		if at != nil {
+		if len(hosts) > 1 {
+			hosts = slices.DeleteFunc(hosts, func(h string) bool { return !byHost[h].inThis })
+		}
+		if len(hosts) == 1 {
+			at := byHost[hosts[0]].at
 			f.Host, f.self = at.Host, at.self
 			*f = rankEnd(*f)
 		}

@@ -313,10 +313,13 @@ func TestRankOnTheLauncherPod(t *testing.T) {
 	d = Decide(Input{Workers: []Worker{answered(hostA)}, Self: self,
 		SelfEvents: &api.Events{Events: []api.Event{rankExit(2, 5, 78, "SIGBUS", -1)}}})
 	wantRoot(t, d, CauseCrash, "rank 5 on "+self+" (the launcher's own pod) (train) died of signal 7 (SIGBUS")
-	// A rank two hosts saw end is another world's: not placed.
-	d = Decide(Input{Workers: []Worker{answered(hostA, rankExit(1, 1, 5, "", -1)), answered(hostB, rankExit(1, 1, 6, "", -1))},
-		Reports: []Report{{Time: at(4), Kind: ReportExit, Rank: 1, ExitCode: 2}}})
-	wantRoot(t, d, CauseExit, "rank 1 on an unknown host exited with status 2")
+	// A rank two hosts saw end in this run is another world's: not placed.
+	twice := Input{Workers: []Worker{answered(hostA, rankExit(1, 1, 5, "", -1)), answered(hostB, rankExit(3, 1, 6, "", -1))},
+		Reports: []Report{{Time: at(4), Kind: ReportExit, Rank: 1, ExitCode: 2}}}
+	wantRoot(t, Decide(twice), CauseExit, "rank 1 on an unknown host exited with status 2")
+	// One of them saw it end before mpirun started: an earlier run's.
+	twice.Outcome.Started = at(2)
+	wantRoot(t, Decide(twice), CauseExit, "rank 1 on "+hostB+" (train) exited with status 2")
 }
 
 func TestOthersAreBounded(t *testing.T) {
