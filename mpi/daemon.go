@@ -30,11 +30,11 @@ func CommandDaemon(cmd string) string {
 	return ""
 }
 
-// CommandProgram returns the program a remote shell command runs, for
+// CommandName returns the program a remote shell command runs, for
 // messages: the MPI daemon when it runs one, else the program of its first
 // simple command as written (quotes dropped), "" for a command that has
 // none.
-func CommandProgram(cmd string) string {
+func CommandName(cmd string) string {
 	if d := CommandDaemon(cmd); d != "" {
 		return d
 	}

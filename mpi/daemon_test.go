@@ -39,16 +39,19 @@ func TestCommandDaemon(t *testing.T) {
 	}
 }
 
-func TestCommandProgram(t *testing.T) {
+func TestCommandName(t *testing.T) {
 	for cmd, want := range map[string]string{
-		`PATH=/x ; export PATH ; /x/orted -mca a b`: "orted",
-		`FOO=1 "/opt/app/run.sh" x`:                 "/opt/app/run.sh",
-		`git fetch origin`:                          "git",
-		`X=1 Y=2`:                                   "",
-		"":                                          "",
+		`PATH=/x ; export PATH ; /x/orted -mca a b`:     "orted",
+		`FOO=1 "/opt/app/run.sh" x`:                     "/opt/app/run.sh",
+		`git fetch origin`:                              "git",
+		`HOROVOD_RANK=0 "python3" train.py --token=abc`: "python3",
+		"SECRET=x /opt/app/train --key k":               "/opt/app/train",
+		"sorted-files --orted":                          "sorted-files",
+		`X=1 Y=2`:                                       "",
+		"":                                              "",
 	} {
-		if got := CommandProgram(cmd); got != want {
-			t.Errorf("CommandProgram(%q) = %q, want %q", cmd, got, want)
+		if got := CommandName(cmd); got != want {
+			t.Errorf("CommandName(%q) = %q, want %q", cmd, got, want)
 		}
 	}
 }
@@ -76,8 +79,8 @@ func FuzzCommandDaemon(f *testing.F) {
 		if d != "" && !IsDaemon(d) {
 			t.Fatalf("CommandDaemon(%q) = %q, not a daemon", cmd, d)
 		}
-		if p := CommandProgram(cmd); d != "" && p != d {
-			t.Fatalf("CommandProgram(%q) = %q, want the daemon %q", cmd, p, d)
+		if p := CommandName(cmd); d != "" && p != d {
+			t.Fatalf("CommandName(%q) = %q, want the daemon %q", cmd, p, d)
 		}
 	})
 }

@@ -41,7 +41,7 @@ type FailureRecord struct {
 	Phase string    `json:"phase"`
 	Cause string    `json:"cause"`
 	Hint  string    `json:"hint,omitempty"`
-	// Daemon is the program the remote command runs (mpi.CommandProgram:
+	// Daemon is the program the remote command runs (mpi.CommandName:
 	// orted, prted, hydra_pmi_proxy, ..., else the first program it names);
 	// "" when none was given.
 	Daemon string `json:"daemon,omitempty"`
@@ -60,7 +60,7 @@ type FailureRecord struct {
 func newFailureRecord(f *sshclient.Failure, cmd string, now time.Time) FailureRecord {
 	r := FailureRecord{Time: now, Host: f.Host, Port: f.Port, Phase: string(f.Phase), Cause: f.CauseText(), Hint: f.Hint,
 		Line: f.Error(), PID: os.Getpid()}
-	r.Daemon = filepath.Base(mpi.CommandProgram(cmd))
+	r.Daemon = filepath.Base(mpi.CommandName(cmd))
 	if r.Daemon == "." {
 		r.Daemon = ""
 	}

@@ -470,10 +470,10 @@ func (r *runner) killedBy(host string, port int, name string, status int) int {
 }
 
 // commandName names the program a remote command runs, for the exit-127
-// line (mpi.CommandProgram: the MPI daemon it runs, else the program of its
+// line (mpi.CommandName: the MPI daemon it runs, else the program of its
 // first command).
 func commandName(cmd string) string {
-	if p := mpi.CommandProgram(cmd); p != "" {
+	if p := mpi.CommandName(cmd); p != "" {
 		return printable(p)
 	}
 	return "the command"
