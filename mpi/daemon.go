@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/podmpi/podmpi/agent/environ"
 )
 
 // IsDaemon reports whether name (a program's file name, without its
@@ -109,16 +111,5 @@ var commandPrefixes = []string{"exec", "env", "nohup", "command", "time", "!", "
 // isAssignment reports whether w is a shell variable assignment NAME=value.
 func isAssignment(w string) bool {
 	name, _, ok := strings.Cut(w, "=")
-	if !ok || name == "" {
-		return false
-	}
-	for i, c := range name {
-		switch {
-		case c == '_', c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z':
-		case c >= '0' && c <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
+	return ok && environ.IsName(name)
 }

@@ -96,19 +96,7 @@ func EnvAllowed(name string) bool {
 }
 
 func validEnvName(name string) bool {
-	if name == "" || len(name) > maxEnvNameLen {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		switch {
-		case c == '_', c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z':
-		case c >= '0' && c <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
+	return len(name) <= maxEnvNameLen && environ.IsName(name)
 }
 
 // validEnvValue rejects values the kernel cannot pass (NUL) and huge ones.

@@ -34,3 +34,22 @@ func Set(env []string, name, value string) []string {
 	}
 	return append(out, name+"="+value)
 }
+
+// IsName reports whether name is a variable name as the shell takes one
+// (and so as NAME=value assigns it): letters, digits and '_', not
+// starting with a digit.
+func IsName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c == '_', c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}

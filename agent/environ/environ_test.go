@@ -32,3 +32,13 @@ func TestSet(t *testing.T) {
 		t.Errorf("Set(nil) = %q", got)
 	}
 }
+
+func TestIsName(t *testing.T) {
+	for name, want := range map[string]bool{
+		"PATH": true, "_x1": true, "OMPI_MCA_plm_rsh_agent": true, "": false, "1A": false, "A-B": false, "A=B": false, "é": false, "A B": false,
+	} {
+		if got := IsName(name); got != want {
+			t.Errorf("IsName(%q) = %t", name, got)
+		}
+	}
+}
