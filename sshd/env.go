@@ -9,6 +9,8 @@ import (
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/sys/unix"
+
+	"github.com/podmpi/podmpi/agent/environ"
 )
 
 // envPrefixes are the variable-name prefixes a client may set with an "env"
@@ -94,19 +96,7 @@ func EnvAllowed(name string) bool {
 }
 
 func validEnvName(name string) bool {
-	if name == "" || len(name) > maxEnvNameLen {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		switch {
-		case c == '_', c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z':
-		case c >= '0' && c <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
+	return len(name) <= maxEnvNameLen && environ.IsName(name)
 }
 
 // validEnvValue rejects values the kernel cannot pass (NUL) and huge ones.
@@ -152,7 +142,7 @@ func lookupIdentity(base []string) identity {
 		}
 	}
 	if id.home == "" {
-		if h := envValue(base, "HOME"); h != "" && isDir(h) {
+		if h := environ.Get(base, "HOME"); h != "" && isDir(h) {
 			id.home = h
 		}
 	}
@@ -165,15 +155,6 @@ func lookupIdentity(base []string) identity {
 func isDir(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && st.IsDir()
-}
-
-func envValue(env []string, name string) string {
-	for i := len(env) - 1; i >= 0; i-- {
-		if k, v, ok := strings.Cut(env[i], "="); ok && k == name {
-			return v
-		}
-	}
-	return ""
 }
 
 // sessionEnv builds a session's environment: base (the agent's), then the

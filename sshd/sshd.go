@@ -36,7 +36,9 @@
 //     image reach orted), plus client "env" requests allowed by EnvAllowed.
 //   - stdout and stderr stay separate and are drained completely before the
 //     exit status; death by signal is reported as "exit-signal" (RFC 4254
-//     §6.10). When the client disconnects or closes the channel the whole
+//     §6.10), a signal outside the RFC's list by the name "BUS@podmpi" (the
+//     RFC's "sig-name@xyz" form; OpenSSH's sshd says "SIG@openssh.com" and
+//     loses the number), so that podmpi-rsh exits 128+N for each. When the client disconnects or closes the channel the whole
 //     process group gets SIGTERM, then SIGKILL after Config.KillGrace; group
 //     members left behind after a normal exit are terminated the same way,
 //     and group members re-parented to the agent (when it is PID 1 or a

@@ -281,6 +281,11 @@ func TestExitSignal(t *testing.T) {
 	if r.signal != "TERM" || r.stdout != "before\n" {
 		t.Errorf("signal %q stdout %q code %d err %v", r.signal, r.stdout, r.code, r.err)
 	}
+	// A signal RFC 4254 does not name is named all the same, so that
+	// podmpi-rsh can exit 128+7 (OpenSSH's sshd says "SIG@openssh.com").
+	if r := run(t, c, "kill -BUS $$", nil); r.signal != "BUS@podmpi" {
+		t.Errorf("SIGBUS: signal %q code %d err %v", r.signal, r.code, r.err)
+	}
 }
 
 // startPIDs runs cmd, which prints PIDs one per line and then blocks, and

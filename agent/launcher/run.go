@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/push"
 
+	"github.com/podmpi/podmpi/agent/environ"
 	"github.com/podmpi/podmpi/agent/exitcode"
 	"github.com/podmpi/podmpi/agent/launcher/discovery"
 	"github.com/podmpi/podmpi/agent/launcher/mpirun"
@@ -110,7 +111,7 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 
 	// The phases are done: an mpirun/mpiexec of the launcher's started
 	// inside the job runs the real program at once (see RunShim).
-	env = rsh.Setenv(env, EnvLauncherPID, strconv.Itoa(os.Getpid()))
+	env = environ.Set(env, EnvLauncherPID, strconv.Itoa(os.Getpid()))
 
 	argv := l.commandHostfile(cfg.Command, p)
 	total := 0
@@ -145,7 +146,7 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 		return exitcode.MPIRunNotFound, &Failure{Phase: PhaseMPIRun, Code: exitcode.MPIRunNotFound, Err: err,
 			Hint: "install the MPI in the launcher image: podmpi's own " + argv[0] + " runs the real one it finds after it on PATH"}
 	}
-	argv = programArgv0(argv, prog, p.Impl.Hydra())
+	argv = programArgv0(argv, prog, p.Impl)
 	var res mpirun.RunResult
 	runErr := l.phase(PhaseMPIRun, func() error {
 		var err error

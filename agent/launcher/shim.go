@@ -12,6 +12,7 @@ import (
 	"github.com/podmpi/podmpi/agent/execpath"
 	"github.com/podmpi/podmpi/agent/exitcode"
 	"github.com/podmpi/podmpi/agent/launcher/discovery"
+	"github.com/podmpi/podmpi/agent/launcher/mpirun"
 	"github.com/podmpi/podmpi/agent/launcher/slots"
 	"github.com/podmpi/podmpi/mpi"
 )
@@ -83,8 +84,8 @@ func RunShim(ctx context.Context, cfg Config, argv []string) (exitcode.Code, err
 		if cfg.Logger != nil {
 			cfg.Logger.Debug("running the real program directly", "program", real, "why", why)
 		}
-		impl, _ := mpi.NameHint(real)
-		err := execve(real, programArgv0(cmd, real, impl.Hydra() || !impl.OpenMPI()), os.Environ())
+		impl, _ := mpirun.Identify(ctx, cfg.Implementation, real)
+		err := execve(real, programArgv0(cmd, real, impl), os.Environ())
 		return exitcode.MPIRunNotFound, &Failure{Phase: PhaseMPIRun, Code: exitcode.MPIRunNotFound,
 			Err: fmt.Errorf("running %s: %w", real, err), Hint: "check that " + real + " is an executable the image can run"}
 	}
@@ -186,17 +187,20 @@ func (l *Launcher) commandHostfile(argv []string, p *Prepared) []string {
 	return out
 }
 
-// programArgv0 is argv with the argv[0] the real MPI launcher prog needs
-// when the command names it without a directory. Hydra (MPICH, Intel MPI)
-// finds its proxies next to itself, and for a bare argv[0] it looks itself
-// up on PATH, where podmpi's directory comes first: it gets its absolute
-// path, as if PATH held only the real one. Open MPI takes an absolute
-// argv[0] for --prefix (remote PATH and LD_LIBRARY_PATH set from it), so it
-// keeps the name as typed. hydra is true for Hydra and for programs whose
-// MPI is unknown (Intel MPI's mpirun is a script: its argv[0] does not
-// matter).
-func programArgv0(argv []string, prog string, hydra bool) []string {
-	if !hydra || prog == "" || len(argv) == 0 || filepath.Base(argv[0]) != argv[0] || !mpi.IsLauncher(argv[0]) {
+// programArgv0 is argv with the argv[0] the real MPI launcher prog of MPI
+// impl needs when the command names it without a directory; both ways of
+// starting the MPI (`launcher --` with the MPI it detected, the shim that
+// runs it at once with what mpirun.Identify says) decide here. Hydra
+// (MPICH, Intel MPI) finds its proxies next to itself, and for a bare
+// argv[0] it looks itself up on PATH, where podmpi's directory comes
+// first: it gets its absolute path, as if PATH held only the real one.
+// Open MPI takes an absolute argv[0] for --prefix (the remote PATH and
+// LD_LIBRARY_PATH set from the launcher's install), so it keeps the name as
+// typed. An MPI nobody could name gets the absolute path too: Hydra fails
+// without it, Open MPI merely gets that prefix (Intel MPI's mpirun is a
+// script: its argv[0] does not matter).
+func programArgv0(argv []string, prog string, impl mpi.Implementation) []string {
+	if impl.OpenMPI() || prog == "" || len(argv) == 0 || filepath.Base(argv[0]) != argv[0] || !mpi.IsLauncher(argv[0]) {
 		return argv
 	}
 	out := slices.Clone(argv)

@@ -86,24 +86,27 @@ func TestProgramSkipsThisBinary(t *testing.T) {
 
 func TestProgramArgv0(t *testing.T) {
 	argv := []string{"mpiexec.hydra", "-np", "2", "x"}
-	if got := programArgv0(argv, "/usr/bin/mpiexec.hydra", true); got[0] != "/usr/bin/mpiexec.hydra" || argv[0] != "mpiexec.hydra" {
-		t.Errorf("Hydra: argv %q (input %q)", got, argv)
+	for _, impl := range []mpi.Implementation{mpi.MPICH, mpi.IntelMPI, ""} {
+		if got := programArgv0(argv, "/usr/bin/mpiexec.hydra", impl); got[0] != "/usr/bin/mpiexec.hydra" || argv[0] != "mpiexec.hydra" {
+			t.Errorf("%q: argv %q (input %q)", impl, got, argv)
+		}
 	}
 	for _, tc := range []struct {
-		argv  []string
-		hydra bool
+		argv []string
+		impl mpi.Implementation
 	}{
-		{[]string{"mpirun", "x"}, false},              // Open MPI: an absolute argv[0] means --prefix
-		{[]string{"/opt/mpi/bin/mpiexec", "x"}, true}, // as given
-		{[]string{"bash", "-c", "mpiexec x"}, true},   // not an MPI launcher
-		{[]string{"mpiexec.hydra"}, true},             // prog "" below
+		{[]string{"mpirun", "x"}, mpi.OpenMPI4}, // Open MPI: an absolute argv[0] means --prefix
+		{[]string{"mpirun", "x"}, mpi.OpenMPI5},
+		{[]string{"/opt/mpi/bin/mpiexec", "x"}, mpi.MPICH}, // as given
+		{[]string{"bash", "-c", "mpiexec x"}, mpi.MPICH},   // not an MPI launcher
+		{[]string{"mpiexec.hydra"}, mpi.MPICH},             // prog "" below
 	} {
 		prog := "/usr/bin/" + filepath.Base(tc.argv[0])
 		if tc.argv[0] == "mpiexec.hydra" {
 			prog = ""
 		}
-		if got := programArgv0(tc.argv, prog, tc.hydra); !slices.Equal(got, tc.argv) {
-			t.Errorf("programArgv0(%q, %q, %v) = %q, want unchanged", tc.argv, prog, tc.hydra, got)
+		if got := programArgv0(tc.argv, prog, tc.impl); !slices.Equal(got, tc.argv) {
+			t.Errorf("programArgv0(%q, %q, %v) = %q, want unchanged", tc.argv, prog, tc.impl, got)
 		}
 	}
 }
@@ -237,5 +240,60 @@ func TestRunShimDirect(t *testing.T) {
 	code, err := RunShim(context.Background(), Config{Executable: self}, []string{filepath.Join(bin, "mpirun"), "-np", "2", "x"})
 	if code != exitcode.MPIRunNotFound || err == nil || gotPath != real || !slices.Equal(gotArgv, []string{real, "-np", "2", "x"}) {
 		t.Fatalf("RunShim = %d, %v; exec %q %q", code, err, gotPath, gotArgv)
+	}
+}
+
+// TestRunShimDirectArgv0: the shim that runs the real mpirun at once gives
+// it the argv[0] `launcher --` would: the name as typed for Open MPI (an
+// absolute one would mean --prefix), whether its file name says so or not,
+// and the absolute path for Hydra.
+func TestRunShimDirectArgv0(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		beside  []string // daemons installed beside the real mpirun
+		version string   // what it prints for --version
+		spec    string   // --mpi.implementation
+		want    string   // argv[0]; "" is the real program's path
+	}{
+		{name: "open mpi by its daemon", beside: []string{"orted"}, want: "mpirun"},
+		{name: "open mpi 5 by its daemon", beside: []string{"prted"}, want: "mpirun"},
+		{name: "open mpi by --version", version: "mpirun (Open MPI) 4.1.4", want: "mpirun"},
+		{name: "open mpi as configured", spec: "openmpi", want: "mpirun"},
+		{name: "mpich by its daemon", beside: []string{"hydra_pmi_proxy"}},
+		{name: "intel by its daemons", beside: []string{"hydra_bstrap_proxy", "hydra_pmi_proxy"}},
+		{name: "both", beside: []string{"orted", "hydra_pmi_proxy"}},
+		{name: "nothing says"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			self, bin, usr, real := shimLayout(t)
+			script := "#!/bin/sh\necho \"$0 $*\"\n"
+			if tc.version != "" {
+				script = "#!/bin/sh\necho '" + tc.version + "'\n"
+			}
+			if err := os.WriteFile(real, []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range tc.beside {
+				if err := os.WriteFile(filepath.Join(usr, d), []byte("#!/bin/sh\n"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			t.Setenv("PATH", bin+":"+usr)
+			t.Setenv(EnvLauncherPID, "1")
+			var gotArgv []string
+			defer func(e func(string, []string, []string) error) { execve = e }(execve)
+			execve = func(_ string, argv, _ []string) error {
+				gotArgv = argv
+				return errors.New("exec refused by the test")
+			}
+			_, _ = RunShim(context.Background(), Config{Executable: self, Implementation: tc.spec}, []string{"mpirun", "-np", "2", "x"})
+			want := tc.want
+			if want == "" {
+				want = real
+			}
+			if len(gotArgv) == 0 || gotArgv[0] != want {
+				t.Fatalf("argv %q, want argv[0] %q", gotArgv, want)
+			}
+		})
 	}
 }

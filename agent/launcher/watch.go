@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -20,8 +21,8 @@ import (
 	"github.com/podmpi/podmpi/agent/launcher/mpirun"
 	"github.com/podmpi/podmpi/agent/launcher/postmortem"
 	"github.com/podmpi/podmpi/agent/rsh"
+	"github.com/podmpi/podmpi/agent/worker/account"
 	"github.com/podmpi/podmpi/agent/worker/api"
-	"github.com/podmpi/podmpi/mpi"
 )
 
 // What happens after mpirun started: while it runs, the launcher watches
@@ -153,6 +154,13 @@ type watch struct {
 	// net.DefaultResolver's).
 	lookupHost func(ctx context.Context, host string) ([]string, error)
 
+	// self is the launcher's own hostfile entry when it runs ranks too
+	// (runLauncherAsNode), "" otherwise; own is then its account of its
+	// own pod (its processes and memory cgroup, as a worker-agent keeps
+	// one), nil when it could not keep one.
+	self string
+	own  *account.Account
+
 	// upBefore is a time every worker-agent is known to have been up at:
 	// mpirun's start when the probe ran (it reached every agent before);
 	// zero when it did not.
@@ -189,6 +197,17 @@ func (l *Launcher) newWatch(ctx context.Context, p *Prepared, dir string) *watch
 	for i, h := range p.Hosts {
 		if i != p.Plan.SelfIndex {
 			w.workers = append(w.workers, &workerState{host: h.Name})
+		}
+	}
+	if i := p.Plan.SelfIndex; i >= 0 && i < len(p.Hosts) {
+		// The launcher's pod runs ranks: it keeps the account of its own
+		// pod that no worker-agent keeps there.
+		w.self = p.Hosts[i].Name
+		own, err := account.New(account.Config{Hostname: w.self, Logger: l.log.With("component", "account")})
+		if err != nil {
+			l.log.Warn("the launcher keeps no account of its own pod: a rank that fails here is named from mpirun's output only", "host", w.self, "err", err)
+		} else {
+			w.own = own
 		}
 	}
 	w.stdout = w.collector.Writer(cfg.Stdout)
@@ -234,6 +253,9 @@ func (w *watch) start() {
 	}
 	if w.l.cfg.DiagnosisWatch > 0 && len(w.workers) > 0 {
 		w.stopWg.Go(func() { w.watchWorkers(ctx) })
+	}
+	if w.own != nil {
+		w.stopWg.Go(func() { w.own.Run(ctx) })
 	}
 }
 
@@ -313,12 +335,12 @@ func (w *watch) readRecords() int {
 	room := maxRecords - len(w.records)
 	daemons := 0
 	for i, r := range recs {
-		msg := "podmpi-rsh could not run a remote command"
-		if slices.Contains(mpi.AllDaemons(), r.Daemon) {
-			msg = "podmpi-rsh could not start an MPI daemon"
+		msg, level := "podmpi-rsh could not run a remote command (not an MPI daemon: its caller reports it)", slog.LevelWarn
+		if r.Launch {
+			msg, level = "podmpi-rsh could not start an MPI daemon", slog.LevelError
 			daemons++
 		}
-		w.l.log.Error(msg, "host", r.Host, "port", r.Port, "phase", r.Phase, "daemon", r.Daemon, "cause", r.Cause, "hint", r.Hint)
+		w.l.log.Log(context.Background(), level, msg, "host", r.Host, "port", r.Port, "phase", r.Phase, "daemon", r.Daemon, "cause", r.Cause, "hint", r.Hint)
 		if i < room {
 			w.records = append(w.records, r)
 		}
@@ -675,9 +697,10 @@ func (w *watch) diagnose(res mpirun.RunResult, program string) *postmortem.Diagn
 	w.mu.Lock()
 	in := postmortem.Input{
 		Outcome: postmortem.Outcome{Program: program, ExitCode: res.ExitCode, TimedOut: res.TimedOut, LaunchStopped: w.launchStopped,
-			WebPort: w.l.cfg.WorkerWebPort},
+			WebPort: w.l.cfg.WorkerWebPort, Started: w.since.Add(sinceSlack)},
 		Reports:  w.collector.Reports(),
 		Launches: append([]rsh.FailureRecord(nil), w.records...),
+		Self:     w.self,
 	}
 	if !w.stoppedAt.IsZero() && !w.launchStopped {
 		in.Outcome.Stopped, in.Outcome.StoppedAt = true, w.stoppedAt
@@ -702,6 +725,10 @@ func (w *watch) diagnose(res mpirun.RunResult, program string) *postmortem.Diagn
 		in.Workers = append(in.Workers, wk)
 	}
 	w.mu.Unlock()
+	if w.own != nil {
+		own := w.own.Snapshot(w.since)
+		in.SelfEvents = &own
+	}
 	d := postmortem.Decide(in)
 	log := w.l.log
 	attrs := []any{"cause", d.Cause(), "answered", d.Answered, "silent", d.Silent, "asked_in", time.Since(start).Round(time.Millisecond)}

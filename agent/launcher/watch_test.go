@@ -24,6 +24,7 @@ import (
 	"github.com/podmpi/podmpi/agent/exitcode"
 	"github.com/podmpi/podmpi/agent/launcher/discovery"
 	"github.com/podmpi/podmpi/agent/launcher/postmortem"
+	"github.com/podmpi/podmpi/agent/rsh"
 	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
 	"github.com/podmpi/podmpi/agent/worker/api"
 )
@@ -202,7 +203,7 @@ func firstLine(code exitcode.Code, err error) string {
 // (a JSON file in $PODMPI_RSH_FAILURE_DIR), then runs then.
 func recordScript(then string) []string {
 	rec := `{"time":"2025-01-02T03:04:05Z","host":"127.0.0.1","port":2222,"phase":"tcp-refused",` +
-		`"cause":"dial tcp 127.0.0.1:2222: connect: connection refused","hint":"nothing listens on port 2222 of 127.0.0.1","daemon":"orted",` +
+		`"cause":"dial tcp 127.0.0.1:2222: connect: connection refused","hint":"nothing listens on port 2222 of 127.0.0.1","daemon":"orted","launch":true,` +
 		`"line":"127.0.0.1:2222: tcp-refused: ...","pid":42}`
 	return []string{"sh", "-c", `test -d "$` + "PODMPI_RSH_FAILURE_DIR" + `" || exit 99; printf '%s\n' '` + rec + `' > "$PODMPI_RSH_FAILURE_DIR/42-1.json"; ` + then}
 }
@@ -641,7 +642,7 @@ func TestTimeoutWithoutFinding(t *testing.T) {
 func TestOtherCommandFailureDoesNotStop(t *testing.T) {
 	a := startAgent(t)
 	script := recordScript("sleep 1; exit 4")
-	script[2] = strings.Replace(script[2], `"daemon":"orted"`, `"daemon":"hostname"`, 1)
+	script[2] = strings.Replace(script[2], `"daemon":"orted","launch":true`, `"daemon":"hostname"`, 1)
 	code, _, logs, _, err := runJob(t, a.port, nil, script...)
 	if code != 4 {
 		t.Fatalf("exit %d (%v), want the command's own 4: it was stopped", code, err)
@@ -737,5 +738,60 @@ func TestNameGoneHasNoFallback(t *testing.T) {
 	}
 	if got := w.known["w-0.example"]; len(got) != 1 || got[0] != "127.0.0.1" {
 		t.Errorf("known = %v, want the new address", got)
+	}
+}
+
+// TestBadRecordIsReadOnce: a record that cannot be parsed is warned about
+// once and then skipped, not every poll for the rest of the run; the good
+// records beside it are read in the order they were written.
+func TestBadRecordIsReadOnce(t *testing.T) {
+	var logs sshtest.Buffer
+	l, err := New(Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &watch{l: l, failDir: t.TempDir(), read: map[string]bool{}}
+	if err := os.WriteFile(filepath.Join(w.failDir, "00000000000000000001-7.json"), []byte(`{"time":`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i, host := range []string{"w-0", "w-1"} {
+		if err := rsh.WriteFailureRecord(w.failDir, rsh.FailureRecord{Time: time.Unix(100+int64(i), 0), Host: host, Port: 2222,
+			Phase: "tcp-refused", Daemon: "orted", Launch: true, PID: 9 - i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	daemons := 0
+	for range 5 {
+		daemons += w.readRecords()
+	}
+	if n := strings.Count(logs.String(), "reading podmpi-rsh failure records"); n != 1 {
+		t.Errorf("%d warnings about the bad record, want 1:\n%s", n, logs.String())
+	}
+	if daemons != 2 || len(w.records) != 2 || w.records[0].Host != "w-0" {
+		t.Errorf("daemons %d, records %+v; want w-0 then w-1", daemons, w.records)
+	}
+}
+
+// TestRankOnTheLaunchersOwnPod: with the launcher's own entry in the
+// hostfile (runLauncherAsNode) a rank runs beside it; when it exits
+// non-zero, Open MPI names it without a host, and the launcher's account
+// of its own pod, which saw that rank end, places it there. It used to be
+// "rank 1 on an unknown worker".
+func TestRankOnTheLaunchersOwnPod(t *testing.T) {
+	a := startAgent(t)
+	mpirun := `OMPI_COMM_WORLD_RANK=1 sh -c 'sleep 2; exit 3'; ` +
+		`printf '%s\n' 'mpirun detected that one or more processes exited with non-zero status, thus causing' ` +
+		`'the job to be terminated. The first process to do so was:' '' '  Process name: [[4242,1],1]' '  Exit code:    3' >&2; exit 3`
+	code, _, logs, _, err := runJob(t, a.port, func(c *Config) {
+		c.Discovery = discovery.Spec{Workers: []string{"127.0.0.1=2", "localhost=2"}, Self: "localhost"}
+	}, "sh", "-c", mpirun)
+	if code != 3 {
+		t.Fatalf("exit %d (%v), want mpirun's 3", code, err)
+	}
+	if first := firstLine(code, err); !strings.Contains(first, "root cause: rank 1 on localhost (the launcher's own pod) (sh) exited with status 3") {
+		t.Errorf("first line: %s", first)
+	}
+	if !strings.Contains(logs, "account of the pod started") {
+		t.Errorf("the launcher kept no account of its own pod:\n%s", logs)
 	}
 }

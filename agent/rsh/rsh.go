@@ -60,8 +60,12 @@
 // # Exit status
 //
 // The remote command's exit status is returned unchanged. A command killed
-// by a signal gives 128+signal number (143 for TERM), as a shell reports
-// it, with one stderr line naming the signal; OpenSSH would exit 255. Open
+// by a signal gives 128+signal number (143 for SIGTERM, 135 for SIGBUS), as
+// a shell reports it, with one stderr line naming the signal; OpenSSH would
+// exit 255. The SSH wire names only RFC 4254's signals; worker-agent names
+// the others "BUS@podmpi" and so on (package signals), which this client
+// reads. OpenSSH's sshd names them all "SIG@openssh.com", which says no
+// number: the client then exits 128 and its line says so. Open
 // MPI and Hydra treat any non-zero status of their ssh child as a failed
 // daemon either way, and 128+n keeps the signal visible in Hydra's "EXIT
 // CODE" and in logs. 255 stays reserved for "could not run the command",
@@ -99,6 +103,7 @@ import (
 
 	"github.com/podmpi/podmpi/agent/cli"
 	"github.com/podmpi/podmpi/agent/exitcode"
+	"github.com/podmpi/podmpi/agent/signals"
 	"github.com/podmpi/podmpi/agent/sshclient"
 	"github.com/podmpi/podmpi/agent/version"
 	"github.com/podmpi/podmpi/jobkey"
@@ -372,10 +377,6 @@ func (r *runner) dial(ctx context.Context, opts Options, port int, cfg sshclient
 	return client, f
 }
 
-var sshSignals = map[os.Signal]ssh.Signal{
-	syscall.SIGINT: ssh.SIGINT, syscall.SIGTERM: ssh.SIGTERM, syscall.SIGHUP: ssh.SIGHUP,
-}
-
 func (r *runner) session(ctx context.Context, client *ssh.Client, opts Options, port int) int {
 	host := opts.Host
 	remoteFail := func(err error) int {
@@ -404,8 +405,8 @@ func (r *runner) session(ctx context.Context, client *ssh.Client, opts Options, 
 		case err := <-waitErr:
 			return r.exitStatus(host, port, err)
 		case sig := <-r.sigs:
-			if name, ok := sshSignals[sig]; ok {
-				_ = s.Signal(name)
+			if ss, ok := sig.(syscall.Signal); ok {
+				_ = s.Signal(ssh.Signal(signals.SSHName(ss)))
 			}
 			if grace == nil {
 				first = sig
@@ -416,12 +417,9 @@ func (r *runner) session(ctx context.Context, client *ssh.Client, opts Options, 
 		case <-grace:
 			client.Close()
 			<-waitErr // the stdout/stderr copiers are done: nothing writes after us
-			num := 0
-			if ss, ok := first.(syscall.Signal); ok {
-				num = int(ss)
-			}
-			r.line("%s: remote command still running %s after SIG%s was forwarded; connection closed", net.JoinHostPort(host, strconv.Itoa(port)), r.grace, sshSignals[first])
-			return 128 + num
+			ss, _ := first.(syscall.Signal)
+			r.line("%s: remote command still running %s after %s was forwarded; connection closed", net.JoinHostPort(host, strconv.Itoa(port)), r.grace, signals.Name(ss))
+			return 128 + int(ss)
 		case <-ctx.Done():
 			client.Close()
 			<-waitErr
@@ -437,10 +435,9 @@ func (r *runner) exitStatus(host string, port int, err error) int {
 	switch {
 	case err == nil:
 		return 0
+	case errors.As(err, &ee) && ee.Signal() != "":
+		return r.killedBy(host, port, ee.Signal(), ee.ExitStatus())
 	case errors.As(err, &ee):
-		if sig := ee.Signal(); sig != "" {
-			r.line("%s: remote command killed by signal %s", net.JoinHostPort(host, strconv.Itoa(port)), sig)
-		}
 		if ee.ExitStatus() == int(exitcode.CommandNotFound) && !r.quiet {
 			prog := commandName(r.command)
 			r.line("%s", (&sshclient.Failure{Host: host, Port: port, Phase: sshclient.PhaseRemoteCommand,
@@ -455,24 +452,29 @@ func (r *runner) exitStatus(host string, port int, err error) int {
 	return r.fail(sshclient.Classify(host, port, sshclient.PhaseRemoteCommand, err))
 }
 
-// commandName names the program a remote command runs, for the exit-127
-// line: the MPI daemon it names when it names one (Open MPI prefixes
-// orted with PATH settings), else its first word that is not a variable
-// assignment.
-func commandName(cmd string) string {
-	for _, d := range mpi.AllDaemons() {
-		if strings.Contains(cmd, d) {
-			return d
-		}
+// killedBy is the status of a remote command that died of the signal the
+// server named name in its "exit-signal" message: 128+N, as a shell says,
+// for every signal worker-agent names (RFC 4254's and its "BUS@podmpi"
+// for the others; see package signals). OpenSSH's sshd names the others
+// "SIG@openssh.com" and the number is lost: then x/crypto's status stands
+// (128), and the line says the signal is unknown.
+func (r *runner) killedBy(host string, port int, name string, status int) int {
+	where := net.JoinHostPort(host, strconv.Itoa(port))
+	sig, ok := signals.ParseSSHExit(name)
+	if !ok {
+		r.line("%s: remote command killed by a signal the server did not name (%q); exit status %d", where, printable(name), status)
+		return status
 	}
-	for _, w := range strings.Fields(cmd) {
-		w = strings.Trim(w, `"'`)
-		if k, _, ok := strings.Cut(w, "="); ok && k != "" && !strings.ContainsAny(k, "/ ") {
-			continue
-		}
-		if w != "" {
-			return printable(w)
-		}
+	r.line("%s: remote command killed by signal %d (%s)", where, int(sig), signals.Name(sig))
+	return 128 + int(sig)
+}
+
+// commandName names the program a remote command runs, for the exit-127
+// line (mpi.CommandName: the MPI daemon it runs, else the program of its
+// first command).
+func commandName(cmd string) string {
+	if p := mpi.CommandName(cmd); p != "" {
+		return printable(p)
 	}
 	return "the command"
 }

@@ -159,6 +159,7 @@ func TestFailuresExit255WithOneLine(t *testing.T) {
 	other := sshtest.NewTrainerKey(t) // same type as the job key: the server presents it, and it is refused
 	wrongHost := sshtest.Start(t, sshtest.Options{HostKey: other.Signer, Authorized: []ssh.PublicKey{f.key.Public()}})
 	wrongClient := sshtest.Start(t, sshtest.Options{HostKey: f.key.Signer, Authorized: []ssh.PublicKey{other.Public()}})
+	openssh := sshtest.Start(t, sshtest.Options{HostKey: f.key.Signer, Authorized: []ssh.PublicKey{f.key.Public()}, OpenSSHSignalNames: true})
 	free := strconv.Itoa(sshtest.FreePort(t))
 
 	for _, tc := range []struct {
@@ -182,14 +183,17 @@ func TestFailuresExit255WithOneLine(t *testing.T) {
 		{"bad port env", f.env(EnvPort, "http"), []string{"127.0.0.1", "true"}, "podmpi-rsh: 127.0.0.1:2222: config: PODMPI_SSH_PORT is not a port number", nil},
 		{"bad insecure env", f.env(EnvInsecure, "sure"), []string{"-p", f.port(), "127.0.0.1", "true"}, "podmpi-rsh: 127.0.0.1:" + f.port() + ": config: PODMPI_SSH_INSECURE_IGNORE_HOST_KEY is not a boolean", nil},
 		{"missing -i file", f.env(), []string{"-i", "/nonexistent/key", "-p", f.port(), "127.0.0.1", "true"}, "podmpi-rsh: 127.0.0.1:" + f.port() + ": config: check mode /nonexistent/key", nil},
-		{"killed by signal", f.env(), []string{"-p", f.port(), "127.0.0.1", "kill -TERM $$"}, "podmpi-rsh: 127.0.0.1:" + f.port() + ": remote command killed by signal TERM", nil},
+		{"killed by signal", f.env(), []string{"-p", f.port(), "127.0.0.1", "kill -TERM $$"}, "podmpi-rsh: 127.0.0.1:" + f.port() + ": remote command killed by signal 15 (SIGTERM)", nil},
+		{"killed by a signal RFC 4254 does not name", f.env(), []string{"-p", f.port(), "127.0.0.1", "kill -BUS $$"}, "podmpi-rsh: 127.0.0.1:" + f.port() + ": remote command killed by signal 7 (SIGBUS)", nil},
+		{"killed by a signal the server does not name", f.env(), []string{"-p", strconv.Itoa(openssh.Port), "127.0.0.1", "kill -BUS $$"}, "podmpi-rsh: 127.0.0.1:" + strconv.Itoa(openssh.Port) + ": remote command killed by a signal the server did not name (\"SIG@openssh.com\"); exit status 128", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			r := runMain(t, tc.env, nil, tc.args...)
-			wantCode := 255
-			if tc.name == "killed by signal" {
-				wantCode = 128 + int(syscall.SIGTERM)
+			wantCode := map[string]int{"killed by signal": 128 + int(syscall.SIGTERM), "killed by a signal RFC 4254 does not name": 128 + int(syscall.SIGBUS),
+				"killed by a signal the server does not name": 128}[tc.name]
+			if wantCode == 0 {
+				wantCode = 255
 			}
 			if r.code != wantCode || r.stdout != "" {
 				t.Fatalf("got %+v, want exit %d", r, wantCode)

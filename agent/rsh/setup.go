@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/podmpi/podmpi/agent/environ"
 	"github.com/podmpi/podmpi/agent/execpath"
 )
 
@@ -131,7 +132,7 @@ func setup(self, tmpDir string, names []string) (string, func(), error) {
 // first on PATH. It returns the new environment, the directory added (""
 // when none was needed) and a cleanup.
 func OnPath(env []string, self string) ([]string, string, func(), error) {
-	path := Getenv(env, "PATH")
+	path := environ.Get(env, "PATH")
 	if onPath(path, self) {
 		return env, "", func() {}, nil
 	}
@@ -139,7 +140,7 @@ func OnPath(env []string, self string) ([]string, string, func(), error) {
 	if err != nil {
 		return nil, "", nil, err
 	}
-	return Setenv(env, "PATH", PrependPath(dir, path)), dir, cleanup, nil
+	return environ.Set(env, "PATH", PrependPath(dir, path)), dir, cleanup, nil
 }
 
 // onPath reports whether every one of Names is found first on path as a
@@ -171,29 +172,6 @@ func isPodmpi(p, self string) bool {
 		return false
 	}
 	return filepath.Dir(rp) == filepath.Dir(rs) && slices.Contains(binaries, filepath.Base(rp))
-}
-
-// Getenv returns the value of name in env ("" when unset); the last entry
-// wins, as in execve.
-func Getenv(env []string, name string) string {
-	for i := len(env) - 1; i >= 0; i-- {
-		if k, v, ok := strings.Cut(env[i], "="); ok && k == name {
-			return v
-		}
-	}
-	return ""
-}
-
-// Setenv returns env with name set to value: every earlier entry of name is
-// dropped and one is appended.
-func Setenv(env []string, name, value string) []string {
-	out := make([]string, 0, len(env)+1)
-	for _, kv := range env {
-		if k, _, _ := strings.Cut(kv, "="); k != name {
-			out = append(out, kv)
-		}
-	}
-	return append(out, name+"="+value)
 }
 
 // Settings are what the client reads from the environment (see the package

@@ -4,6 +4,7 @@
 package signals
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,8 +21,20 @@ func Name(sig syscall.Signal) string {
 	return "SIG" + strconv.Itoa(int(sig))
 }
 
-// Parse is the inverse of [Name] and of [SSHName]: it reads "SIGSEGV",
-// "SEGV" or "SIG11" and returns 0 for anything else (including "").
+// Describe is sig for a sentence: "signal 11 (SIGSEGV, segmentation
+// fault)", with the C library's description of it (strsignal's, which Go
+// keeps), or "signal 40 (SIG40)" for one without.
+func Describe(sig syscall.Signal) string {
+	s := fmt.Sprintf("signal %d (%s", int(sig), Name(sig))
+	if d := sig.String(); d != "" && !strings.HasPrefix(d, "signal ") {
+		s += ", " + d
+	}
+	return s + ")"
+}
+
+// Parse is the inverse of [Name]: it reads "SIGSEGV", "SEGV" or "SIG11"
+// and returns 0 for anything else (including ""). [ParseSSHExit] reads
+// [SSHName]'s names.
 func Parse(name string) syscall.Signal {
 	if name == "" {
 		return 0
@@ -49,17 +62,26 @@ var sshNames = map[syscall.Signal]string{
 	syscall.SIGUSR2: "USR2",
 }
 
-// SSHOther is the name an "exit-signal" message carries for a signal outside
-// RFC 4254's list; OpenSSH's sshd sends the same.
-const SSHOther = "SIG@openssh.com"
+// SSHOpenSSHOther is the name OpenSSH's sshd gives in an "exit-signal"
+// message to every signal outside RFC 4254's list (SIGBUS, SIGSYS, ...):
+// the signal itself is lost there.
+const SSHOpenSSHOther = "SIG@openssh.com"
+
+// sshSuffix marks the name worker-agent gives a signal outside RFC 4254's
+// list: "BUS@podmpi". Section 6.10 allows "sig-name@xyz" for any other
+// signal; clients that do not know it (OpenSSH's ssh ignores exit-signal
+// altogether) are no worse off than with OpenSSH's name, and podmpi-rsh
+// exits 128+N for it as for the RFC's.
+const sshSuffix = "@podmpi"
 
 // SSHName returns sig's name in an SSH "signal" or "exit-signal" message:
-// RFC 4254's name, or [SSHOther].
+// RFC 4254's name ("SEGV"), else its own name with the "@podmpi" suffix
+// ("BUS@podmpi", "34@podmpi" for a signal the kernel does not name).
 func SSHName(sig syscall.Signal) string {
 	if n, ok := sshNames[sig]; ok {
 		return n
 	}
-	return SSHOther
+	return strings.TrimPrefix(Name(sig), "SIG") + sshSuffix
 }
 
 // ParseSSH reads the name of an SSH "signal" request. Only RFC 4254's names
@@ -71,4 +93,22 @@ func ParseSSH(name string) (syscall.Signal, bool) {
 		}
 	}
 	return 0, false
+}
+
+// ParseSSHExit reads the signal of an "exit-signal" message: RFC 4254's
+// names and worker-agent's "<name>@podmpi" (see [SSHName]). ok is false
+// for a name that does not say which signal, such as OpenSSH's
+// [SSHOpenSSHOther].
+func ParseSSHExit(name string) (syscall.Signal, bool) {
+	if s, ok := ParseSSH(name); ok {
+		return s, true
+	}
+	base, found := strings.CutSuffix(name, sshSuffix)
+	if !found || base == "" || strings.HasPrefix(base, "SIG") {
+		return 0, false
+	}
+	if s := Parse(base); s != 0 && SSHName(s) == name {
+		return s, true
+	}
+	return 0, false // not as SSHName writes it ("11@podmpi" for SEGV)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/podmpi/podmpi/agent/cli"
+	"github.com/podmpi/podmpi/agent/environ"
 	"github.com/podmpi/podmpi/agent/exitcode"
 	"github.com/podmpi/podmpi/agent/rsh"
 	"github.com/podmpi/podmpi/agent/version"
@@ -439,7 +440,7 @@ func (o *options) serve(ctx context.Context) error {
 		UID:               uid,
 		GID:               gid,
 		User:              username,
-		Path:              rsh.Getenv(sessionEnv, "PATH"),
+		Path:              environ.Get(sessionEnv, "PATH"),
 		Version:           vi,
 		Registry:          reg,
 		Logger:            log,
@@ -491,12 +492,12 @@ func (o *options) sessionEnv(authDir string, log *slog.Logger) ([]string, func()
 	if dir != "" {
 		log.Debug("podmpi-rsh linked for sessions", "dir", dir)
 	}
-	if rsh.Getenv(env, rsh.EnvAuthDir) == "" {
-		env = rsh.Setenv(env, rsh.EnvAuthDir, authDir)
+	if environ.Get(env, rsh.EnvAuthDir) == "" {
+		env = environ.Set(env, rsh.EnvAuthDir, authDir)
 	}
-	if rsh.Getenv(env, rsh.EnvPort) == "" {
+	if environ.Get(env, rsh.EnvPort) == "" {
 		if _, port, err := net.SplitHostPort(o.sshListen); err == nil && port != "" {
-			env = rsh.Setenv(env, rsh.EnvPort, port)
+			env = environ.Set(env, rsh.EnvPort, port)
 		}
 	}
 	return env, cleanup, nil

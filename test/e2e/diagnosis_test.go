@@ -23,9 +23,10 @@ import (
 // the launcher names host and cause first in its termination message,
 // within 30 s of the failure, with mpirun's exit code passed through: a
 // rank OOM-killed in a real memory cgroup with a limit, a rank that dies of
-// SIGSEGV, a worker pod whose every process is killed (its agent too), and
-// a Hydra job whose proxy podmpi-rsh cannot start (mpiexec.hydra would wait
-// for it for ever).
+// SIGSEGV (also after the job's own script had an ssh fail), a rank on the
+// launcher's own pod that exits non-zero, a worker pod whose every process
+// is killed (its agent too), and a Hydra job whose proxy podmpi-rsh cannot
+// start (mpiexec.hydra would wait for it for ever).
 func TestDiagnosis(t *testing.T) {
 	ctx := testCtx(t, 8*time.Minute)
 	prog := buildFailRank(t, ctx)
@@ -82,6 +83,44 @@ func TestDiagnosis(t *testing.T) {
 		first := f.expectRootCause(t, r, "worker dg-node-0-1.dg is gone: its name no longer exists", "kubectl get events")
 		t.Logf("termination message: %s", first)
 		f.noLeftovers(t, 5*time.Second)
+	})
+
+	t.Run("script_ssh_fails_then_rank_segfaults", func(t *testing.T) {
+		// The job's own script uses podmpi's ssh client (what ssh is with
+		// the images' PATH; here the launcher's own podmpi-rsh, since ssh is
+		// this machine's OpenSSH), with the failure directory in its
+		// environment, for something that is not an MPI daemon, and that
+		// fails; then rank 1 dies of SIGSEGV. The crash is the root cause,
+		// the failed ssh a line of context.
+		start := time.Now()
+		script := "podmpi-rsh -o ConnectionAttempts=1 -o ConnectTimeout=1 -p 1 " + f.workerName(0) + " git-upload-pack /srv/repo.git; " +
+			"exec mpirun.openmpi -np 4 " + prog + " segv 1"
+		p := f.launch(t, ctx, append(append([]string{}, workers...), "--mpi.implementation", "openmpi"), "sh", "-c", script)
+		waitOutput(t, p, ": ready", 4, 60*time.Second)
+		r := wait(t, p, start, 30*time.Second)
+		first := f.expectRootCause(t, r, "rank 1 on dg-node-0-0.dg", "signal 11 (SIGSEGV")
+		t.Logf("termination message: %s", first)
+		if !strings.Contains(r.out, "also: podmpi-rsh could not run git-upload-pack on "+f.workerName(0)+":1 (not an MPI daemon") {
+			t.Errorf("the script's failed ssh is not listed as context; output:\n%s", r.out)
+		}
+	})
+
+	t.Run("rank_fails_on_the_launchers_pod", func(t *testing.T) {
+		// runLauncherAsNode: the launcher's own name is in the hostfile and
+		// it runs ranks; one of those exits with status 3. Open MPI names
+		// the rank without its host; the launcher's account of its own pod
+		// places it there.
+		hf := filepath.Join(work, "hostfile-dg-launcher-as-node")
+		self := "dg-launcher-0-0.dg"
+		if err := os.WriteFile(hf, []byte(f.workerName(0)+" slots=2\n"+f.workerName(1)+" slots=2\n"+self+" slots=2\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		p := f.launch(t, ctx, []string{"--hostfile", hf, "--self", self}, "mpirun.openmpi", "-np", "6", prog, "exithost", "dg-launcher-0-0", "3")
+		waitOutput(t, p, ": ready", 6, 60*time.Second)
+		r := wait(t, p, start, 30*time.Second)
+		first := f.expectRootCause(t, r, "on "+self+" (the launcher's own pod)", "exited with status 3")
+		t.Logf("termination message: %s", first)
 	})
 
 	t.Run("worker_pod_killed", func(t *testing.T) {

@@ -86,6 +86,8 @@ func TestLateAgentsSlots(t *testing.T) {
 		if !strings.Contains(r.out, "(OpenMPI, 16 hosts, 32 slots)") {
 			t.Errorf("hostfile report does not show 16 hosts with 32 slots; output:\n%s", r.out)
 		}
+		// The first progress line comes as soon as an agent is awaited (its
+		// first /info refused), not after a progress interval.
 		if !strings.Contains(r.out, "worker-agents answered; waiting for") {
 			t.Errorf("no progress line while the agents were awaited; output:\n%s", r.out)
 		}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/podmpi/podmpi/agent/environ"
 	"github.com/podmpi/podmpi/agent/rsh"
 	"github.com/podmpi/podmpi/mpi"
 )
@@ -350,10 +351,8 @@ const HomeDirName = "home"
 // mode 0700 and returned as home; env is returned unchanged with home ""
 // when HOME is already set. The caller logs the choice.
 func EnsureHome(env []string, dir string) (out []string, home string, err error) {
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "HOME="); ok && v != "" {
-			return env, "", nil
-		}
+	if environ.Get(env, "HOME") != "" {
+		return env, "", nil
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return env, "", fmt.Errorf("creating a HOME for mpirun at %s: %w", dir, err)
@@ -361,11 +360,5 @@ func EnsureHome(env []string, dir string) (out []string, home string, err error)
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return env, "", fmt.Errorf("creating a HOME for mpirun at %s: %w", dir, err)
 	}
-	out = make([]string, 0, len(env)+1)
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, "HOME=") {
-			out = append(out, kv)
-		}
-	}
-	return append(out, "HOME="+dir), dir, nil
+	return environ.Set(env, "HOME", dir), dir, nil
 }

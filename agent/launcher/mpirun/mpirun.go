@@ -23,10 +23,13 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/podmpi/podmpi/agent/execpath"
 	"github.com/podmpi/podmpi/mpi"
 )
 
@@ -108,6 +111,56 @@ func (b *limitedBuffer) Write(p []byte) (int, error) {
 		}
 	}
 	return len(p), nil
+}
+
+// InstalledHint names the MPI whose daemons are installed beside the
+// launcher program prog (after its symlinks: Debian's /usr/bin/mpirun goes
+// through /etc/alternatives): orted beside it is Open MPI 4, prted Open MPI
+// 5, hydra_pmi_proxy MPICH, hydra_bstrap_proxy too Intel MPI, as each
+// installs them in one bin directory. ok is false when none is there, or
+// daemons of more than one are (a shared /usr/bin).
+func InstalledHint(prog string) (impl mpi.Implementation, ok bool) {
+	if r, err := filepath.EvalSymlinks(prog); err == nil {
+		prog = r
+	}
+	dir := filepath.Dir(prog)
+	var found []mpi.Implementation
+	for _, i := range mpi.Implementations {
+		all := len(i.Daemons()) > 0
+		for _, d := range i.Daemons() {
+			all = all && execpath.Look(d, dir) != ""
+		}
+		if all {
+			found = append(found, i)
+		}
+	}
+	if slices.Contains(found, mpi.IntelMPI) {
+		// Intel MPI's directory holds MPICH's one daemon too.
+		found = slices.DeleteFunc(found, func(i mpi.Implementation) bool { return i == mpi.MPICH })
+	}
+	if len(found) != 1 {
+		return "", false
+	}
+	return found[0], true
+}
+
+// Identify names the MPI of the launcher program prog, the way Resolve
+// would, for a caller that runs it without the launcher's phases (the
+// mpirun shim): spec when it names one (--mpi.implementation), else what
+// prog's name says (mpi.NameHint), else the daemons installed beside it
+// (InstalledHint), else Detect on prog. ok is false when nothing says.
+func Identify(ctx context.Context, spec, prog string) (mpi.Implementation, bool) {
+	if impl, auto, err := mpi.ParseImplementation(spec); err == nil && (!auto || impl != "") {
+		return impl, true
+	}
+	if impl, ok := mpi.NameHint(prog); ok {
+		return impl, true
+	}
+	if impl, ok := InstalledHint(prog); ok {
+		return impl, true
+	}
+	impl, _, err := Detect(ctx, prog)
+	return impl, err == nil && impl != ""
 }
 
 // DetectProgram is the program Resolve runs --version on for a command

@@ -120,3 +120,39 @@ func TestDetectRealMPI(t *testing.T) {
 		})
 	}
 }
+
+// TestInstalledHint: the daemons beside the program, after its symlinks,
+// name its MPI; none, or those of two MPIs, name nothing.
+func TestInstalledHint(t *testing.T) {
+	dir, links := t.TempDir(), t.TempDir()
+	prog := writeScript(t, dir, "orterun", "")
+	writeScript(t, dir, "orted", "")
+	alt := filepath.Join(links, "mpirun")
+	if err := os.Symlink(prog, alt); err != nil {
+		t.Fatal(err)
+	}
+	if impl, ok := InstalledHint(alt); !ok || impl != mpi.OpenMPI4 {
+		t.Errorf("through a symlink: %q, %t", impl, ok)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "hydra_pmi_proxy"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if impl, ok := InstalledHint(prog); !ok || impl != mpi.OpenMPI4 {
+		t.Errorf("a daemon that is not executable counts: %q, %t", impl, ok)
+	}
+	if err := os.Chmod(filepath.Join(dir, "hydra_pmi_proxy"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if impl, ok := InstalledHint(prog); ok {
+		t.Errorf("two MPIs' daemons: %q", impl)
+	}
+	intel := t.TempDir()
+	writeScript(t, intel, "hydra_bstrap_proxy", "")
+	writeScript(t, intel, "hydra_pmi_proxy", "")
+	if impl, ok := InstalledHint(filepath.Join(intel, "mpiexec")); !ok || impl != mpi.IntelMPI {
+		t.Errorf("intel: %q, %t", impl, ok)
+	}
+	if impl, ok := InstalledHint(filepath.Join(t.TempDir(), "mpirun")); ok {
+		t.Errorf("nothing beside it: %q", impl)
+	}
+}

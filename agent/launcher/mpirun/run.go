@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/podmpi/podmpi/agent/environ"
 	"github.com/podmpi/podmpi/agent/signals"
 )
 
@@ -100,16 +101,6 @@ func (e *NotFoundError) Error() string {
 
 func (e *NotFoundError) Unwrap() error { return e.Err }
 
-// envValue returns the last value of key in env.
-func envValue(env []string, key string) (string, bool) {
-	for i := len(env) - 1; i >= 0; i-- {
-		if k, v, ok := strings.Cut(env[i], "="); ok && k == key {
-			return v, true
-		}
-	}
-	return "", false
-}
-
 // lookPath finds name like execvp does, in the given PATH value.
 func lookPath(name, path string) (string, error) {
 	if strings.Contains(name, "/") {
@@ -181,7 +172,7 @@ func Run(ctx context.Context, opts RunOptions) (RunResult, error) {
 	if env == nil {
 		env = os.Environ()
 	}
-	pathVal, _ := envValue(env, "PATH")
+	pathVal := environ.Get(env, "PATH")
 	name := opts.Argv[0]
 	if opts.Path != "" {
 		name = opts.Path

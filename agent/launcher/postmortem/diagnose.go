@@ -11,11 +11,12 @@
 //     "exited on signal 9") is the same failure, not another one.
 //  2. A GPU's hardware error (a double-bit ECC error, an Xid that is not the
 //     program's own) comes next.
-//  3. A daemon that could not be started (podmpi-rsh's record) and a worker
-//     whose pod is gone (another agent answers under its name, or its name
-//     no longer exists: deleted, evicted, node lost) or, without that
-//     proof, whose agent does not answer at all (unreachable: named as what
-//     it is, never as gone).
+//  3. A daemon that could not be started (podmpi-rsh's record of mpirun's
+//     own launch; a record of another command, a job script's ssh, is
+//     only listed) and a worker whose pod is gone (another agent answers
+//     under its name, or its name no longer exists: deleted, evicted, node
+//     lost) or, without that proof, whose agent does not answer at all
+//     (unreachable: named as what it is, never as gone).
 //  4. A rank that crashed (SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE, ...).
 //  5. A rank killed by SIGKILL without an OOM kill, a rank that exited with
 //     a non-zero status, a daemon mpirun lost.
@@ -124,6 +125,9 @@ type Outcome struct {
 	LaunchStopped bool
 	// WebPort is the worker-agents' HTTP port, for the messages.
 	WebPort int
+	// Started is when mpirun started, on the launcher's clock; zero when
+	// unknown.
+	Started time.Time
 }
 
 // Input is everything Decide weighs.
@@ -132,6 +136,12 @@ type Input struct {
 	Workers  []Worker
 	Reports  []Report
 	Launches []rsh.FailureRecord
+	// Self is the launcher's own hostfile entry when it runs ranks too
+	// (Trainer's runLauncherAsNode, mpi-operator's runLauncherAsWorker);
+	// "" when it runs none. SelfEvents is the launcher's own account of its
+	// pod then (the same as a worker-agent's /events); nil without one.
+	Self       string
+	SelfEvents *api.Events
 }
 
 // Finding is one failure found.
@@ -154,6 +164,7 @@ type Finding struct {
 	Hint     string
 
 	tier   int
+	self   bool   // Host is the launcher's own pod
 	source string // "agent", "mpirun", "rsh", "launcher"
 	comm   string // the process's command name, when the agent saw it
 	rss    uint64 // its resident memory when last seen
@@ -210,15 +221,21 @@ func (d Diagnosis) Lines() []string {
 
 // Decide weighs in and returns the diagnosis.
 func Decide(in Input) Diagnosis {
-	hosts := make([]string, 0, len(in.Workers))
+	hosts := make([]string, 0, len(in.Workers)+1)
 	for _, w := range in.Workers {
 		hosts = append(hosts, w.Host)
 	}
 	var fs []Finding
 	var d Diagnosis
+	if in.Self != "" {
+		hosts = append(hosts, in.Self)
+		if in.SelfEvents != nil {
+			fs = append(fs, fromEvents(in.Self, true, *in.SelfEvents)...)
+		}
+	}
 	for _, w := range in.Workers {
 		if w.Events != nil {
-			fs = append(fs, fromEvents(w.Host, *w.Events)...)
+			fs = append(fs, fromEvents(w.Host, false, *w.Events)...)
 		}
 		switch {
 		case !w.ReplacedAt.IsZero():
@@ -235,10 +252,11 @@ func Decide(in Input) Diagnosis {
 		fs = append(fs, launch(r, hosts))
 	}
 	for _, r := range in.Reports {
-		if f, ok := fromReport(r, hosts, in.Outcome.Program); ok {
+		if f, ok := fromReport(r, hosts, in.Self, in.Outcome.Program); ok {
 			fs = append(fs, f)
 		}
 	}
+	fs = placeRanks(fs, in.Outcome.Started)
 	fs = merge(fs)
 	fs = foldLaunches(fs)
 	// A worker's own agent that recorded a failure before it went quiet
@@ -328,11 +346,12 @@ func orMPIRun(p string) string {
 	return p
 }
 
-// fromEvents turns a worker's account into findings.
-func fromEvents(host string, ev api.Events) []Finding {
+// fromEvents turns a pod's account into findings: a worker-agent's, or
+// the launcher's own (self) when it runs ranks.
+func fromEvents(host string, self bool, ev api.Events) []Finding {
 	var out []Finding
 	for _, e := range ev.Events {
-		f := Finding{Time: e.Time, Host: host, Rank: e.Rank, PID: e.PID, Signal: e.Signal, CoreDumped: e.CoreDumped,
+		f := Finding{Time: e.Time, Host: host, self: self, Rank: e.Rank, PID: e.PID, Signal: e.Signal, CoreDumped: e.CoreDumped,
 			ExitCode: e.ExitCode, Memory: e.Memory, source: "agent", comm: e.Comm, rss: e.RSSBytes}
 		switch e.Kind {
 		case api.KindOOMKill:
@@ -341,10 +360,10 @@ func fromEvents(host string, ev api.Events) []Finding {
 				m := ev.Memory
 				f.Memory = &m
 			}
-			f.Sentence, f.Hint = oomText(host, f.Rank, f.PID, f.comm, f.rss, *f.Memory)
+			f.Sentence, f.Hint = oomText(f.where(), f.Rank, f.PID, f.comm, f.rss, *f.Memory)
 		case api.KindGPUXid, api.KindGPUECC:
 			f.Cause, f.tier = CauseGPU, tierGPU
-			f.Sentence = e.Message + " on " + host
+			f.Sentence = e.Message + " on " + f.where()
 			switch {
 			case e.Kind == api.KindGPUECC:
 				f.Hint = "the GPU's memory failed: cordon the node (kubectl cordon), let the driver retire the page or reset the GPU, and rerun elsewhere"
@@ -355,10 +374,10 @@ func fromEvents(host string, ev api.Events) []Finding {
 				f.Hint = "a GPU or driver fault: check the node (nvidia-smi -q, the kernel log), cordon it and rerun elsewhere"
 			}
 		case api.KindRankExit:
-			f = rankEnd(f, host, f.comm)
+			f = rankEnd(f)
 		case api.KindSessionExit:
 			f.Cause, f.tier = CauseCascade, tierCascade
-			f.Sentence = e.Message + " on " + host
+			f.Sentence = e.Message + " on " + f.where()
 			if sig := signals.Parse(e.Signal); isCrash(sig) {
 				f.Cause, f.tier = CauseCrash, tierCrash
 				f.Hint = "the MPI daemon itself crashed: look at the worker's log and its core dump"
@@ -372,22 +391,22 @@ func fromEvents(host string, ev api.Events) []Finding {
 }
 
 // rankEnd classifies a rank's end by its signal or status.
-func rankEnd(f Finding, host, comm string) Finding {
-	who := rankOn(f.Rank, f.PID, host)
-	if comm != "" {
-		who += " (" + comm + ")"
+func rankEnd(f Finding) Finding {
+	who := rankOn(f.Rank, f.PID, f.where())
+	if f.comm != "" {
+		who += " (" + f.comm + ")"
 	}
 	sig := signals.Parse(f.Signal)
 	shellSig := syscall.Signal(0)
-	if sig == 0 && isShell(comm) && f.ExitCode > 128 && f.ExitCode < 128+65 {
+	if sig == 0 && isShell(f.comm) && f.ExitCode > 128 && f.ExitCode < 128+65 {
 		shellSig = syscall.Signal(f.ExitCode - 128) // sh reports its child's death by signal N as status 128+N
 	}
 	switch {
 	case shellSig != 0:
-		f.Sentence = fmt.Sprintf("%s exited with status %d: its child died of %s", who, f.ExitCode, describeSignal(shellSig))
+		f.Sentence = fmt.Sprintf("%s exited with status %d: its child died of %s", who, f.ExitCode, signals.Describe(shellSig))
 		f = classifySignal(f, shellSig)
 	case sig != 0:
-		f.Sentence = who + " died of " + describeSignal(sig)
+		f.Sentence = who + " died of " + signals.Describe(sig)
 		if f.CoreDumped {
 			f.Sentence += ", core dumped"
 		}
@@ -518,9 +537,24 @@ func gone(w Worker, port int) Finding {
 // unreachable).
 func (f Finding) silent() bool { return f.Cause == CauseGone || f.Cause == CauseUnreachable }
 
-// launch is a daemon podmpi-rsh could not start.
+// launch is a daemon podmpi-rsh could not start. A record of any other
+// command (a job script's own ssh: the failure directory is in the whole
+// command's environment) is context, listed and never the cause: mpirun
+// does not wait for it, and whatever ran it reports its failure.
 func launch(r rsh.FailureRecord, hosts []string) Finding {
 	host := matchHost(r.Host, hosts)
+	where := net.JoinHostPort(host, strconv.Itoa(r.Port))
+	if !r.Launch {
+		prog := r.Daemon
+		if prog == "" {
+			prog = "a command"
+		}
+		return Finding{Cause: CauseCascade, tier: tierCascade, Time: r.Time, Host: host, Rank: -1, ExitCode: -1, source: "rsh",
+			phase: r.Phase, cause: r.Cause,
+			Sentence: fmt.Sprintf("podmpi-rsh could not run %s on %s (not an MPI daemon: a command of the job's own, context only): %s: %s",
+				prog, where, r.Phase, r.Cause),
+			Hint: r.Hint}
+	}
 	daemon := r.Daemon
 	if daemon == "" {
 		daemon = "the MPI daemon"
@@ -530,7 +564,7 @@ func launch(r rsh.FailureRecord, hosts []string) Finding {
 		verb = "run"
 	}
 	f := Finding{Cause: CauseLaunch, tier: tierGone, Time: r.Time, Host: host, Rank: -1, ExitCode: -1, source: "rsh", phase: r.Phase, cause: r.Cause,
-		Sentence: fmt.Sprintf("podmpi-rsh could not %s %s on %s: %s: %s", verb, daemon, net.JoinHostPort(host, strconv.Itoa(r.Port)), r.Phase, r.Cause),
+		Sentence: fmt.Sprintf("podmpi-rsh could not %s %s on %s: %s: %s", verb, daemon, where, r.Phase, r.Cause),
 		Hint:     r.Hint}
 	return f
 }
@@ -572,10 +606,11 @@ func foldLaunches(fs []Finding) []Finding {
 	return out
 }
 
-// fromReport turns one of mpirun's messages into a finding.
-func fromReport(r Report, hosts []string, program string) (Finding, bool) {
+// fromReport turns one of mpirun's messages into a finding; self is the
+// launcher's own entry in hosts ("" when it runs no ranks).
+func fromReport(r Report, hosts []string, self, program string) (Finding, bool) {
 	host := matchHost(r.Host, hosts)
-	f := Finding{Time: r.Time, Host: host, Rank: r.Rank, PID: r.PID, ExitCode: r.ExitCode, source: "mpirun"}
+	f := Finding{Time: r.Time, Host: host, self: host != "" && host == self, Rank: r.Rank, PID: r.PID, ExitCode: r.ExitCode, source: "mpirun"}
 	switch r.Kind {
 	case ReportSignal:
 		f.Signal = signals.Name(syscall.Signal(r.Signal))
@@ -583,15 +618,15 @@ func fromReport(r Report, hosts []string, program string) (Finding, bool) {
 		if r.PID == 0 || r.Rank >= 0 {
 			f.PID = 0 // Open MPI prints PID 0
 		}
-		return rankEnd(f, orUnknownHost(host), ""), true
+		return rankEnd(f), true
 	case ReportExit:
 		if r.ExitCode <= 0 {
 			return f, false
 		}
-		return rankEnd(f, orUnknownHost(host), ""), true
+		return rankEnd(f), true
 	case ReportDaemonLost:
 		f.Cause, f.tier = CauseDaemon, tierFailed
-		f.Sentence = fmt.Sprintf("%s lost contact with its MPI daemon on %s", orMPIRun(program), orUnknownHost(host))
+		f.Sentence = fmt.Sprintf("%s lost contact with its MPI daemon on %s", orMPIRun(program), f.where())
 		f.Hint = "the daemon died or the network between the pods broke: read that worker's log and kubectl get events"
 		return f, true
 	case ReportDaemonFailed:
@@ -603,11 +638,61 @@ func fromReport(r Report, hosts []string, program string) (Finding, bool) {
 	return f, false
 }
 
-func orUnknownHost(h string) string {
-	if h == "" {
-		return "an unknown worker"
+// where names the finding's host in its sentence: the launcher's own pod
+// says so, since it runs no worker-agent.
+func (f Finding) where() string {
+	switch {
+	case f.Host == "":
+		return "an unknown host"
+	case f.self:
+		return f.Host + " (the launcher's own pod)"
 	}
-	return h
+	return f.Host
+}
+
+// placeRanks gives a rank mpirun named without its host (Open MPI's
+// "Process name: [[j,1],R] Exit code: C") the host whose account saw rank
+// R end, when exactly one did: ranks are numbered across the job, so
+// that is where it ran, the launcher's own pod included. When several
+// did, one of them an earlier run's (the accounts are asked from a little
+// before mpirun started, for clocks that do not quite agree), the hosts
+// that saw it end only before started are left out; still several, it is
+// not placed.
+func placeRanks(fs []Finding, started time.Time) []Finding {
+	for i := range fs {
+		f := &fs[i]
+		if f.source != "mpirun" || f.Host != "" || f.Rank < 0 {
+			continue
+		}
+		type seen struct {
+			at     *Finding
+			inThis bool // seen at or after started
+		}
+		var hosts []string
+		byHost := map[string]*seen{}
+		for j := range fs {
+			g := &fs[j]
+			if g.source != "agent" || g.Rank != f.Rank || g.Host == "" {
+				continue
+			}
+			s, ok := byHost[g.Host]
+			if !ok {
+				s = &seen{at: g}
+				byHost[g.Host] = s
+				hosts = append(hosts, g.Host)
+			}
+			s.inThis = s.inThis || started.IsZero() || !g.Time.Before(started)
+		}
+		if len(hosts) > 1 {
+			hosts = slices.DeleteFunc(hosts, func(h string) bool { return !byHost[h].inThis })
+		}
+		if len(hosts) == 1 {
+			at := byHost[hosts[0]].at
+			f.Host, f.self = at.Host, at.self
+			*f = rankEnd(*f)
+		}
+	}
+	return fs
 }
 
 // matchHost maps a node name as MPI printed it (short or full) to the
@@ -657,7 +742,7 @@ func merge(fs []Finding) []Finding {
 		for j := range out {
 			if out[j].Host == out[i].Host && out[j].Cause == CauseKilled && out[j].Rank >= 0 {
 				out[i].Rank, out[i].PID = out[j].Rank, max(out[i].PID, out[j].PID)
-				out[i].Sentence, out[i].Hint = oomText(out[i].Host, out[i].Rank, out[i].PID, out[i].comm, out[i].rss, *out[i].Memory)
+				out[i].Sentence, out[i].Hint = oomText(out[i].where(), out[i].Rank, out[i].PID, out[i].comm, out[i].rss, *out[i].Memory)
 				out[j].tier = tierInfo // the same failure
 				break
 			}
@@ -708,10 +793,10 @@ func combine(a, b Finding) Finding {
 	}
 	switch keep.Cause {
 	case CauseOOM:
-		keep.Sentence, keep.Hint = oomText(keep.Host, keep.Rank, keep.PID, keep.comm, keep.rss, *keep.Memory)
+		keep.Sentence, keep.Hint = oomText(keep.where(), keep.Rank, keep.PID, keep.comm, keep.rss, *keep.Memory)
 	case CauseCrash, CauseKilled, CauseExit, CauseCascade:
 		if keep.source == "mpirun" || keep.tier == tierInfo {
-			keep = rankEnd(keep, keep.Host, keep.comm)
+			keep = rankEnd(keep)
 		}
 	}
 	return keep
@@ -740,19 +825,4 @@ func crashHint(sig syscall.Signal) string {
 		return "an arithmetic fault (an integer division by zero): " + core
 	}
 	return "a crash in the program or a library it loads (CUDA, NCCL, a Python extension): " + core
-}
-
-var signalWords = map[syscall.Signal]string{
-	syscall.SIGSEGV: "segmentation fault", syscall.SIGBUS: "bus error", syscall.SIGABRT: "aborted", syscall.SIGILL: "illegal instruction",
-	syscall.SIGFPE: "arithmetic exception", syscall.SIGKILL: "killed", syscall.SIGTERM: "terminated", syscall.SIGINT: "interrupted",
-	syscall.SIGHUP: "hang-up", syscall.SIGPIPE: "broken pipe", syscall.SIGSYS: "bad system call", syscall.SIGTRAP: "trap",
-}
-
-// describeSignal is "signal 11 (SIGSEGV, segmentation fault)".
-func describeSignal(sig syscall.Signal) string {
-	s := fmt.Sprintf("signal %d (%s", int(sig), signals.Name(sig))
-	if w, ok := signalWords[sig]; ok {
-		s += ", " + w
-	}
-	return s + ")"
 }

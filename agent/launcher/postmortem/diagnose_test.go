@@ -192,12 +192,37 @@ func TestLaunchFailure(t *testing.T) {
 	d := Decide(Input{
 		Outcome:  Outcome{Program: "mpiexec.hydra", LaunchStopped: true, ExitCode: 143},
 		Workers:  []Worker{answered(hostA), {Host: hostB, Err: errors.New("connection refused")}},
-		Launches: []rsh.FailureRecord{{Time: at(1), Host: hostB, Port: 2222, Phase: "tcp-refused", Cause: "dial tcp 10.0.0.3:2222: connect: connection refused", Hint: "nothing listens on port 2222", Daemon: "hydra_pmi_proxy"}},
+		Launches: []rsh.FailureRecord{{Time: at(1), Host: hostB, Port: 2222, Phase: "tcp-refused", Cause: "dial tcp 10.0.0.3:2222: connect: connection refused", Hint: "nothing listens on port 2222", Daemon: "hydra_pmi_proxy", Launch: true}},
 	})
 	wantRoot(t, d, CauseLaunch, "podmpi-rsh could not start hydra_pmi_proxy on "+hostB+":2222: tcp-refused",
 		"its worker-agent does not answer on port 0 either", "hint: nothing listens")
 	if len(d.Others) != 0 || d.Silent != 1 {
 		t.Errorf("others = %v, silent %d; want the silent agent folded into the launch failure", d.Lines(), d.Silent)
+	}
+}
+
+// TestScriptSSHIsContext: the failure directory is in the environment of
+// the whole command, so a job script's own ssh (git over ssh, a check of a
+// worker) that fails leaves a record too. It happened first, but it is not
+// mpirun's daemon launch: rank 1's SIGSEGV is the root cause, the record a
+// line of context.
+func TestScriptSSHIsContext(t *testing.T) {
+	d := Decide(Input{
+		Outcome: Outcome{Program: "mpirun", ExitCode: 139},
+		Workers: []Worker{answered(hostA, rankExit(8, 1, 300, "SIGSEGV", -1)), answered(hostB)},
+		Launches: []rsh.FailureRecord{{Time: at(1), Host: "git.example.com", Port: 22, Phase: "tcp-refused",
+			Cause: "dial tcp 10.1.1.1:22: connect: connection refused", Hint: "nothing listens on port 22", Daemon: "git-upload-pack"}},
+	})
+	wantRoot(t, d, CauseCrash, "rank 1 on "+hostA, "SIGSEGV")
+	if len(d.Others) != 1 || d.Others[0].Cause != CauseCascade ||
+		!strings.Contains(d.Others[0].Sentence, "podmpi-rsh could not run git-upload-pack on git.example.com:22 (not an MPI daemon") {
+		t.Errorf("others = %v; want the script's ssh as one line of context", d.Lines())
+	}
+	// Alone, it is still not the cause.
+	d = Decide(Input{Workers: []Worker{answered(hostA)}, Launches: []rsh.FailureRecord{{Time: at(1), Host: hostA, Port: 2222,
+		Phase: "tcp-refused", Cause: "refused", Daemon: "hostname"}}})
+	if d.Root != nil || len(d.Others) != 1 {
+		t.Errorf("root %+v, others %v; want no root cause and the record listed", d.Root, d.Lines())
 	}
 }
 
@@ -207,7 +232,7 @@ func TestSessionLostOnAGoneWorker(t *testing.T) {
 	d := Decide(Input{
 		Outcome: Outcome{WebPort: 9022},
 		Workers: []Worker{answered(hostA), {Host: hostB, Err: errors.New("lookup: no such host"), NameGone: true}},
-		Launches: []rsh.FailureRecord{{Time: at(4), Host: hostB, Port: 2222, Phase: "remote-command", Daemon: "orted",
+		Launches: []rsh.FailureRecord{{Time: at(4), Host: hostB, Port: 2222, Phase: "remote-command", Daemon: "orted", Launch: true,
 			Cause: "wait: remote command exited without exit status or exit signal", Hint: "the session ended without an exit status"}},
 		Reports: []Report{{Time: at(5), Kind: ReportDaemonLost, Rank: -1, Host: "dg-node-0-1", ExitCode: -1}},
 	})
@@ -219,7 +244,7 @@ func TestSessionLostOnAGoneWorker(t *testing.T) {
 	}
 	// The same record on a worker that still answers stays what it is.
 	d = Decide(Input{Workers: []Worker{answered(hostB)}, Launches: []rsh.FailureRecord{{Time: at(4), Host: hostB, Port: 2222,
-		Phase: "remote-command", Daemon: "orted", Cause: "x"}}})
+		Phase: "remote-command", Daemon: "orted", Launch: true, Cause: "x"}}})
 	wantRoot(t, d, CauseLaunch, "podmpi-rsh could not run orted on "+hostB+":2222")
 }
 
@@ -258,7 +283,7 @@ func TestNonZeroExitAndFirstToEnd(t *testing.T) {
 		Workers: []Worker{answered(hostA, rankExit(2, 3, 30, "", -1))},
 		Reports: []Report{{Time: at(3), Kind: ReportExit, Rank: 3, ExitCode: 3}},
 	})
-	wantRoot(t, d, CauseExit, "rank 3 on ", "exited with status 3", "Python exception")
+	wantRoot(t, d, CauseExit, "rank 3 on "+hostA+" (train) exited with status 3", "Python exception")
 	// MPICH says nothing about a rank's exit status: the first rank to end.
 	d = Decide(Input{Outcome: Outcome{Program: "mpiexec", ExitCode: 3},
 		Workers: []Worker{answered(hostA, rankExit(5, 0, 10, "", -1)), answered(hostB, rankExit(2, 1, 11, "", -1))}})
@@ -267,6 +292,45 @@ func TestNonZeroExitAndFirstToEnd(t *testing.T) {
 	if d.Root != nil {
 		t.Fatalf("root = %+v from nothing", d.Root)
 	}
+}
+
+// TestRankOnTheLauncherPod: with runLauncherAsNode the launcher's pod runs
+// ranks too. A rank that exits non-zero there, which Open MPI names
+// without its host, is placed by the launcher's own account of its pod;
+// a rank that crashes there is named on the launcher's pod, by the name
+// Open MPI prints (its host name) or by the account alone.
+func TestRankOnTheLauncherPod(t *testing.T) {
+	const self = "dg-launcher-0-0.dg"
+	own := &api.Events{Hostname: self, Events: []api.Event{rankExit(3, 4, 77, "", -1)}}
+	d := Decide(Input{
+		Outcome:    Outcome{Program: "mpirun", ExitCode: 3},
+		Workers:    []Worker{answered(hostA, rankExit(5, 0, 10, "SIGTERM", -1)), answered(hostB)},
+		Reports:    []Report{{Time: at(4), Kind: ReportExit, Rank: 4, ExitCode: 3}},
+		Self:       self,
+		SelfEvents: own,
+	})
+	wantRoot(t, d, CauseExit, "rank 4 on "+self+" (the launcher's own pod) (train) exited with status 3")
+	if d.Root.Host != self || d.Answered != 2 {
+		t.Errorf("root host %q, answered %d", d.Root.Host, d.Answered)
+	}
+	// Open MPI names the launcher's node by its host name.
+	d = Decide(Input{
+		Workers: []Worker{answered(hostA), answered(hostB)},
+		Reports: []Report{{Time: at(4), Kind: ReportSignal, Rank: 5, Host: "dg-launcher-0-0", Signal: 11, ExitCode: -1}},
+		Self:    self,
+	})
+	wantRoot(t, d, CauseCrash, "rank 5 on "+self+" (the launcher's own pod) died of signal 11 (SIGSEGV")
+	// Its own account alone.
+	d = Decide(Input{Workers: []Worker{answered(hostA)}, Self: self,
+		SelfEvents: &api.Events{Events: []api.Event{rankExit(2, 5, 78, "SIGBUS", -1)}}})
+	wantRoot(t, d, CauseCrash, "rank 5 on "+self+" (the launcher's own pod) (train) died of signal 7 (SIGBUS")
+	// A rank two hosts saw end in this run is another world's: not placed.
+	twice := Input{Workers: []Worker{answered(hostA, rankExit(1, 1, 5, "", -1)), answered(hostB, rankExit(3, 1, 6, "", -1))},
+		Reports: []Report{{Time: at(4), Kind: ReportExit, Rank: 1, ExitCode: 2}}}
+	wantRoot(t, Decide(twice), CauseExit, "rank 1 on an unknown host exited with status 2")
+	// One of them saw it end before mpirun started: an earlier run's.
+	twice.Outcome.Started = at(2)
+	wantRoot(t, Decide(twice), CauseExit, "rank 1 on "+hostB+" (train) exited with status 2")
 }
 
 func TestOthersAreBounded(t *testing.T) {

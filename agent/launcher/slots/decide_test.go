@@ -247,12 +247,17 @@ func TestDecideWaitsForLateAgent(t *testing.T) {
 		t.Cleanup(func() { srv.Close() })
 		_ = srv.Serve(ln)
 	}()
+	opts.ProgressEvery = time.Hour // the first line must not wait for it
 	out, ds, err := Decide(context.Background(), []hostfile.Host{{Name: "late-0.job"}}, nil, opts)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, logBuf.String())
 	}
 	if out[0].Slots != 2 || ds[0].Source != SourceAgent || ds[0].Attempts < 2 {
 		t.Fatalf("%v %+v", out, ds[0])
+	}
+	// The wait is reported when it starts, however short it is.
+	if n := strings.Count(logBuf.String(), "slots: 0/1 worker-agents answered; waiting for late-0.job"); n != 1 {
+		t.Errorf("%d progress lines, want 1 as soon as the agent was awaited:\n%s", n, logBuf.String())
 	}
 }
 

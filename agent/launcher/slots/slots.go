@@ -122,7 +122,8 @@ type Options struct {
 	// LocalInfo returns the launcher pod's own info for Self.
 	LocalInfo func(ctx context.Context) (api.Info, error)
 	// ProgressEvery is how often, while agents are still awaited, one Info
-	// line names them; default 5s.
+	// line names them (the first as soon as one must be waited for);
+	// default 5s.
 	ProgressEvery time.Duration
 	// Logger gets warnings (Warn), progress (Info) and each retry (Debug);
 	// nil discards.
@@ -443,8 +444,10 @@ func (o Options) addrFor(host string, addrs []string) string {
 
 // askAll asks the agents of hosts[idx...] until each answers or ctx (the
 // phase deadline) ends, and fills their decisions. One goroutine per host;
-// at most Parallel requests in flight. While agents are awaited, one Info
-// line every ProgressEvery names them.
+// at most Parallel requests in flight. Once an agent must be waited for
+// (its first answer was not one), an Info line names the agents awaited at
+// once, and again every ProgressEvery: the wait is seen when it starts,
+// however long it lasts.
 func (o Options) askAll(ctx context.Context, hosts []hostfile.Host, addrs map[string][]string, idx []int, decisions []Decision, log *slog.Logger) {
 	if len(idx) == 0 {
 		return
@@ -458,30 +461,41 @@ func (o Options) askAll(ctx context.Context, hosts []hostfile.Host, addrs map[st
 	}
 	stop := make(chan struct{})
 	progressDone := make(chan struct{})
+	waiting := make(chan struct{})
+	var waitOnce sync.Once
+	waitStarts := func() { waitOnce.Do(func() { close(waiting) }) }
 	start := time.Now()
+	progress := func() {
+		pendingMu.Lock()
+		var names []string
+		for _, i := range idx {
+			if pending[i] {
+				names = append(names, hosts[i].Name)
+			}
+		}
+		pendingMu.Unlock()
+		left := ""
+		if dl, ok := ctx.Deadline(); ok {
+			left = time.Until(dl).Round(time.Second).String()
+		}
+		log.Info(fmt.Sprintf("slots: %d/%d worker-agents answered; waiting for %s", int(done.Load()), len(idx), listNames(names, 10)),
+			"answered", done.Load(), "asked", len(idx), "elapsed", time.Since(start).Round(time.Second).String(), "time_left", left)
+	}
 	go func() {
 		defer close(progressDone)
+		select {
+		case <-stop:
+			return
+		case <-waiting:
+		}
 		t := time.NewTicker(o.ProgressEvery)
 		defer t.Stop()
 		for {
+			progress()
 			select {
 			case <-stop:
 				return
 			case <-t.C:
-				pendingMu.Lock()
-				var names []string
-				for _, i := range idx {
-					if pending[i] {
-						names = append(names, hosts[i].Name)
-					}
-				}
-				pendingMu.Unlock()
-				left := ""
-				if dl, ok := ctx.Deadline(); ok {
-					left = time.Until(dl).Round(time.Second).String()
-				}
-				log.Info(fmt.Sprintf("slots: %d/%d worker-agents answered; waiting for %s", int(done.Load()), len(idx), listNames(names, 10)),
-					"answered", done.Load(), "asked", len(idx), "elapsed", time.Since(start).Round(time.Second).String(), "time_left", left)
 			}
 		}
 	}()
@@ -491,7 +505,7 @@ func (o Options) askAll(ctx context.Context, hosts []hostfile.Host, addrs map[st
 		wg.Go(func() {
 			defer trap.Capture("a slots goroutine")
 			h := hosts[i]
-			info, n, err := o.ask(ctx, h.Name, o.addrFor(h.Name, addrs[h.Name]), slots, log)
+			info, n, err := o.ask(ctx, h.Name, o.addrFor(h.Name, addrs[h.Name]), slots, log, waitStarts)
 			d := Decision{Host: h.Name, Asked: true, Attempts: n, Err: err}
 			if err == nil {
 				d = o.apply(d, h, info)
@@ -522,8 +536,9 @@ func listNames(names []string, maxNames int) string {
 // ask asks one agent for /info until it gives a valid answer, gives a
 // final one (404, garbage, a failed GPU detection), or ctx ends. Each
 // attempt holds a place in slots. It returns the answer, the number of
-// attempts and, without an answer, the last cause.
-func (o Options) ask(ctx context.Context, host, addr string, slots chan struct{}, log *slog.Logger) (api.Info, int, error) {
+// attempts and, without an answer, the last cause. waitStarts is called
+// before it waits to ask again.
+func (o Options) ask(ctx context.Context, host, addr string, slots chan struct{}, log *slog.Logger, waitStarts func()) (api.Info, int, error) {
 	url := "http://" + addr + "/info"
 	wait := o.RetryWait
 	var last error
@@ -554,6 +569,7 @@ func (o Options) ask(ctx context.Context, host, addr string, slots chan struct{}
 			return api.Info{}, n, o.gaveUp(url, n, last)
 		}
 		log.Debug("retrying worker-agent /info", "host", host, "url", url, "cause", err.Error(), "attempt", n, "in", d.Round(time.Millisecond))
+		waitStarts()
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():

@@ -256,6 +256,10 @@ type Options struct {
 	ExecDelay time.Duration
 	// Addr to listen on; 127.0.0.1:0 when empty.
 	Addr string
+	// OpenSSHSignalNames names a signal outside RFC 4254's list
+	// "SIG@openssh.com" in exit-signal, as OpenSSH's sshd does, instead of
+	// worker-agent's "BUS@podmpi".
+	OpenSSHSignalNames bool
 }
 
 // Server is a minimal SSH server for tests.
@@ -544,6 +548,9 @@ func (s *Server) finish(ch ssh.Channel, c *exec.Cmd) {
 			Error      string
 			Lang       string
 		}{Signal: signals.SSHName(ws.Signal())}
+		if _, rfc := signals.ParseSSH(msg.Signal); s.opts.OpenSSHSignalNames && !rfc {
+			msg.Signal = signals.SSHOpenSSHOther
+		}
 		_, _ = ch.SendRequest("exit-signal", false, ssh.Marshal(&msg))
 	} else {
 		var b [4]byte
