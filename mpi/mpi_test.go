@@ -248,3 +248,31 @@ func TestIndexFold(t *testing.T) {
 		t.Errorf("ParseVersionOutput = %q, %v; want %q", impl, err, IntelMPI)
 	}
 }
+
+func TestCommandName(t *testing.T) {
+	for cmd, want := range map[string]string{
+		" PATH=/usr/bin:$PATH ; export PATH ; orted -mca ess env":             "orted",
+		`PATH=/opt/ompi/bin:$PATH ; export PATH ; /opt/ompi/bin/prted --x y`:   "prted",
+		`HOROVOD_RANK=0 "python3" train.py --token=abc`:                        "python3",
+		"/usr/bin/hydra_pmi_proxy --control-port launcher:4000":                "hydra_pmi_proxy",
+		"SECRET=x /opt/app/train --key k":                                      "/opt/app/train",
+		"sorted-files --orted":                                                 "sorted-files",
+		"":                                                                     "",
+		"A=1 B=2":                                                              "",
+	} {
+		if got := CommandName(cmd); got != want {
+			t.Errorf("CommandName(%q) = %q, want %q", cmd, got, want)
+		}
+	}
+}
+
+func FuzzCommandName(f *testing.F) {
+	f.Add(" PATH=/usr/bin:$PATH ; export PATH ; orted -mca ess env")
+	f.Add(`X=1 "python3" a=b`)
+	f.Fuzz(func(t *testing.T, cmd string) {
+		got := CommandName(cmd)
+		if strings.ContainsAny(got, " \t\n") || !strings.Contains(cmd, strings.Trim(got, `"';`)) {
+			t.Fatalf("CommandName(%q) = %q: not one word of it", cmd, got)
+		}
+	})
+}

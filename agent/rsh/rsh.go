@@ -456,23 +456,10 @@ func (r *runner) exitStatus(host string, port int, err error) int {
 }
 
 // commandName names the program a remote command runs, for the exit-127
-// line: the MPI daemon it names when it names one (Open MPI prefixes
-// orted with PATH settings), else its first word that is not a variable
-// assignment.
+// line (mpi.CommandName), or "the command".
 func commandName(cmd string) string {
-	for _, d := range mpi.AllDaemons() {
-		if strings.Contains(cmd, d) {
-			return d
-		}
-	}
-	for _, w := range strings.Fields(cmd) {
-		w = strings.Trim(w, `"'`)
-		if k, _, ok := strings.Cut(w, "="); ok && k != "" && !strings.ContainsAny(k, "/ ") {
-			continue
-		}
-		if w != "" {
-			return printable(w)
-		}
+	if name := mpi.CommandName(cmd); name != "" {
+		return printable(name)
 	}
 	return "the command"
 }

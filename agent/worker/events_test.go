@@ -56,9 +56,9 @@ func TestEventsEndpoint(t *testing.T) {
 	acct := newAccount(t)
 	w := newWorker(t, readySSH(), gpu.NewNull(""), func(c *Config) { c.Account = acct })
 	acct.SessionExited(account.SessionExit{Session: "c1/s1", Command: "orted", PID: 5, ExitCode: -1, Signal: syscall.SIGKILL})
-	since := acct.Events(time.Time{}).Events[0].Time.Add(time.Nanosecond)
+	since := acct.Events(api.EventsQuery{}).Events[0].Time.Add(time.Nanosecond)
 	acct.SessionExited(account.SessionExit{Session: "c1/s2", Command: "orted", PID: 6, ExitCode: 2})
-	if second := acct.Events(time.Time{}).Events[1].Time; second.Before(since) {
+	if second := acct.Events(api.EventsQuery{}).Events[1].Time; second.Before(since) {
 		t.Skipf("the clock did not move between two events (%v)", second)
 	}
 

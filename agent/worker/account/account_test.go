@@ -2,6 +2,7 @@ package account
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -80,7 +81,7 @@ func (r *rig) cgroup(usage, failcnt, oomKills int) {
 	}
 }
 
-func (r *rig) events() []api.Event { return r.a.Events(time.Time{}).Events }
+func (r *rig) events() []api.Event { return r.a.Events(api.EventsQuery{}).Events }
 
 // job writes orted (10) with two ranks: 11 (rank 0, small) and 12 (rank 1, large).
 func (r *rig) job() {
@@ -264,7 +265,7 @@ func TestRingIsBounded(t *testing.T) {
 	for i := range 10 {
 		r.a.SessionExited(SessionExit{Session: "s" + strconv.Itoa(i), Command: "orted", ExitCode: 1})
 	}
-	got := r.a.Events(time.Time{})
+	got := r.a.Events(api.EventsQuery{})
 	if got.Dropped != 6 || len(got.Events) != 4 {
 		t.Fatalf("dropped %d, kept %d; want 6 and 4", got.Dropped, len(got.Events))
 	}
@@ -284,7 +285,7 @@ func TestEventsSince(t *testing.T) {
 	r.tick()
 	since := r.a.now()
 	r.a.SessionExited(SessionExit{Session: "new", Command: "orted", ExitCode: 1})
-	got := r.a.Events(since)
+	got := r.a.Events(api.EventsQuery{Since: since})
 	if evs := got.Events; len(evs) != 1 || evs[0].Session != "new" {
 		t.Fatalf("Events(since) = %+v, want only the new one", evs)
 	}
@@ -302,7 +303,7 @@ func TestNoCgroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Poll()
-	m := a.Events(time.Time{}).Memory
+	m := a.Events(api.EventsQuery{}).Memory
 	if m.Version != 0 || !strings.Contains(m.Error, "no memory cgroup under") {
 		t.Fatalf("memory = %+v; want the reason there is none", m)
 	}
@@ -319,7 +320,7 @@ func TestSnapshotShowsWhatIsNotRecordedYet(t *testing.T) {
 	r.job()
 	r.tick()
 	r.proc.remove(11) // rank 0 ends
-	got := r.a.Snapshot(time.Time{})
+	got := r.a.Snapshot(t.Context(), api.EventsQuery{})
 	if len(got.Events) != 1 || !got.Events[0].Provisional || got.Events[0].Seq != 0 || got.Events[0].Rank != 0 ||
 		got.Events[0].Kind != api.KindRankExit {
 		t.Fatalf("snapshot = %+v; want rank 0's end, provisional", got.Events)
@@ -327,7 +328,7 @@ func TestSnapshotShowsWhatIsNotRecordedYet(t *testing.T) {
 	r.tick()
 	r.tick()            // rank 0's end is recorded
 	r.cgroup(100, 0, 2) // two OOM kills, victims still alive
-	got = r.a.Snapshot(time.Time{})
+	got = r.a.Snapshot(t.Context(), api.EventsQuery{})
 	var ooms int
 	for _, ev := range got.Events {
 		if ev.Kind == api.KindOOMKill && ev.Provisional && ev.Rank == -1 && strings.Contains(ev.Message, "not named yet") {
@@ -343,8 +344,295 @@ func TestSnapshotShowsWhatIsNotRecordedYet(t *testing.T) {
 	r.tick()
 	r.proc.remove(12)
 	r.cgroup(209715200, 1, 1)
-	got = r.a.Snapshot(time.Time{})
+	got = r.a.Snapshot(t.Context(), api.EventsQuery{})
 	if len(got.Events) != 1 || got.Events[0].Provisional || got.Events[0].Rank != 1 {
 		t.Fatalf("snapshot = %+v; want rank 1's OOM kill, recorded", got.Events)
 	}
+}
+
+// TestSnapshotPagesBySeq: an OOM kill is recorded when its victim is
+// named, after an answer that showed it provisional, with the time the
+// counter rose, which is before that answer. Asking for what was recorded
+// after the answer's LastSeq gets it; asking by time from the answer's
+// clock (what launchers did) does not.
+func TestSnapshotPagesBySeq(t *testing.T) {
+	r := newRig(t, 0)
+	r.job()
+	r.tick()
+	r.a.SessionExited(SessionExit{Session: "c1/s1", Command: "orted", ExitCode: 1})
+	r.cgroup(209715200, 3, 1) // the counter rises; rank 1 still frees its memory
+	for range 4 {
+		r.tick() // 1.5 s on the account's clock after the rise
+	}
+	first := r.a.Snapshot(t.Context(), api.EventsQuery{})
+	if first.LastSeq != 1 || len(first.Events) != 2 || !first.Events[1].Provisional || first.Events[1].Kind != api.KindOOMKill {
+		t.Fatalf("first answer: lastSeq %d, events %+v; want the session exit and the provisional OOM kill", first.LastSeq, first.Events)
+	}
+	r.proc.remove(12)
+	r.tick()
+	next := r.a.Snapshot(t.Context(), api.EventsQuery{After: first.LastSeq})
+	if len(next.Events) != 1 || next.Events[0].Kind != api.KindOOMKill || next.Events[0].Provisional || next.Events[0].Rank != 1 ||
+		!next.Events[0].Time.Before(first.Now) || next.LastSeq != 2 || next.After != 1 {
+		t.Fatalf("after=%d: lastSeq %d, events %+v; want rank 1's OOM kill, recorded, stamped before the first answer (%s)",
+			first.LastSeq, next.LastSeq, next.Events, first.Now)
+	}
+	if byTime := r.a.Snapshot(t.Context(), api.EventsQuery{Since: first.Now.Add(-time.Second)}); len(byTime.Events) != 0 {
+		t.Errorf("since the first answer less 1 s: %+v; want nothing (paging by time cannot find it)", byTime.Events)
+	}
+}
+
+// TestProvisionalRankExitKeepsItsSignal: a rank seen as a zombie killed by
+// SIGKILL waits an interval for an OOM kill to claim it; meanwhile
+// /events shows it provisional with the signal the account already knows.
+func TestProvisionalRankExitKeepsItsSignal(t *testing.T) {
+	r := newRig(t, 0)
+	r.job()
+	r.tick()
+	r.proc.write(12, "train", 'Z', 10, 0, int(syscall.SIGKILL), "OMPI_COMM_WORLD_RANK=1")
+	r.tick()
+	got := r.a.Snapshot(t.Context(), api.EventsQuery{})
+	if len(got.Events) != 1 {
+		t.Fatalf("events = %+v; want rank 1's end, provisional", got.Events)
+	}
+	ev := got.Events[0]
+	if !ev.Provisional || ev.Rank != 1 || ev.Signal != "SIGKILL" || ev.ExitCode != -1 || !strings.Contains(ev.Message, "died of SIGKILL") {
+		t.Errorf("event = %+v; want rank 1, provisional, died of SIGKILL", ev)
+	}
+}
+
+// newRigV2 is newRig over a cgroup v2 fixture with a 200 MiB limit.
+func newRigV2(t *testing.T) *rig {
+	t.Helper()
+	const cg = "/kubepods.slice/pod/ctr"
+	dir := tree(t, v2Files(cg, "209715200\n", "1048576\n", "1048576\n", "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n"))
+	r := &rig{t: t, proc: newFakeProc(t), cg: filepath.Join(dir, "sys", cg), reg: prometheus.NewRegistry(),
+		log: &bytes.Buffer{}, now: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)}
+	r.proc.write(1, "worker-agent", 'S', 0, 10, 0)
+	var err error
+	r.a, err = New(Config{
+		CgroupRoot: filepath.Join(dir, "sys"), ProcSelfCgroup: filepath.Join(dir, "proc", "cgroup"), Proc: r.proc.dir,
+		RootPID: 1, Interval: rigInterval, Registry: r.reg, Logger: slog.New(slog.NewTextHandler(r.log, nil)),
+		Now: func() time.Time {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return r.now
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// cgroupV2 sets the v2 fixture's counters; the peak is the limit, as it
+// is in a pod that once came close to it.
+func (r *rig) cgroupV2(usage, maxEvents, oom, oomKill int) {
+	r.t.Helper()
+	for file, v := range map[string]string{
+		"memory.current": strconv.Itoa(usage),
+		"memory.peak":    "209715200",
+		"memory.events":  fmt.Sprintf("low 0\nhigh 0\nmax %d\noom %d\noom_kill %d\noom_group_kill 0", maxEvents, oom, oomKill),
+	} {
+		if err := os.WriteFile(filepath.Join(r.cg, file), []byte(v+"\n"), 0o644); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+}
+
+// TestOOMKillAtTheLimitOrTheNode decides from the counters that rose
+// with the kill: v2's "oom" (the cgroup's own OOM) says the limit; a kill
+// with "max" (reclaim at the limit) rising and the lifetime peak at the
+// limit, but no "oom", is the node's OOM killer; so is a v1 kill without
+// failcnt rising, whatever max_usage_in_bytes says.
+func TestOOMKillAtTheLimitOrTheNode(t *testing.T) {
+	oomOf := func(t *testing.T, r *rig) api.Event {
+		t.Helper()
+		r.proc.remove(12)
+		for range 3 {
+			r.tick()
+		}
+		for _, ev := range r.events() {
+			if ev.Kind == api.KindOOMKill {
+				return ev
+			}
+		}
+		t.Fatalf("no OOM kill recorded: %+v", r.events())
+		return api.Event{}
+	}
+	wantLimit := func(t *testing.T, ev api.Event, atLimit bool) {
+		t.Helper()
+		words := []string{"below the memory limit of 200 MiB", "the node ran out of memory"}
+		if atLimit {
+			words = []string{"at the memory limit of 200 MiB"}
+		}
+		if ev.Memory == nil || ev.Memory.AtLimit != atLimit {
+			t.Errorf("memory = %+v; want atLimit %v", ev.Memory, atLimit)
+		}
+		for _, w := range words {
+			if !strings.Contains(ev.Message, w) {
+				t.Errorf("message %q lacks %q", ev.Message, w)
+			}
+		}
+	}
+	t.Run("v2 node", func(t *testing.T) {
+		r := newRigV2(t)
+		r.job()
+		r.cgroupV2(150<<20, 5, 0, 0)
+		r.tick()
+		r.cgroupV2(150<<20, 9, 0, 1)
+		r.tick()
+		wantLimit(t, oomOf(t, r), false)
+	})
+	t.Run("v2 limit", func(t *testing.T) {
+		r := newRigV2(t)
+		r.job()
+		r.tick()
+		r.cgroupV2(200<<20, 7, 1, 1)
+		r.tick()
+		wantLimit(t, oomOf(t, r), true)
+	})
+	t.Run("v2 limit, oom read a reading before the kill", func(t *testing.T) {
+		r := newRigV2(t)
+		r.job()
+		r.tick()
+		r.cgroupV2(200<<20, 7, 1, 0)
+		r.tick()
+		r.cgroupV2(100<<20, 7, 1, 1)
+		r.tick()
+		wantLimit(t, oomOf(t, r), true)
+	})
+	t.Run("v2 limit long before, node now", func(t *testing.T) {
+		r := newRigV2(t)
+		r.job()
+		r.cgroupV2(200<<20, 7, 1, 0)
+		r.tick()
+		r.tick()
+		r.tick()
+		r.cgroupV2(100<<20, 7, 1, 1)
+		r.tick()
+		wantLimit(t, oomOf(t, r), false)
+	})
+	t.Run("v1 node, peak at the limit", func(t *testing.T) {
+		r := newRig(t, 0)
+		if err := os.WriteFile(filepath.Join(r.cg, "memory.max_usage_in_bytes"), []byte("209715200\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r.job()
+		r.tick()
+		r.cgroup(100<<20, 0, 1)
+		r.tick()
+		wantLimit(t, oomOf(t, r), false)
+	})
+	t.Run("v1 limit", func(t *testing.T) {
+		r := newRig(t, 0)
+		r.job()
+		r.tick()
+		r.cgroup(200<<20, 40, 1)
+		r.tick()
+		wantLimit(t, oomOf(t, r), true)
+	})
+}
+
+// TestUnreadableCgroupAtStartIsLogged: a memory cgroup that cannot be
+// read when the agent starts, or none at all, is a WARN naming the path,
+// the error, and what the account cannot tell without it.
+func TestUnreadableCgroupAtStartIsLogged(t *testing.T) {
+	files := v1Files("/job", "209715200\n", "1\n", "1\n", "0\n", "0")
+	files["sys/memory/job/memory.oom_control"] = "oom_kill\n"
+	dir := tree(t, files)
+	var buf bytes.Buffer
+	_, err := New(Config{CgroupRoot: filepath.Join(dir, "sys"), ProcSelfCgroup: filepath.Join(dir, "proc", "cgroup"), Proc: newFakeProc(t).dir,
+		RootPID: 1, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"level=WARN", "cannot read the memory cgroup at start", "OOM kills are not counted",
+		filepath.Join(dir, "sys", "memory", "job"), "memory.oom_control"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, buf.String())
+		}
+	}
+
+	buf.Reset()
+	empty := t.TempDir()
+	if _, err := New(Config{CgroupRoot: empty, ProcSelfCgroup: filepath.Join(empty, "none"), Proc: newFakeProc(t).dir, RootPID: 1,
+		Logger: slog.New(slog.NewTextHandler(&buf, nil))}); err != nil {
+		t.Fatal(err)
+	}
+	if log := buf.String(); strings.Count(log, "level=WARN") != 1 || !strings.Contains(log, "no memory cgroup") ||
+		!strings.Contains(log, "cgroup_root="+empty) || !strings.Contains(log, "a SIGKILL of unknown origin") {
+		t.Errorf("log:\n%s\nwant one WARN naming the cgroup root and what is lost", log)
+	}
+}
+
+// TestConcurrentSnapshotsShareReadings: requests that arrive together
+// wait for one reading and share it; readings never start less than an
+// interval apart, whatever the requests; and each answer comes from a
+// reading that started after it was asked (the rank removed before shows).
+func TestConcurrentSnapshotsShareReadings(t *testing.T) {
+	r := newRig(t, 0)
+	var (
+		mu     sync.Mutex
+		starts []time.Time
+	)
+	r.a.pollHook = func(start time.Time) {
+		mu.Lock()
+		defer mu.Unlock()
+		starts = append(starts, start)
+	}
+	r.job()
+	r.a.Poll()
+	r.proc.remove(11) // rank 0 ends after the last reading
+	const requests = 8
+	begin := time.Now()
+	var wg sync.WaitGroup
+	answers := make([]api.Events, requests)
+	for i := range requests {
+		wg.Go(func() { answers[i] = r.a.Snapshot(t.Context(), api.EventsQuery{}) })
+	}
+	wg.Wait()
+	elapsed := time.Since(begin)
+	for i, a := range answers {
+		if len(a.Events) != 1 || a.Events[0].Rank != 0 {
+			t.Errorf("answer %d = %+v; want rank 0's end, seen by a reading after the request", i, a.Events)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < len(starts); i++ {
+		if gap := starts[i].Sub(starts[i-1]); gap < rigInterval {
+			t.Errorf("readings %d and %d started %s apart, less than the interval %s", i-1, i, gap, rigInterval)
+		}
+	}
+	// The first reading is the test's own; the requests took the others.
+	if took, most := len(starts)-1, 1+int(elapsed/rigInterval); took > most {
+		t.Errorf("%d requests took %d readings in %s; want at most %d", requests, took, elapsed, most)
+	}
+}
+
+// TestReadingHoldsNoLockOnTheAccount: while a reading is in /proc, a
+// session's exit is recorded and the account answers.
+func TestReadingHoldsNoLockOnTheAccount(t *testing.T) {
+	r := newRig(t, 0)
+	inside, release := make(chan struct{}), make(chan struct{})
+	r.a.pollHook = func(time.Time) {
+		close(inside)
+		<-release
+	}
+	polled := make(chan struct{})
+	go func() { defer close(polled); r.a.Poll() }()
+	<-inside
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.a.SessionExited(SessionExit{Session: "c1/s1", Command: "orted", ExitCode: 1})
+		_ = r.a.Events(api.EventsQuery{})
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Error("a session's exit waited for the reading")
+	}
+	close(release)
+	<-polled
 }

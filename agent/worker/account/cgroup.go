@@ -43,10 +43,15 @@ type MemorySample struct {
 	Usage    uint64
 	Peak     uint64 // v1 max_usage_in_bytes, v2 memory.peak; 0 when absent
 	OOMKills uint64 // oom_kill
-	// AtLimit counts how often the cgroup hit its limit: v2 memory.events
-	// "max" (reclaim at the limit) plus "oom", v1 memory.failcnt. Only its
-	// increase between two samples means anything.
-	AtLimit uint64
+	// LimitEvents counts the evidence that the cgroup itself ran out of
+	// memory at its limit: v2 memory.events "oom" (the cgroup's OOM
+	// killer invoked because usage reached memory.max and reclaim failed;
+	// a node-wide OOM kill does not raise it, and "max", reclaim at the
+	// limit that may well succeed, is not counted), v1 memory.failcnt
+	// (charges refused at the limit; v1 counts no OOMs, and every OOM at
+	// the limit follows refused charges). Only its rise between two
+	// samples means anything.
+	LimitEvents uint64
 }
 
 // FindMemoryCgroup locates this process's memory cgroup under root (the
@@ -117,7 +122,7 @@ func (c *MemoryCgroup) readV2() (MemorySample, error) {
 		return s, err
 	}
 	s.OOMKills = events["oom_kill"]
-	s.AtLimit = events["max"] + events["oom"]
+	s.LimitEvents = events["oom"]
 	if s.Usage, _, err = readUint(filepath.Join(c.Dir, "memory.current")); err != nil {
 		return s, err
 	}
@@ -147,7 +152,7 @@ func (c *MemoryCgroup) readV1() (MemorySample, error) {
 	if s.Peak, _, err = readUint(filepath.Join(c.Dir, "memory.max_usage_in_bytes")); err != nil {
 		return s, err
 	}
-	if s.AtLimit, _, err = readUint(filepath.Join(c.Dir, "memory.failcnt")); err != nil {
+	if s.LimitEvents, _, err = readUint(filepath.Join(c.Dir, "memory.failcnt")); err != nil {
 		return s, err
 	}
 	s.Limit, err = c.walkLimit("memory.limit_in_bytes", func(v string) (uint64, bool, error) {

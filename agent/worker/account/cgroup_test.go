@@ -80,7 +80,7 @@ func TestMemoryCgroupV2(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := MemorySample{Limit: 200 << 20, Usage: 100 << 20, Peak: 200 << 20, OOMKills: 1, AtLimit: 13}
+	want := MemorySample{Limit: 200 << 20, Usage: 100 << 20, Peak: 200 << 20, OOMKills: 1, LimitEvents: 1}
 	if s != want {
 		t.Errorf("sample = %+v, want %+v", s, want)
 	}
@@ -131,7 +131,7 @@ func TestMemoryCgroupV1Hybrid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := MemorySample{Limit: 200 << 20, Usage: 100 << 20, Peak: 200 << 20, OOMKills: 2, AtLimit: 7}
+	want := MemorySample{Limit: 200 << 20, Usage: 100 << 20, Peak: 200 << 20, OOMKills: 2, LimitEvents: 7}
 	if s != want {
 		t.Errorf("sample = %+v, want %+v", s, want)
 	}
