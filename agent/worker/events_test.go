@@ -76,6 +76,16 @@ func TestEventsEndpoint(t *testing.T) {
 	if len(ev.Events) != 1 || ev.Events[0].Session != "c1/s2" || ev.Events[0].ExitCode != 2 {
 		t.Fatalf("events since %v = %+v, want only the second session", since, ev.Events)
 	}
+	if ev.LastSeq != 2 || ev.Since.IsZero() {
+		t.Errorf("lastSeq %d since %v; want 2 and the query's time", ev.LastSeq, ev.Since)
+	}
+	code, body = get(t, w.Handler(), api.EventsPath+"?after=1")
+	if ev, err := api.DecodeEvents(strings.NewReader(body)); code != 200 || err != nil || len(ev.Events) != 1 || ev.Events[0].Seq != 2 || ev.After != 1 {
+		t.Errorf("/events?after=1 = %d %s (%v), want only the second event", code, body, err)
+	}
+	if code, body := get(t, w.Handler(), api.EventsPath+"?after=-1"); code != http.StatusBadRequest || !strings.Contains(body, "lastSeq") {
+		t.Errorf("/events?after=-1 = %d %q, want 400 naming what after is", code, body)
+	}
 	if code, body := get(t, w.Handler(), api.EventsPath); code != 200 || !strings.Contains(body, `"c1/s1"`) {
 		t.Errorf("/events without since = %d %s, want every event", code, body)
 	}

@@ -2,6 +2,7 @@ package account
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -240,7 +241,7 @@ func TestSessionExitsAndGPU(t *testing.T) {
 	if len(evs) != 4 {
 		t.Fatalf("events = %+v; want 2 session exits (status 0 is not one) and 2 GPU errors", evs)
 	}
-	if evs[0].Message != "ssh session c1/s3 (hydra_pmi_proxy) ended by SIGKILL" || evs[0].Signal != "SIGKILL" {
+	if evs[0].Message != "ssh session c1/s3 (hydra_pmi_proxy) ended by SIGKILL" || evs[0].Signal != "SIGKILL" || evs[0].Command != "hydra_pmi_proxy" {
 		t.Errorf("session event = %+v", evs[0])
 	}
 	if !strings.Contains(evs[1].Message, "exited with status 1 after its client went away") {
@@ -257,6 +258,29 @@ func TestSessionExitsAndGPU(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(r.a.m.gpuErrors.WithLabelValues("ecc_dbe")); got != 1 {
 		t.Errorf("gpu errors{ecc_dbe} = %v", got)
+	}
+}
+
+// TestSessionExitKeepsTheProgramOnly: /events is unauthenticated, so a
+// failed session's event keeps the program its command ran, never the
+// arguments or the environment assignments before it.
+func TestSessionExitKeepsTheProgramOnly(t *testing.T) {
+	r := newRig(t, 0)
+	r.a.SessionExited(SessionExit{Session: "c1/s1", ExitCode: 2,
+		Command: "PATH=/opt/ompi/bin:$PATH ; export PATH ; HF_TOKEN=hf_secret /opt/ompi/bin/orted -mca orte_hnp_uri \"tcp://10.0.0.1:4000\" --password=pw"})
+	r.a.SessionExited(SessionExit{Session: "c1/s2", ExitCode: 1, Command: "API_KEY=k1 python3 train.py --token t1"})
+	body, err := json.Marshal(r.a.Events(api.EventsQuery{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{"hf_secret", "pw", "10.0.0.1", "k1", "t1", "/opt/ompi/bin", "train.py"} {
+		if strings.Contains(string(body), secret) {
+			t.Errorf("/events holds %q:\n%s", secret, body)
+		}
+	}
+	evs := r.events()
+	if len(evs) != 2 || evs[0].Command != "orted" || evs[1].Command != "python3" || evs[1].Message != "ssh session c1/s2 (python3) exited with status 1" {
+		t.Errorf("events = %+v; want orted and python3 named", evs)
 	}
 }
 
