@@ -251,14 +251,14 @@ func TestIndexFold(t *testing.T) {
 
 func TestCommandName(t *testing.T) {
 	for cmd, want := range map[string]string{
-		" PATH=/usr/bin:$PATH ; export PATH ; orted -mca ess env":             "orted",
-		`PATH=/opt/ompi/bin:$PATH ; export PATH ; /opt/ompi/bin/prted --x y`:   "prted",
-		`HOROVOD_RANK=0 "python3" train.py --token=abc`:                        "python3",
-		"/usr/bin/hydra_pmi_proxy --control-port launcher:4000":                "hydra_pmi_proxy",
-		"SECRET=x /opt/app/train --key k":                                      "/opt/app/train",
-		"sorted-files --orted":                                                 "sorted-files",
-		"":                                                                     "",
-		"A=1 B=2":                                                              "",
+		" PATH=/usr/bin:$PATH ; export PATH ; orted -mca ess env":            "orted",
+		`PATH=/opt/ompi/bin:$PATH ; export PATH ; /opt/ompi/bin/prted --x y`: "prted",
+		`HOROVOD_RANK=0 "python3" train.py --token=abc`:                      "python3",
+		"/usr/bin/hydra_pmi_proxy --control-port launcher:4000":              "hydra_pmi_proxy",
+		"SECRET=x /opt/app/train --key k":                                    "/opt/app/train",
+		"sorted-files --orted":                                               "sorted-files",
+		"":                                                                   "",
+		"A=1 B=2":                                                            "",
 	} {
 		if got := CommandName(cmd); got != want {
 			t.Errorf("CommandName(%q) = %q, want %q", cmd, got, want)

@@ -210,7 +210,7 @@ func New(cfg Config) (*Account, error) {
 			a.cgErr = err
 			log.Warn("cannot read the memory cgroup at start: OOM kills are not counted until it reads, so a rank the OOM killer "+
 				"ends reads as a SIGKILL of unknown origin, and /events reports no memory limit or usage",
-				"cgroup", a.cg.Dir, "err", err)
+				"cgroup", a.cg.Path, "err", err)
 		}
 	} else {
 		root := cfg.CgroupRoot
@@ -235,7 +235,7 @@ func (a *Account) Cgroup() string {
 	if a.cg == nil {
 		return "none: " + a.cgErr.Error()
 	}
-	return fmt.Sprintf("%s (cgroup v%d)", a.cg.Dir, a.cg.Version)
+	return fmt.Sprintf("%s (cgroup v%d)", a.cg.Path, a.cg.Version)
 }
 
 // Run reads the cgroup and the processes every Interval until ctx ends.
@@ -324,10 +324,10 @@ func (a *Account) pollLocked() {
 		switch {
 		case cgErr != nil && a.cgErr == nil:
 			a.cgErr = cgErr
-			a.log.Warn("cannot read the memory cgroup; OOM kills are not counted until it reads again", "cgroup", a.cg.Dir, "err", cgErr)
+			a.log.Warn("cannot read the memory cgroup; OOM kills are not counted until it reads again", "cgroup", a.cg.Path, "err", cgErr)
 		case cgErr == nil:
 			if a.cgErr != nil {
-				a.log.Info("memory cgroup readable", "cgroup", a.cg.Dir)
+				a.log.Info("memory cgroup readable", "cgroup", a.cg.Path)
 			}
 			a.cgErr = nil
 			ok = true
@@ -694,7 +694,7 @@ func (a *Account) memory(s MemorySample, atLimit bool) api.Memory {
 		}
 		return api.Memory{Error: msg}
 	}
-	m := api.Memory{Cgroup: a.cg.Dir, Version: a.cg.Version, LimitBytes: s.Limit, UsageBytes: s.Usage, PeakBytes: s.Peak,
+	m := api.Memory{Cgroup: a.cg.Path, Version: a.cg.Version, LimitBytes: s.Limit, UsageBytes: s.Usage, PeakBytes: s.Peak,
 		OOMKills: s.OOMKills, AtLimit: atLimit}
 	if a.cgErr != nil {
 		m.Error = a.cgErr.Error()

@@ -18,14 +18,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/podmpi/podmpi/agent/worker/api"
+	"github.com/podmpi/podmpi/cgroup/cgrouptest"
 	"github.com/podmpi/podmpi/gpu"
+	"github.com/podmpi/podmpi/proc/proctest"
 )
 
 // rig is an account over a fake /proc and a fixture cgroup v1, with a
 // clock the test moves.
 type rig struct {
 	t    *testing.T
-	proc *fakeProc
+	proc *proctest.Dir
 	cg   string // the cgroup dir
 	reg  *prometheus.Registry
 	log  *bytes.Buffer
@@ -39,13 +41,20 @@ const rigInterval = 500 * time.Millisecond
 
 func newRig(t *testing.T, capacity int) *rig {
 	t.Helper()
-	dir := tree(t, v1Files("/job", "209715200\n", "1048576\n", "1048576\n", "0\n", "0"))
-	r := &rig{t: t, proc: newFakeProc(t), cg: filepath.Join(dir, "sys", "memory", "job"), reg: prometheus.NewRegistry(),
+	return newRigOn(t, v1Files("/job", "209715200\n", "1048576\n", "1048576\n", "0\n", "0"), "memory/job", capacity)
+}
+
+// newRigOn is a rig over the cgroup fixture files, whose memory cgroup is
+// sys/<cg>.
+func newRigOn(t *testing.T, files map[string]string, cg string, capacity int) *rig {
+	t.Helper()
+	dir := cgrouptest.Tree(t, files)
+	r := &rig{t: t, proc: proctest.New(t), cg: filepath.Join(dir, "sys", cg), reg: prometheus.NewRegistry(),
 		log: &bytes.Buffer{}, now: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)}
-	r.proc.write(1, "worker-agent", 'S', 0, 10, 0)
+	r.proc.Write(1, "worker-agent", 'S', 0, 10, 0)
 	var err error
 	r.a, err = New(Config{
-		CgroupRoot: filepath.Join(dir, "sys"), ProcSelfCgroup: filepath.Join(dir, "proc", "cgroup"), Proc: r.proc.dir,
+		CgroupRoot: filepath.Join(dir, "sys"), ProcSelfCgroup: filepath.Join(dir, "proc", "cgroup"), Proc: r.proc.Path,
 		RootPID: 1, Interval: rigInterval, Capacity: capacity, Hostname: "w-0", Registry: r.reg,
 		Logger: slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Now: func() time.Time {
@@ -86,9 +95,9 @@ func (r *rig) events() []api.Event { return r.a.Events(api.EventsQuery{}).Events
 
 // job writes orted (10) with two ranks: 11 (rank 0, small) and 12 (rank 1, large).
 func (r *rig) job() {
-	r.proc.write(10, "orted", 'S', 1, 100, 0)
-	r.proc.write(11, "train", 'R', 10, 1000, 0, "OMPI_COMM_WORLD_RANK=0")
-	r.proc.write(12, "train", 'R', 10, 40000, 0, "OMPI_COMM_WORLD_RANK=1")
+	r.proc.Write(10, "orted", 'S', 1, 100, 0)
+	r.proc.Write(11, "train", 'R', 10, 1000, 0, "OMPI_COMM_WORLD_RANK=0")
+	r.proc.Write(12, "train", 'R', 10, 40000, 0, "OMPI_COMM_WORLD_RANK=1")
 }
 
 func TestOOMKillNamesTheLargestVanishedRank(t *testing.T) {
@@ -96,8 +105,8 @@ func TestOOMKillNamesTheLargestVanishedRank(t *testing.T) {
 	r.job()
 	r.tick()
 	// The OOM killer takes rank 1; orted then kills rank 0 too.
-	r.proc.remove(12)
-	r.proc.remove(11)
+	r.proc.Remove(12)
+	r.proc.Remove(11)
 	r.cgroup(209715200, 12, 1)
 	r.tick()
 	r.tick() // rank 0's exit is recorded once no OOM kill claims it
@@ -140,7 +149,7 @@ func TestOOMKillBeforeTheVictimVanishes(t *testing.T) {
 	if evs := r.events(); len(evs) != 0 {
 		t.Fatalf("events before the victim vanished: %+v", evs)
 	}
-	r.proc.remove(12)
+	r.proc.Remove(12)
 	r.tick()
 	evs := r.events()
 	if len(evs) != 1 || evs[0].Rank != 1 || evs[0].Kind != api.KindOOMKill {
@@ -154,7 +163,7 @@ func TestOOMKillVanishedBeforeTheCounter(t *testing.T) {
 	r := newRig(t, 0)
 	r.job()
 	r.tick()
-	r.proc.remove(12)
+	r.proc.Remove(12)
 	r.tick()
 	r.cgroup(209715200, 1, 1)
 	r.tick()
@@ -192,7 +201,7 @@ func TestRankCrashSeenAsZombie(t *testing.T) {
 	r := newRig(t, 0)
 	r.job()
 	r.tick()
-	r.proc.write(12, "train", 'Z', 10, 0, int(syscall.SIGSEGV)|0x80, "OMPI_COMM_WORLD_RANK=1")
+	r.proc.Write(12, "train", 'Z', 10, 0, int(syscall.SIGSEGV)|0x80, "OMPI_COMM_WORLD_RANK=1")
 	r.tick()
 	evs := r.events()
 	if len(evs) != 1 {
@@ -204,7 +213,7 @@ func TestRankCrashSeenAsZombie(t *testing.T) {
 		t.Errorf("event = %+v", ev)
 	}
 	// Reaped later: not recorded twice.
-	r.proc.remove(12)
+	r.proc.Remove(12)
 	r.tick()
 	r.tick()
 	if n := len(r.events()); n != 1 {
@@ -218,10 +227,10 @@ func TestRankCrashSeenAsZombie(t *testing.T) {
 func TestRankExitNonZeroAndChildNotRecorded(t *testing.T) {
 	r := newRig(t, 0)
 	r.job()
-	r.proc.write(13, "sh", 'S', 11, 10, 0, "OMPI_COMM_WORLD_RANK=0") // rank 0's own child
+	r.proc.Write(13, "sh", 'S', 11, 10, 0, "OMPI_COMM_WORLD_RANK=0") // rank 0's own child
 	r.tick()
-	r.proc.remove(13)
-	r.proc.write(11, "train", 'Z', 10, 0, 3<<8, "OMPI_COMM_WORLD_RANK=0")
+	r.proc.Remove(13)
+	r.proc.Write(11, "train", 'Z', 10, 0, 3<<8, "OMPI_COMM_WORLD_RANK=0")
 	r.tick()
 	r.tick()
 	evs := r.events()
@@ -320,9 +329,9 @@ func TestEventsSince(t *testing.T) {
 }
 
 func TestNoCgroup(t *testing.T) {
-	p := newFakeProc(t)
+	p := proctest.New(t)
 	dir := t.TempDir()
-	a, err := New(Config{CgroupRoot: dir, ProcSelfCgroup: filepath.Join(dir, "none"), Proc: p.dir, RootPID: 1})
+	a, err := New(Config{CgroupRoot: dir, ProcSelfCgroup: filepath.Join(dir, "none"), Proc: p.Path, RootPID: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,7 +352,7 @@ func TestSnapshotShowsWhatIsNotRecordedYet(t *testing.T) {
 	r := newRig(t, 0)
 	r.job()
 	r.tick()
-	r.proc.remove(11) // rank 0 ends
+	r.proc.Remove(11) // rank 0 ends
 	got := r.a.Snapshot(t.Context(), api.EventsQuery{})
 	if len(got.Events) != 1 || !got.Events[0].Provisional || got.Events[0].Seq != 0 || got.Events[0].Rank != 0 ||
 		got.Events[0].Kind != api.KindRankExit {
@@ -366,7 +375,7 @@ func TestSnapshotShowsWhatIsNotRecordedYet(t *testing.T) {
 	r = newRig(t, 0)
 	r.job()
 	r.tick()
-	r.proc.remove(12)
+	r.proc.Remove(12)
 	r.cgroup(209715200, 1, 1)
 	got = r.a.Snapshot(t.Context(), api.EventsQuery{})
 	if len(got.Events) != 1 || got.Events[0].Provisional || got.Events[0].Rank != 1 {
@@ -392,7 +401,7 @@ func TestSnapshotPagesBySeq(t *testing.T) {
 	if first.LastSeq != 1 || len(first.Events) != 2 || !first.Events[1].Provisional || first.Events[1].Kind != api.KindOOMKill {
 		t.Fatalf("first answer: lastSeq %d, events %+v; want the session exit and the provisional OOM kill", first.LastSeq, first.Events)
 	}
-	r.proc.remove(12)
+	r.proc.Remove(12)
 	r.tick()
 	next := r.a.Snapshot(t.Context(), api.EventsQuery{After: first.LastSeq})
 	if len(next.Events) != 1 || next.Events[0].Kind != api.KindOOMKill || next.Events[0].Provisional || next.Events[0].Rank != 1 ||
@@ -412,7 +421,7 @@ func TestProvisionalRankExitKeepsItsSignal(t *testing.T) {
 	r := newRig(t, 0)
 	r.job()
 	r.tick()
-	r.proc.write(12, "train", 'Z', 10, 0, int(syscall.SIGKILL), "OMPI_COMM_WORLD_RANK=1")
+	r.proc.Write(12, "train", 'Z', 10, 0, int(syscall.SIGKILL), "OMPI_COMM_WORLD_RANK=1")
 	r.tick()
 	got := r.a.Snapshot(t.Context(), api.EventsQuery{})
 	if len(got.Events) != 1 {
@@ -428,24 +437,7 @@ func TestProvisionalRankExitKeepsItsSignal(t *testing.T) {
 func newRigV2(t *testing.T) *rig {
 	t.Helper()
 	const cg = "/kubepods.slice/pod/ctr"
-	dir := tree(t, v2Files(cg, "209715200\n", "1048576\n", "1048576\n", "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n"))
-	r := &rig{t: t, proc: newFakeProc(t), cg: filepath.Join(dir, "sys", cg), reg: prometheus.NewRegistry(),
-		log: &bytes.Buffer{}, now: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)}
-	r.proc.write(1, "worker-agent", 'S', 0, 10, 0)
-	var err error
-	r.a, err = New(Config{
-		CgroupRoot: filepath.Join(dir, "sys"), ProcSelfCgroup: filepath.Join(dir, "proc", "cgroup"), Proc: r.proc.dir,
-		RootPID: 1, Interval: rigInterval, Registry: r.reg, Logger: slog.New(slog.NewTextHandler(r.log, nil)),
-		Now: func() time.Time {
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			return r.now
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
+	return newRigOn(t, v2Files(cg, "209715200\n", "1048576\n", "1048576\n", "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n"), cg, 0)
 }
 
 // cgroupV2 sets the v2 fixture's counters; the peak is the limit, as it
@@ -469,92 +461,65 @@ func (r *rig) cgroupV2(usage, maxEvents, oom, oomKill int) {
 // limit, but no "oom", is the node's OOM killer; so is a v1 kill without
 // failcnt rising, whatever max_usage_in_bytes says.
 func TestOOMKillAtTheLimitOrTheNode(t *testing.T) {
-	oomOf := func(t *testing.T, r *rig) api.Event {
-		t.Helper()
-		r.proc.remove(12)
-		for range 3 {
-			r.tick()
-		}
-		for _, ev := range r.events() {
-			if ev.Kind == api.KindOOMKill {
-				return ev
+	// counters are the cgroup's before one tick (max is v2's only; v1
+	// has failcnt as its limitEvents); nil leaves them as they are.
+	type counters struct{ usage, max, limitEvents, kills int }
+	at := func(usage, max, limitEvents, kills int) *counters { return &counters{usage, max, limitEvents, kills} }
+	for _, tc := range []struct {
+		name     string
+		v2       bool
+		readings []*counters
+		atLimit  bool
+	}{
+		{"v2 node", true, []*counters{at(150<<20, 5, 0, 0), at(150<<20, 9, 0, 1)}, false},
+		{"v2 limit", true, []*counters{nil, at(200<<20, 7, 1, 1)}, true},
+		{"v2 limit, oom read a reading before the kill", true, []*counters{nil, at(200<<20, 7, 1, 0), at(100<<20, 7, 1, 1)}, true},
+		{"v2 limit long before, node now", true, []*counters{at(200<<20, 7, 1, 0), nil, nil, at(100<<20, 7, 1, 1)}, false},
+		{"v1 node, peak at the limit", false, []*counters{nil, at(100<<20, 0, 0, 1)}, false},
+		{"v1 limit", false, []*counters{nil, at(200<<20, 0, 40, 1)}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRigV2(t)
+			if !tc.v2 {
+				r = newRig(t, 0)
+				if err := os.WriteFile(filepath.Join(r.cg, "memory.max_usage_in_bytes"), []byte("209715200\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
 			}
-		}
-		t.Fatalf("no OOM kill recorded: %+v", r.events())
-		return api.Event{}
-	}
-	wantLimit := func(t *testing.T, ev api.Event, atLimit bool) {
-		t.Helper()
-		words := []string{"below the memory limit of 200 MiB", "the node ran out of memory"}
-		if atLimit {
-			words = []string{"at the memory limit of 200 MiB"}
-		}
-		if ev.Memory == nil || ev.Memory.AtLimit != atLimit {
-			t.Errorf("memory = %+v; want atLimit %v", ev.Memory, atLimit)
-		}
-		for _, w := range words {
-			if !strings.Contains(ev.Message, w) {
-				t.Errorf("message %q lacks %q", ev.Message, w)
+			r.job()
+			for _, c := range tc.readings {
+				switch {
+				case c == nil:
+				case tc.v2:
+					r.cgroupV2(c.usage, c.max, c.limitEvents, c.kills)
+				default:
+					r.cgroup(c.usage, c.limitEvents, c.kills)
+				}
+				r.tick()
 			}
-		}
+			r.proc.Remove(12)
+			for range 3 {
+				r.tick()
+			}
+			evs := r.events()
+			if len(evs) == 0 || evs[0].Kind != api.KindOOMKill || evs[0].Memory == nil {
+				t.Fatalf("events = %+v; want an OOM kill", evs)
+			}
+			ev := evs[0]
+			words := []string{"below the memory limit of 200 MiB", "the node ran out of memory"}
+			if tc.atLimit {
+				words = []string{"at the memory limit of 200 MiB"}
+			}
+			if ev.Memory.AtLimit != tc.atLimit {
+				t.Errorf("memory = %+v; want atLimit %v", *ev.Memory, tc.atLimit)
+			}
+			for _, w := range words {
+				if !strings.Contains(ev.Message, w) {
+					t.Errorf("message %q lacks %q", ev.Message, w)
+				}
+			}
+		})
 	}
-	t.Run("v2 node", func(t *testing.T) {
-		r := newRigV2(t)
-		r.job()
-		r.cgroupV2(150<<20, 5, 0, 0)
-		r.tick()
-		r.cgroupV2(150<<20, 9, 0, 1)
-		r.tick()
-		wantLimit(t, oomOf(t, r), false)
-	})
-	t.Run("v2 limit", func(t *testing.T) {
-		r := newRigV2(t)
-		r.job()
-		r.tick()
-		r.cgroupV2(200<<20, 7, 1, 1)
-		r.tick()
-		wantLimit(t, oomOf(t, r), true)
-	})
-	t.Run("v2 limit, oom read a reading before the kill", func(t *testing.T) {
-		r := newRigV2(t)
-		r.job()
-		r.tick()
-		r.cgroupV2(200<<20, 7, 1, 0)
-		r.tick()
-		r.cgroupV2(100<<20, 7, 1, 1)
-		r.tick()
-		wantLimit(t, oomOf(t, r), true)
-	})
-	t.Run("v2 limit long before, node now", func(t *testing.T) {
-		r := newRigV2(t)
-		r.job()
-		r.cgroupV2(200<<20, 7, 1, 0)
-		r.tick()
-		r.tick()
-		r.tick()
-		r.cgroupV2(100<<20, 7, 1, 1)
-		r.tick()
-		wantLimit(t, oomOf(t, r), false)
-	})
-	t.Run("v1 node, peak at the limit", func(t *testing.T) {
-		r := newRig(t, 0)
-		if err := os.WriteFile(filepath.Join(r.cg, "memory.max_usage_in_bytes"), []byte("209715200\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		r.job()
-		r.tick()
-		r.cgroup(100<<20, 0, 1)
-		r.tick()
-		wantLimit(t, oomOf(t, r), false)
-	})
-	t.Run("v1 limit", func(t *testing.T) {
-		r := newRig(t, 0)
-		r.job()
-		r.tick()
-		r.cgroup(200<<20, 40, 1)
-		r.tick()
-		wantLimit(t, oomOf(t, r), true)
-	})
 }
 
 // TestUnreadableCgroupAtStartIsLogged: a memory cgroup that cannot be
@@ -563,9 +528,9 @@ func TestOOMKillAtTheLimitOrTheNode(t *testing.T) {
 func TestUnreadableCgroupAtStartIsLogged(t *testing.T) {
 	files := v1Files("/job", "209715200\n", "1\n", "1\n", "0\n", "0")
 	files["sys/memory/job/memory.oom_control"] = "oom_kill\n"
-	dir := tree(t, files)
+	dir := cgrouptest.Tree(t, files)
 	var buf bytes.Buffer
-	_, err := New(Config{CgroupRoot: filepath.Join(dir, "sys"), ProcSelfCgroup: filepath.Join(dir, "proc", "cgroup"), Proc: newFakeProc(t).dir,
+	_, err := New(Config{CgroupRoot: filepath.Join(dir, "sys"), ProcSelfCgroup: filepath.Join(dir, "proc", "cgroup"), Proc: proctest.New(t).Path,
 		RootPID: 1, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -579,7 +544,7 @@ func TestUnreadableCgroupAtStartIsLogged(t *testing.T) {
 
 	buf.Reset()
 	empty := t.TempDir()
-	if _, err := New(Config{CgroupRoot: empty, ProcSelfCgroup: filepath.Join(empty, "none"), Proc: newFakeProc(t).dir, RootPID: 1,
+	if _, err := New(Config{CgroupRoot: empty, ProcSelfCgroup: filepath.Join(empty, "none"), Proc: proctest.New(t).Path, RootPID: 1,
 		Logger: slog.New(slog.NewTextHandler(&buf, nil))}); err != nil {
 		t.Fatal(err)
 	}
@@ -606,7 +571,7 @@ func TestConcurrentSnapshotsShareReadings(t *testing.T) {
 	}
 	r.job()
 	r.a.Poll()
-	r.proc.remove(11) // rank 0 ends after the last reading
+	r.proc.Remove(11) // rank 0 ends after the last reading
 	const requests = 8
 	begin := time.Now()
 	var wg sync.WaitGroup
