@@ -1,27 +1,12 @@
 package gpu
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-// writeTree creates files (path -> content) under a new temp dir.
-func writeTree(t *testing.T, files map[string]string) string {
-	t.Helper()
-	root := t.TempDir()
-	for p, c := range files {
-		full := filepath.Join(root, filepath.FromSlash(p))
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return root
-}
+	"github.com/podmpi/podmpi/cgroup/cgrouptest"
+)
 
 func TestCgroupCPUQuota(t *testing.T) {
 	t.Parallel()
@@ -79,7 +64,7 @@ func TestCgroupCPUQuota(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			root := writeTree(t, tc.files)
+			root := cgrouptest.Tree(t, tc.files)
 			q := &CgroupCPUQuota{
 				Root:           filepath.Join(root, "sys"),
 				ProcSelfCgroup: filepath.Join(root, "proc/self/cgroup"),

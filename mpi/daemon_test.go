@@ -41,14 +41,17 @@ func TestCommandDaemon(t *testing.T) {
 
 func TestCommandName(t *testing.T) {
 	for cmd, want := range map[string]string{
-		`PATH=/x ; export PATH ; /x/orted -mca a b`:     "orted",
-		`FOO=1 "/opt/app/run.sh" x`:                     "/opt/app/run.sh",
-		`git fetch origin`:                              "git",
-		`HOROVOD_RANK=0 "python3" train.py --token=abc`: "python3",
-		"SECRET=x /opt/app/train --key k":               "/opt/app/train",
-		"sorted-files --orted":                          "sorted-files",
-		`X=1 Y=2`:                                       "",
-		"":                                              "",
+		`PATH=/x ; export PATH ; /x/orted -mca a b`:                          "orted",
+		" PATH=/usr/bin:$PATH ; export PATH ; orted -mca ess env":            "orted",
+		`PATH=/opt/ompi/bin:$PATH ; export PATH ; /opt/ompi/bin/prted --x y`: "prted",
+		"/usr/bin/hydra_pmi_proxy --control-port launcher:4000":              "hydra_pmi_proxy",
+		`FOO=1 "/opt/app/run.sh" x`:                                          "/opt/app/run.sh",
+		`git fetch origin`:                                                   "git",
+		`HOROVOD_RANK=0 "python3" train.py --token=abc`:                      "python3",
+		"SECRET=x /opt/app/train --key k":                                    "/opt/app/train",
+		"sorted-files --orted":                                               "sorted-files",
+		`X=1 Y=2`:                                                            "",
+		"":                                                                   "",
 	} {
 		if got := CommandName(cmd); got != want {
 			t.Errorf("CommandName(%q) = %q, want %q", cmd, got, want)

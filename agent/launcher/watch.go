@@ -90,7 +90,7 @@ type workerState struct {
 	host      string
 	events    *api.Events       // the account so far, events merged
 	seen      map[eventKey]bool // events already in it
-	agentNow  time.Time         // the agent's clock at its last answer
+	lastSeq   uint64            // the highest Seq its agent had recorded at its last answer
 	err       error             // the last failure to answer
 	fails     int               // rounds in a row without an answer
 	nameGone  int               // rounds in a row its name did not exist
@@ -470,14 +470,14 @@ func (w *watch) allAnswered(t time.Time) bool {
 
 // ask asks one worker-agent, within timeout, and merges its answer.
 func (w *watch) ask(ctx context.Context, s *workerState, timeout time.Duration) {
+	// What is new is what the agent recorded after its last answer, by
+	// its sequence numbers: an event may carry a time before that answer
+	// (an OOM kill is recorded when its victim is named). Since keeps out
+	// what an earlier job left in the account.
 	w.mu.Lock()
-	since := w.since
-	if !s.agentNow.IsZero() {
-		since = s.agentNow.Add(-time.Second) // its own clock: only what is new
-	}
+	q := api.EventsQuery{After: s.lastSeq, Since: w.since}
 	w.mu.Unlock()
-	u := "http://" + net.JoinHostPort(s.host, strconv.Itoa(w.l.cfg.WorkerWebPort)) + api.EventsPath + "?since=" +
-		url.QueryEscape(since.UTC().Format(time.RFC3339Nano))
+	u := "http://" + net.JoinHostPort(s.host, strconv.Itoa(w.l.cfg.WorkerWebPort)) + api.EventsPath + "?" + q.Encode()
 	asked := time.Now()
 	w.mu.Lock()
 	s.asked = asked
@@ -512,7 +512,7 @@ func (w *watch) ask(ctx context.Context, s *workerState, timeout time.Duration) 
 			w.l.log.Info("a worker-agent answers again", "host", s.host, "after", now.Sub(s.lostAt).Round(time.Millisecond))
 		}
 		s.fails, s.err, s.lostAt, s.logged, s.nameGone = 0, nil, time.Time{}, false, 0
-		s.agentNow = ev.Now
+		s.lastSeq = ev.LastSeq
 		if s.events == nil {
 			s.seen = make(map[eventKey]bool)
 			s.events = &api.Events{Hostname: ev.Hostname, Since: w.since, Events: []api.Event{}}
@@ -726,7 +726,7 @@ func (w *watch) diagnose(res mpirun.RunResult, program string) *postmortem.Diagn
 	}
 	w.mu.Unlock()
 	if w.own != nil {
-		own := w.own.Snapshot(w.since)
+		own := w.own.Snapshot(context.Background(), api.EventsQuery{Since: w.since})
 		in.SelfEvents = &own
 	}
 	d := postmortem.Decide(in)

@@ -40,6 +40,7 @@ type fakeAgent struct {
 	since   []string
 	started time.Time     // when "the agent" started
 	stall   time.Duration // how long the next request waits before its answer
+	filter  bool          // answer only what the query asks for (api.EventsQuery.Match)
 }
 
 func startAgent(t *testing.T) *fakeAgent {
@@ -63,12 +64,24 @@ func startAgent(t *testing.T) *fakeAgent {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		a.since = append(a.since, r.URL.Query().Get("since"))
+		q, err := api.ParseEventsQuery(r.URL.Query())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		var up float64
 		if !a.started.IsZero() {
 			up = time.Since(a.started).Seconds()
 		}
-		_ = json.NewEncoder(w).Encode(api.Events{Hostname: "w", Started: a.started, UptimeSeconds: up, Now: time.Now(), Events: a.events,
-			Memory: api.Memory{Version: 1, LimitBytes: 200 << 20}})
+		evs, last := []api.Event{}, uint64(0)
+		for _, e := range a.events {
+			last = max(last, e.Seq)
+			if !a.filter || q.Match(e) {
+				evs = append(evs, e)
+			}
+		}
+		_ = json.NewEncoder(w).Encode(api.Events{Hostname: "w", Started: a.started, UptimeSeconds: up, Now: time.Now(), Events: evs,
+			LastSeq: last, Memory: api.Memory{Version: 1, LimitBytes: 200 << 20}})
 	})}
 	go func() { _ = a.srv.Serve(ln) }()
 	t.Cleanup(func() {
@@ -618,6 +631,45 @@ func TestProvisionalEventsAreReplaced(t *testing.T) {
 	w.askAll(t.Context(), 5*time.Second, askTimeout, time.Time{})
 	if len(s.events.Events) != 1 || s.events.Events[0].Rank != 2 || s.events.Events[0].Provisional {
 		t.Fatalf("events = %+v; want the recorded OOM kill once", s.events.Events)
+	}
+}
+
+// TestOOMRecordedAfterAnAnswerIsKept: an agent records an OOM kill once it
+// has named the victim, up to a few seconds after the counter rose, with
+// the time the counter rose. Asked in between, it answered with the kill
+// provisional; its next answer has the recorded kill, whose time is before
+// the first answer, and the merge keeps it (paging by time lost it, and the
+// diagnosis read a SIGKILL of unknown origin).
+func TestOOMRecordedAfterAnAnswerIsKept(t *testing.T) {
+	a := startAgent(t)
+	a.filter = true
+	l, _ := New(Config{WorkerWebPort: a.port, ProbeParallel: 4})
+	w := &watch{l: l, since: time.Now().Add(-time.Minute), client: http.DefaultClient}
+	s := &workerState{host: "127.0.0.1"}
+	w.workers = []*workerState{s}
+	rose := time.Now().Add(-1500 * time.Millisecond) // the OOM counter rose
+	mem := &api.Memory{Version: 2, LimitBytes: 1 << 30, AtLimit: true, OOMKills: 1}
+	session := api.Event{Seq: 1, Time: rose.Add(-time.Second), Kind: api.KindSessionExit, Rank: -1, ExitCode: 1, Session: "c1/s1"}
+	a.set(session, api.Event{Time: rose, Kind: api.KindOOMKill, Rank: -1, ExitCode: -1, Signal: "SIGKILL", Memory: mem, Provisional: true})
+	w.askAll(t.Context(), 5*time.Second, askTimeout, time.Time{})
+	if s.events == nil || len(s.events.Events) != 2 {
+		t.Fatalf("first answer merged as %+v; want the session exit and the provisional OOM kill", s.events)
+	}
+	a.set(session, api.Event{Seq: 2, Time: rose, Kind: api.KindOOMKill, Rank: 2, PID: 8, ExitCode: -1, Signal: "SIGKILL", Memory: mem})
+	w.askAll(t.Context(), 5*time.Second, askTimeout, time.Time{})
+	var ooms []api.Event
+	for _, e := range s.events.Events {
+		if e.Kind == api.KindOOMKill {
+			ooms = append(ooms, e)
+		}
+	}
+	if len(ooms) != 1 || ooms[0].Provisional || ooms[0].Rank != 2 {
+		t.Fatalf("OOM kills merged: %+v; want rank 2's, recorded, once", ooms)
+	}
+	d := postmortem.Decide(postmortem.Input{Outcome: postmortem.Outcome{Program: "mpirun", ExitCode: 137},
+		Workers: []postmortem.Worker{{Host: s.host, Events: s.events}}})
+	if d.Cause() != postmortem.CauseOOM {
+		t.Errorf("diagnosis %q, want the OOM kill", d.Summary())
 	}
 }
 

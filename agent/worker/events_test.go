@@ -56,9 +56,9 @@ func TestEventsEndpoint(t *testing.T) {
 	acct := newAccount(t)
 	w := newWorker(t, readySSH(), gpu.NewNull(""), func(c *Config) { c.Account = acct })
 	acct.SessionExited(account.SessionExit{Session: "c1/s1", Command: "orted", PID: 5, ExitCode: -1, Signal: syscall.SIGKILL})
-	since := acct.Events(time.Time{}).Events[0].Time.Add(time.Nanosecond)
+	since := acct.Events(api.EventsQuery{}).Events[0].Time.Add(time.Nanosecond)
 	acct.SessionExited(account.SessionExit{Session: "c1/s2", Command: "orted", PID: 6, ExitCode: 2})
-	if second := acct.Events(time.Time{}).Events[1].Time; second.Before(since) {
+	if second := acct.Events(api.EventsQuery{}).Events[1].Time; second.Before(since) {
 		t.Skipf("the clock did not move between two events (%v)", second)
 	}
 
@@ -75,6 +75,16 @@ func TestEventsEndpoint(t *testing.T) {
 	}
 	if len(ev.Events) != 1 || ev.Events[0].Session != "c1/s2" || ev.Events[0].ExitCode != 2 {
 		t.Fatalf("events since %v = %+v, want only the second session", since, ev.Events)
+	}
+	if ev.LastSeq != 2 || ev.Since.IsZero() {
+		t.Errorf("lastSeq %d since %v; want 2 and the query's time", ev.LastSeq, ev.Since)
+	}
+	code, body = get(t, w.Handler(), api.EventsPath+"?after=1")
+	if ev, err := api.DecodeEvents(strings.NewReader(body)); code != 200 || err != nil || len(ev.Events) != 1 || ev.Events[0].Seq != 2 || ev.After != 1 {
+		t.Errorf("/events?after=1 = %d %s (%v), want only the second event", code, body, err)
+	}
+	if code, body := get(t, w.Handler(), api.EventsPath+"?after=-1"); code != http.StatusBadRequest || !strings.Contains(body, "lastSeq") {
+		t.Errorf("/events?after=-1 = %d %q, want 400 naming what after is", code, body)
 	}
 	if code, body := get(t, w.Handler(), api.EventsPath); code != 200 || !strings.Contains(body, `"c1/s1"`) {
 		t.Errorf("/events without since = %d %s, want every event", code, body)

@@ -12,15 +12,20 @@ import (
 	"github.com/podmpi/podmpi/agent/worker/api"
 )
 
-// maxMetricsInFlight bounds concurrent /metrics scrapes.
-const maxMetricsInFlight = 4
+// maxMetricsInFlight bounds concurrent /metrics scrapes, and
+// maxEventsInFlight concurrent /events requests (a launcher asks each
+// worker once at a time; more is a client gone wrong, or a flood).
+const (
+	maxMetricsInFlight = 4
+	maxEventsInFlight  = 4
+)
 
 func (w *Worker) newMux() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", w.healthz)
 	mux.HandleFunc("GET /readyz", w.readyz)
 	mux.HandleFunc("GET /info", w.info)
-	mux.HandleFunc("GET "+api.EventsPath, w.events)
+	mux.Handle("GET "+api.EventsPath, limitInFlight(maxEventsInFlight, api.EventsPath, http.HandlerFunc(w.events)))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(w.reg, promhttp.HandlerOpts{
 		ErrorLog:            promLogger{w},
 		Registry:            w.reg,
@@ -33,7 +38,7 @@ func (w *Worker) newMux() http.Handler {
 
 func (w *Worker) index(rw http.ResponseWriter, _ *http.Request) {
 	rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	_, _ = rw.Write([]byte("worker-agent\n\n/healthz  liveness\n/readyz   readiness (503 with the reasons when not ready)\n/info     JSON: slots, GPUs, MPI daemons, host key, version\n/events   JSON: OOM kills, rank and session exits, GPU errors (?since=RFC 3339 time)\n/metrics  Prometheus metrics\n"))
+	_, _ = rw.Write([]byte("worker-agent\n\n/healthz  liveness\n/readyz   readiness (503 with the reasons when not ready)\n/info     JSON: slots, GPUs, MPI daemons, host key, version\n/events   JSON: OOM kills, rank and session exits, GPU errors (?after=<lastSeq>&since=<RFC 3339 time>)\n/metrics  Prometheus metrics\n"))
 }
 
 func (w *Worker) healthz(rw http.ResponseWriter, _ *http.Request) {
@@ -70,19 +75,16 @@ func (w *Worker) events(rw http.ResponseWriter, r *http.Request) {
 		http.Error(rw, "this worker-agent keeps no account of its pod", http.StatusNotFound)
 		return
 	}
-	var since time.Time
-	if v := r.URL.Query().Get("since"); v != "" {
-		t, err := time.Parse(time.RFC3339Nano, v)
-		if err != nil {
-			http.Error(rw, "since: want an RFC 3339 time such as 2025-01-02T03:04:05Z", http.StatusBadRequest)
-			return
-		}
-		since = t
+	q, err := api.ParseEventsQuery(r.URL.Query())
+	if err != nil {
+		http.Error(rw, err.Error(), http.StatusBadRequest)
+		return
 	}
+	doc := w.cfg.Account.Snapshot(r.Context(), q)
 	rw.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(rw)
 	enc.SetIndent("", "  ")
-	if err := enc.Encode(w.cfg.Account.Snapshot(since)); err != nil {
+	if err := enc.Encode(doc); err != nil {
 		w.log.Debug("writing /events", "err", err)
 	}
 }

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -149,4 +150,21 @@ func (l *limitListener) open() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.conns)
+}
+
+// limitInFlight serves at most n requests of h at once, as promhttp's
+// MaxRequestsInFlight does for /metrics: a request past the bound is
+// answered 503 at once, with Retry-After, rather than queued.
+func limitInFlight(n int, name string, h http.Handler) http.Handler {
+	sem := make(chan struct{}, n)
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		select {
+		case sem <- struct{}{}:
+			defer func() { <-sem }()
+			h.ServeHTTP(rw, r)
+		default:
+			rw.Header().Set("Retry-After", "1")
+			http.Error(rw, fmt.Sprintf("%s: %d requests are being served already; ask again in a second", name, n), http.StatusServiceUnavailable)
+		}
+	})
 }

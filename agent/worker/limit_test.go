@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strings"
 	"testing"
@@ -158,5 +159,47 @@ func TestLimitListenerKeepsBusyConnections(t *testing.T) {
 		if got := <-busy; got != "ok" {
 			t.Fatalf("busy request: %q (it must not be evicted)", got)
 		}
+	}
+}
+
+// TestLimitInFlight: past the bound a request is answered 503 at once,
+// with Retry-After, while the ones in flight go on; after they finish a
+// request is served again. /events is served through it.
+func TestLimitInFlight(t *testing.T) {
+	t.Parallel()
+	const bound = 2
+	entered, release := make(chan struct{}, bound+1), make(chan struct{})
+	h := limitInFlight(bound, "/events", http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+		entered <- struct{}{}
+		<-release
+		_, _ = io.WriteString(rw, "ok")
+	}))
+	codes := make(chan int, bound)
+	for range bound {
+		go func() {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/events", nil))
+			codes <- rec.Code
+		}()
+	}
+	for range bound {
+		<-entered
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/events", nil))
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" || !strings.Contains(rec.Body.String(), "/events") {
+		t.Errorf("request past the bound = %d %q (Retry-After %q); want 503 naming /events, with Retry-After",
+			rec.Code, rec.Body.String(), rec.Header().Get("Retry-After"))
+	}
+	close(release)
+	for range bound {
+		if c := <-codes; c != http.StatusOK {
+			t.Errorf("request in flight = %d, want 200", c)
+		}
+	}
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/events", nil))
+	if rec.Code != http.StatusOK {
+		t.Errorf("request after the others finished = %d, want 200", rec.Code)
 	}
 }

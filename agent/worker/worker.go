@@ -17,8 +17,10 @@
 //	          the launcher reads these keys)
 //	/events   JSON: the account of the pod (package account): OOM kills
 //	          with the memory limit and usage, rank and session exits, GPU
-//	          errors, since ?since=<RFC 3339 time> (see [api.Events]; the
-//	          launcher reads it after a failed job)
+//	          errors, recorded after ?after=<seq> (see [api.EventsQuery];
+//	          the launcher reads it while mpirun runs and after a failed
+//	          job); at most 4 requests at once, each answered from a
+//	          reading the account shares (account.Account.Snapshot)
 //	/metrics  Prometheus exposition of a dedicated registry
 //
 // The HTTP server is unauthenticated, so it is bounded: at most

@@ -12,11 +12,12 @@
 //	/info     JSON: hostname, slots, GPUs, MPI daemons on PATH, uid/gid,
 //	          auth dir, host key and derived host key fingerprints, SSH
 //	          address, version
-//	/events   JSON: the account of the pod since ?since=<RFC 3339 time>:
-//	          OOM kills (with the memory limit and usage), rank exits,
-//	          failed sessions, GPU Xid and double-bit ECC errors; the
-//	          launcher reads it after a failed job (package
-//	          agent/worker/account)
+//	/events   JSON: the account of the pod, the events recorded after
+//	          ?after=<seq> and at or after ?since=<RFC 3339 time>: OOM
+//	          kills (with the memory limit and usage), rank exits, failed
+//	          sessions (their program, not its arguments), GPU Xid and
+//	          double-bit ECC errors; the launcher reads it while mpirun
+//	          runs and after a failed job (package agent/worker/account)
 //	/metrics  Prometheus: podmpi_worker_ssh_* (connections, auth failures by
 //	          reason, active sessions, session durations, exit codes),
 //	          podmpi_worker_gpus, podmpi_worker_slots, podmpi_worker_ready,

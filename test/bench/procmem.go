@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/prometheus/procfs"
+
+	"github.com/podmpi/podmpi/proc"
 )
 
 // Mem is the memory of one process or a set of processes, in bytes.
@@ -39,37 +41,30 @@ type Proc struct {
 // Procs reads every live process from /proc, keyed by PID. Zombies, and
 // processes that exit while it reads, are left out.
 func Procs() (map[int]Proc, error) {
-	procs, err := procfs.AllProcs()
+	all, err := proc.All(proc.DefaultRoot)
 	if err != nil {
-		return nil, fmt.Errorf("read /proc: %w", err)
+		return nil, err
 	}
 	out := map[int]Proc{}
-	for _, p := range procs {
-		st, err := p.Stat()
-		if err != nil || st.State == "Z" || st.State == "X" {
+	for _, st := range all {
+		if st.Exited() {
 			continue
 		}
-		cl, _ := p.CmdLine()
-		out[p.PID] = Proc{PID: p.PID, PPID: st.PPID, Comm: st.Comm, Cmdline: strings.Join(cl, " ")}
+		cl, _ := proc.ReadFile(proc.DefaultRoot, st.PID, "cmdline", 64<<10)
+		out[st.PID] = Proc{PID: st.PID, PPID: st.PPID, Comm: st.Comm, Cmdline: strings.TrimSpace(strings.ReplaceAll(string(cl), "\x00", " "))}
 	}
 	return out, nil
 }
 
 // Descendants returns the PIDs below root in table (not root itself).
 func Descendants(table map[int]Proc, root int) []int {
-	children := map[int][]int{}
+	stats := make([]proc.Stat, 0, len(table))
 	for _, p := range table {
-		children[p.PPID] = append(children[p.PPID], p.PID)
+		stats = append(stats, proc.Stat{PID: p.PID, PPID: p.PPID})
 	}
 	var out []int
-	queue := []int{root}
-	for len(queue) > 0 && len(out) <= len(table) {
-		pid := queue[0]
-		queue = queue[1:]
-		for _, c := range children[pid] {
-			out = append(out, c)
-			queue = append(queue, c)
-		}
+	for _, st := range proc.Descendants(stats, root, 0) {
+		out = append(out, st.PID)
 	}
 	return out
 }

@@ -45,7 +45,7 @@ func TestDiagnosis(t *testing.T) {
 		p := f.launch(t, ctx, workers, "mpirun.openmpi", "-np", "4", prog, "oom", "3", "1024")
 		waitOutput(t, p, ": ready", 4, 60*time.Second)
 		r := wait(t, p, start, 30*time.Second)
-		first := f.expectRootCause(t, r, "OOM", "rank 3", "dg-node-0-1.dg", "memory limit of 256 MiB")
+		first := f.expectRootCause(t, r, "OOM", "rank 3", "dg-node-0-1.dg", "at its container's memory limit of 256 MiB")
 		t.Logf("termination message: %s", first)
 		if strings.Contains(r.out, "was not killed") {
 			t.Errorf("rank 3 allocated its memory unharmed: the cgroup's limit did not apply")

@@ -25,10 +25,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/procfs"
-
 	"golang.org/x/sys/unix"
 
+	"github.com/podmpi/podmpi/proc"
 	"github.com/podmpi/podmpi/test/harness"
 )
 
@@ -365,16 +364,12 @@ func Procs(c *harness.Cluster, pod int, except ...int) []Proc {
 		if slices.Contains(except, pid) {
 			continue
 		}
-		p, err := procfs.NewProc(pid)
-		if err != nil {
-			continue // gone
-		}
-		st, err := p.Stat()
-		if err != nil || st.State == "Z" || st.State == "X" {
+		st, err := proc.ReadStat(proc.DefaultRoot, pid)
+		if err != nil || st.Exited() {
 			continue // gone, or exited and waiting to be reaped
 		}
-		args, _ := p.CmdLine()
-		cl := strings.Join(args, " ")
+		args, _ := proc.ReadFile(proc.DefaultRoot, pid, "cmdline", 4096)
+		cl := strings.TrimSpace(strings.ReplaceAll(string(args), "\x00", " "))
 		if len(cl) > 160 {
 			cl = cl[:160] + "..."
 		}

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/procfs"
+	"github.com/podmpi/podmpi/proc"
 )
 
 // Close tears the cluster down: every process in every pod and in the hub
@@ -188,15 +188,8 @@ func killNetns(nsPaths []string, termGrace, killWait time.Duration) []int {
 // procStartTime returns the start time of pid (clock ticks since boot),
 // which with the pid identifies a process across pid reuse.
 func procStartTime(pid int) (uint64, error) {
-	p, err := procfs.NewProc(pid)
-	if err != nil {
-		return 0, err
-	}
-	st, err := p.Stat()
-	if err != nil {
-		return 0, err
-	}
-	return st.Starttime, nil
+	st, err := proc.ReadStat(proc.DefaultRoot, pid)
+	return st.Start, err
 }
 
 // parseMountinfo returns the mount points listed in /proc/<pid>/mountinfo,

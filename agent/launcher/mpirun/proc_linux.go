@@ -12,8 +12,9 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
+
+	"github.com/podmpi/podmpi/proc"
 )
 
 // procID identifies a process across pid reuse: pid plus start time (clock
@@ -25,18 +26,8 @@ type procID struct {
 
 // statInfo reads /proc/<pid>/stat: state, ppid and start time.
 func statInfo(pid int) (state byte, ppid int, start uint64, err error) {
-	p, err := procfs.NewProc(pid)
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	st, err := p.Stat()
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	if len(st.State) != 1 {
-		return 0, 0, 0, fmt.Errorf("/proc/%d/stat: state %q", pid, st.State)
-	}
-	return st.State[0], st.PPID, st.Starttime, nil
+	st, err := proc.ReadStat(proc.DefaultRoot, pid)
+	return st.State, st.PPID, st.Start, err
 }
 
 func (p procID) alive() bool {
@@ -46,40 +37,17 @@ func (p procID) alive() bool {
 
 // stats reads /proc/<pid>/stat of every process; processes that exit
 // meanwhile are left out.
-func stats() []procfs.ProcStat {
-	procs, err := procfs.AllProcs()
-	if err != nil {
-		return nil
-	}
-	out := make([]procfs.ProcStat, 0, len(procs))
-	for _, p := range procs {
-		if st, err := p.Stat(); err == nil {
-			out = append(out, st)
-		}
-	}
-	return out
+func stats() []proc.Stat {
+	all, _ := proc.All(proc.DefaultRoot)
+	return all
 }
 
 // descendants lists every process below root (not root itself), by walking
 // the parent links in /proc once.
 func descendants(root int) []procID {
-	children := map[int][]procID{}
-	for _, st := range stats() {
-		children[st.PPID] = append(children[st.PPID], procID{st.PID, st.Starttime})
-	}
 	var out []procID
-	queue := []int{root}
-	seen := map[int]bool{root: true}
-	for len(queue) > 0 {
-		p := queue[0]
-		queue = queue[1:]
-		for _, c := range children[p] {
-			if !seen[c.pid] {
-				seen[c.pid] = true
-				out = append(out, c)
-				queue = append(queue, c.pid)
-			}
-		}
+	for _, st := range proc.Descendants(stats(), root, 0) {
+		out = append(out, procID{st.PID, st.Start})
 	}
 	return out
 }
@@ -109,7 +77,7 @@ func exitedChildren() []int {
 	self := os.Getpid()
 	var out []int
 	for _, st := range stats() {
-		if st.PPID == self && st.State == "Z" {
+		if st.PPID == self && st.State == 'Z' {
 			out = append(out, st.PID)
 		}
 	}

@@ -480,7 +480,8 @@ func oomText(host string, rank, pid int, comm string, rss uint64, m api.Memory) 
 	default:
 		sentence = fmt.Sprintf("OOM: %s was killed by the kernel's OOM killer below its memory limit of %s (usage %s): the node ran out of memory",
 			who, limit, api.FormatBytes(m.UsageBytes))
-		hint = "the node is overcommitted: kubectl describe node and kubectl get events; give the worker pods memory requests equal to their limits (Guaranteed QoS)"
+		hint = "the node is overcommitted (its pods' memory requests are below what they use), not the limit too low: kubectl describe node and kubectl get events; " +
+			"give the worker pods memory requests equal to their limits (Guaranteed QoS)"
 	}
 	if rss > 0 {
 		hint += fmt.Sprintf("; the process used %s when last seen", api.FormatBytes(rss))

@@ -23,7 +23,22 @@
 // rank exit, with its signal when it was seen. Events go to a ring of the
 // last Config.Capacity entries (so memory stays bounded), to the log (an
 // OOM kill, a crashed rank or a GPU error at ERROR level), and to metrics
-// whose labels come from fixed lists. /events serves them (Events).
+// whose labels come from fixed lists. /events serves them (Snapshot).
+//
+// Whether an OOM kill came from the cgroup's own limit or from the node
+// running out of memory is decided from the counters that rose with it,
+// never from the lifetime peak: cgroup v2's memory.events "oom" counts the
+// cgroup's OOM killer invoked at its limit (a node-wide OOM kill raises
+// "oom_kill" alone; "max", reclaim at the limit, happens without any OOM
+// and is not evidence); cgroup v1 has no such counter, and memory.failcnt
+// (charges refused at the limit, which precede every OOM at the limit and
+// which a node-wide OOM does not raise) stands in for it.
+//
+// A reading (the cgroup, then /proc) is taken every Config.Interval, and
+// never more often: a /events request waits for the next one rather than
+// scanning /proc itself, and requests that arrive together share it. The
+// files are read without the lock that recording an event (a session's
+// exit, a GPU error) takes.
 package account
 
 import (
@@ -36,12 +51,14 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/podmpi/podmpi/agent/signals"
 	"github.com/podmpi/podmpi/agent/worker/api"
 	"github.com/podmpi/podmpi/gpu"
+	"github.com/podmpi/podmpi/mpi"
 )
 
 // Defaults for Config fields left zero.
@@ -52,13 +69,18 @@ const (
 	MinInterval = 50 * time.Millisecond
 )
 
+// maxFreshWait bounds how long a /events request waits for a reading
+// that started after it arrived; past it, the last reading is served (only
+// an --account.interval longer than it makes that happen).
+const maxFreshWait = time.Second
+
 // oomVictimWait is how long an OOM kill waits for its victim to vanish
 // before it is recorded without one (a large process takes a while to
 // free its memory and be reaped).
 const oomVictimWait = 2 * time.Second
 
-// maxCommand bounds the session command kept in an event.
-const maxCommand = 160
+// maxCommand bounds the program name kept in a session's event.
+const maxCommand = 80
 
 // Config configures an Account.
 type Config struct {
@@ -102,27 +124,39 @@ type SessionExit struct {
 
 // Account is the pod's account. Its methods are safe for concurrent use.
 type Account struct {
-	cfg  Config
-	log  *slog.Logger
-	m    *metrics
-	now  func() time.Time
-	scan *scanner
+	cfg Config
+	log *slog.Logger
+	m   *metrics
+	now func() time.Time
+	// cg is the memory cgroup, nil when none was found; set by New.
+	cg *MemoryCgroup
 	// started is when the account (and so the agent) started.
 	started time.Time
+
+	// pollMu serializes readings: it guards scan and pollStart. A reading
+	// holds it, not mu, while it reads the cgroup and /proc.
+	pollMu    sync.Mutex
+	scan      *scanner
+	pollStart time.Time             // when the last reading started (this process's monotonic clock)
+	pollHook  func(start time.Time) // tests: called once a reading has read its files
 
 	mu      sync.Mutex
 	ring    []api.Event
 	next    int // ring index of the next event
 	seq     uint64
-	cg      *MemoryCgroup
 	cgErr   error
 	last    MemorySample
 	sampled bool
-	mem     api.Memory
-	prev    map[procKey]procInfo
-	recent  []vanished
-	pending []pendingOOM
-	scanErr error
+	// limitBase is MemorySample.LimitEvents one reading before last: an
+	// OOM kill is at the limit when the counter rose over the last two
+	// readings (the kernel counts the OOM before the kill, and a reading
+	// may fall between the two).
+	limitBase uint64
+	mem       api.Memory
+	prev      map[procKey]procInfo
+	recent    []vanished
+	pending   []pendingOOM
+	scanErr   error
 }
 
 // vanished is a process that is gone (or a zombie) since the last snapshot.
@@ -171,10 +205,21 @@ func New(cfg Config) (*Account, error) {
 	if a.cg != nil {
 		// The baseline: OOM kills before the agent started are not its.
 		if s, err := a.cg.Read(); err == nil {
-			a.last, a.sampled = s, true
+			a.last, a.limitBase, a.sampled = s, s.LimitEvents, true
 		} else {
 			a.cgErr = err
+			log.Warn("cannot read the memory cgroup at start: OOM kills are not counted until it reads, so a rank the OOM killer "+
+				"ends reads as a SIGKILL of unknown origin, and /events reports no memory limit or usage",
+				"cgroup", a.cg.Path, "err", err)
 		}
+	} else {
+		root := cfg.CgroupRoot
+		if root == "" {
+			root = DefaultCgroupRoot
+		}
+		log.Warn("no memory cgroup: OOM kills are not counted, so a rank the OOM killer ends reads as a SIGKILL of unknown origin, "+
+			"and /events reports no memory limit or usage; rank exits, failed sessions and GPU errors are still recorded",
+			"cgroup_root", root, "proc_self_cgroup", cfg.ProcSelfCgroup, "err", a.cgErr)
 	}
 	a.mem = a.memory(a.last, false)
 	m, err := newMetrics(cfg.Registry, a.gauges)
@@ -190,54 +235,109 @@ func (a *Account) Cgroup() string {
 	if a.cg == nil {
 		return "none: " + a.cgErr.Error()
 	}
-	return fmt.Sprintf("%s (cgroup v%d)", a.cg.Dir, a.cg.Version)
+	return fmt.Sprintf("%s (cgroup v%d)", a.cg.Path, a.cg.Version)
 }
 
 // Run reads the cgroup and the processes every Interval until ctx ends.
+// A reading a /events request took meanwhile counts as one of them.
 func (a *Account) Run(ctx context.Context) {
 	a.log.Info("account of the pod started", "memory_cgroup", a.Cgroup(), "interval", a.cfg.Interval, "capacity", a.cfg.Capacity)
-	t := time.NewTicker(a.cfg.Interval)
+	t := time.NewTimer(0)
 	defer t.Stop()
-	a.Poll()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			a.Poll()
+			t.Reset(a.pollIfDue())
 		}
 	}
 }
 
-// Poll takes one reading: the memory cgroup first, then the processes.
-func (a *Account) Poll() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	now := a.now()
+// pollIfDue takes a reading unless one started less than an interval ago,
+// and returns how long until the next one is due.
+func (a *Account) pollIfDue() time.Duration {
+	a.pollMu.Lock()
+	defer a.pollMu.Unlock()
+	if wait := time.Until(a.pollStart.Add(a.cfg.Interval)); wait > 0 {
+		return wait
+	}
+	a.pollLocked()
+	// A reading slower than the interval is followed by a pause, not by
+	// the next reading at once.
+	return max(time.Until(a.pollStart.Add(a.cfg.Interval)), a.cfg.Interval/2)
+}
 
-	var sample MemorySample
-	ok := false
-	if a.cg != nil {
-		s, err := a.cg.Read()
-		switch {
-		case err != nil && a.cgErr == nil:
-			a.cgErr = err
-			a.log.Warn("cannot read the memory cgroup; OOM kills are not counted until it reads again", "cgroup", a.cg.Dir, "err", err)
-		case err == nil:
-			if a.cgErr != nil {
-				a.log.Info("memory cgroup readable again", "cgroup", a.cg.Dir)
-			}
-			a.cgErr = nil
-			sample, ok = s, true
+// Poll takes one reading now: the memory cgroup first, then the processes.
+func (a *Account) Poll() {
+	a.pollMu.Lock()
+	defer a.pollMu.Unlock()
+	a.pollLocked()
+}
+
+// fresh returns once a reading that started at or after asked has
+// finished: at once when there is one, else after the next one, which it
+// takes itself when it is due (an interval after the last started) and
+// Run has not taken it first. Requests waiting together share that
+// reading. It gives up when ctx ends.
+func (a *Account) fresh(ctx context.Context, asked time.Time) {
+	a.pollMu.Lock()
+	defer a.pollMu.Unlock()
+	for a.pollStart.Before(asked) && ctx.Err() == nil {
+		wait := time.Until(a.pollStart.Add(a.cfg.Interval))
+		if wait <= 0 {
+			a.pollLocked()
+			return
 		}
+		a.pollMu.Unlock()
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		a.pollMu.Lock()
+	}
+}
+
+// pollLocked reads the cgroup and /proc with only a.pollMu held, then
+// takes a.mu to fold the reading into the account.
+func (a *Account) pollLocked() {
+	a.pollStart = time.Now()
+	now := a.now()
+	var (
+		sample MemorySample
+		cgErr  error
+	)
+	if a.cg != nil {
+		sample, cgErr = a.cg.Read()
+	}
+	cur, scanErr := a.scan.snapshot()
+	if a.pollHook != nil {
+		a.pollHook(a.pollStart)
 	}
 
-	cur, err := a.scan.snapshot()
-	if err != nil {
-		if a.scanErr == nil {
-			a.log.Warn("cannot list the processes; rank exits are not recorded until it works again", "err", err)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ok := false
+	if a.cg != nil {
+		switch {
+		case cgErr != nil && a.cgErr == nil:
+			a.cgErr = cgErr
+			a.log.Warn("cannot read the memory cgroup; OOM kills are not counted until it reads again", "cgroup", a.cg.Path, "err", cgErr)
+		case cgErr == nil:
+			if a.cgErr != nil {
+				a.log.Info("memory cgroup readable", "cgroup", a.cg.Path)
+			}
+			a.cgErr = nil
+			ok = true
 		}
-		a.scanErr = err
+	}
+	if scanErr != nil {
+		if a.scanErr == nil {
+			a.log.Warn("cannot list the processes; rank exits are not recorded until it works again", "err", scanErr)
+		}
+		a.scanErr = scanErr
 		cur = a.prev
 	} else {
 		a.scanErr = nil
@@ -246,14 +346,16 @@ func (a *Account) Poll() {
 	a.prev = cur
 
 	if ok {
-		atLimit := a.sampled && sample.AtLimit > a.last.AtLimit ||
-			sample.Limit > 0 && sample.Peak >= sample.Limit-sample.Limit/50
-		if a.sampled && sample.OOMKills > a.last.OOMKills {
+		if !a.sampled {
+			a.last, a.limitBase = sample, sample.LimitEvents // the baseline, late
+		}
+		if sample.OOMKills > a.last.OOMKills {
 			n := sample.OOMKills - a.last.OOMKills
+			atLimit := sample.LimitEvents > a.limitBase
 			a.m.oomKills.Add(float64(n))
 			a.pending = append(a.pending, pendingOOM{n: n, at: now, mem: a.memory(sample, atLimit)})
 		}
-		a.last, a.sampled = sample, true
+		a.limitBase, a.last, a.sampled = a.last.LimitEvents, sample, true
 		a.mem = a.memory(sample, false)
 	} else {
 		a.mem = a.memory(a.last, false)
@@ -368,10 +470,20 @@ func oomWhere(m api.Memory) string {
 }
 
 func (a *Account) recordRankExit(p procInfo, at time.Time) {
-	ev := api.Event{Time: at, Kind: api.KindRankExit, PID: p.key.pid, Comm: p.comm, Rank: p.rank, ExitCode: -1, RSSBytes: p.rssBytes}
-	level := slog.LevelDebug
+	ev, level, reason := rankExit(p, at)
+	if reason != "" {
+		a.m.rankExits.WithLabelValues(reason).Inc()
+	}
+	a.record(ev, level)
+}
+
+// rankExit is the event of a rank's end, its log level and its reason
+// label ("" for status 0).
+func rankExit(p procInfo, at time.Time) (ev api.Event, level slog.Level, reason string) {
+	ev = api.Event{Time: at, Kind: api.KindRankExit, PID: p.key.pid, Comm: p.comm, Rank: p.rank, ExitCode: -1, RSSBytes: p.rssBytes}
+	level = slog.LevelDebug
 	who := describe(p.rank, p.key.pid, p.comm)
-	reason := "unknown"
+	reason = "unknown"
 	switch {
 	case p.exitCode < 0:
 		ev.Message = who + " exited (its status was not seen: its parent collected it first)"
@@ -397,10 +509,7 @@ func (a *Account) recordRankExit(p procInfo, at time.Time) {
 			reason = ""
 		}
 	}
-	if reason != "" {
-		a.m.rankExits.WithLabelValues(reason).Inc()
-	}
-	a.record(ev, level)
+	return ev, level, reason
 }
 
 func describe(rank, pid int, comm string) string {
@@ -424,19 +533,16 @@ func (a *Account) SessionExited(e SessionExit) {
 		return
 	}
 	a.m.sessionExits.WithLabelValues(reason).Inc()
-	cmd := e.Command
-	if len(cmd) > maxCommand {
-		cmd = cmd[:maxCommand] + "..."
-	}
+	cmd := commandName(e.Command)
 	ev := api.Event{Time: a.now(), Kind: api.KindSessionExit, PID: e.PID, Rank: -1, ExitCode: e.ExitCode,
 		CoreDumped: e.CoreDumped, Session: e.Session, Command: cmd}
 	level := slog.LevelWarn
 	if e.Signal != 0 {
 		ev.ExitCode = -1
 		ev.Signal = signals.Name(e.Signal)
-		ev.Message = fmt.Sprintf("ssh session %s (%s) ended by %s", e.Session, firstWord(cmd), ev.Signal)
+		ev.Message = fmt.Sprintf("ssh session %s (%s) ended by %s", e.Session, cmd, ev.Signal)
 	} else {
-		ev.Message = fmt.Sprintf("ssh session %s (%s) exited with status %d", e.Session, firstWord(cmd), e.ExitCode)
+		ev.Message = fmt.Sprintf("ssh session %s (%s) exited with status %d", e.Session, cmd, e.ExitCode)
 	}
 	if e.Aborted {
 		ev.Message += " after its client went away"
@@ -466,12 +572,25 @@ func (a *Account) GPU(e gpu.Event) {
 	a.record(ev, slog.LevelError)
 }
 
-func firstWord(s string) string {
-	f := strings.Fields(s)
-	if len(f) == 0 {
+// commandName is what an event keeps of a session's command line: the
+// program it runs (mpi.CommandName), never its arguments or the
+// environment assignments before it, which may hold secrets (a token
+// passed as NAME=value or as an option); printable, at most maxCommand
+// bytes.
+func commandName(cmd string) string {
+	name := mpi.CommandName(cmd)
+	if name == "" {
 		return "no command"
 	}
-	return f[0]
+	if len(name) > maxCommand {
+		name = name[:maxCommand] + "..."
+	}
+	return strings.Map(func(r rune) rune {
+		if !unicode.IsPrint(r) {
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(name, "?"))
 }
 
 // record appends ev to the ring and logs it. a.mu is held.
@@ -499,14 +618,19 @@ func (a *Account) record(ev api.Event, level slog.Level, attrs ...any) {
 	a.log.Log(context.Background(), level, ev.Message, append(args, attrs...)...)
 }
 
-// Events returns the events recorded at or after since (all of them for
-// the zero time), oldest first, with the memory cgroup as it is now.
-func (a *Account) Events(since time.Time) api.Events {
+// Events returns the recorded events that answer q, oldest first, with
+// the memory cgroup as it was at the last reading. It takes no reading.
+func (a *Account) Events(q api.EventsQuery) api.Events {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	return a.document(q)
+}
+
+// document is Events. a.mu is held.
+func (a *Account) document(q api.EventsQuery) api.Events {
 	now := a.now()
-	out := api.Events{Hostname: a.cfg.Hostname, Started: a.started, UptimeSeconds: now.Sub(a.started).Seconds(), Now: now, Since: since,
-		Memory: a.mem, Events: []api.Event{}}
+	out := api.Events{Hostname: a.cfg.Hostname, Started: a.started, UptimeSeconds: now.Sub(a.started).Seconds(), Now: now,
+		Since: q.Since, After: q.After, LastSeq: a.seq, Memory: a.mem, Events: []api.Event{}}
 	if n := uint64(len(a.ring)); a.seq > n {
 		out.Dropped = a.seq - n
 	}
@@ -515,40 +639,48 @@ func (a *Account) Events(since time.Time) api.Events {
 		start = a.next // the oldest entry
 	}
 	for i := range a.ring {
-		ev := a.ring[(start+i)%len(a.ring)]
-		if !ev.Time.Before(since) {
+		if ev := a.ring[(start+i)%len(a.ring)]; q.Match(ev) {
 			out.Events = append(out.Events, ev)
 		}
 	}
 	return out
 }
 
-// Snapshot takes a reading now and returns Events(since) followed by what
+// Snapshot is what /events serves: it waits (at most maxFreshWait, and
+// until ctx ends) for a reading that started after the call, so that a
+// launcher asking right after mpirun failed does not miss the failure,
+// and returns, from one
+// look at the account, the recorded events that answer q followed by what
 // is seen but not recorded yet (api.Event.Provisional): OOM kills still
 // waiting for their victim, and ranks that ended less than an interval ago
-// (an OOM kill may still claim them). /events serves it, so that a launcher
-// asking right after mpirun failed does not miss the failure by one
-// interval.
-func (a *Account) Snapshot(since time.Time) api.Events {
-	a.Poll()
-	out := a.Events(since)
+// (an OOM kill may still claim them), each with what is known of its end.
+func (a *Account) Snapshot(ctx context.Context, q api.EventsQuery) api.Events {
+	ctx, cancel := context.WithTimeout(ctx, maxFreshWait)
+	a.fresh(ctx, time.Now())
+	cancel()
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	out := a.document(q)
 	for _, p := range a.pending {
 		mem := p.mem
+		ev := api.Event{Time: p.at, Kind: api.KindOOMKill, Rank: -1, ExitCode: -1, Signal: "SIGKILL", Memory: &mem, Provisional: true,
+			Message: "OOM: a process of this pod was killed by the kernel's OOM killer " + oomWhere(mem) + " (its victim is not named yet)"}
 		for range p.n {
-			out.Events = append(out.Events, api.Event{Time: p.at, Kind: api.KindOOMKill, Rank: -1, ExitCode: -1, Signal: "SIGKILL",
-				Memory: &mem, Provisional: true,
-				Message: "OOM: a process of this pod was killed by the kernel's OOM killer " + oomWhere(mem) + " (its victim is not named yet)"})
+			if q.Match(ev) {
+				out.Events = append(out.Events, ev)
+			}
 		}
 	}
 	for _, v := range a.recent {
-		if v.attributed || v.rank < 0 || !v.leader || v.at.Before(since) {
+		if v.attributed || v.rank < 0 || !v.leader {
 			continue
 		}
-		out.Events = append(out.Events, api.Event{Time: v.at, Kind: api.KindRankExit, PID: v.key.pid, Comm: v.comm, Rank: v.rank,
-			ExitCode: -1, RSSBytes: v.rssBytes, Provisional: true,
-			Message: describe(v.rank, v.key.pid, v.comm) + " exited (not recorded yet)"})
+		ev, _, _ := rankExit(v.procInfo, v.at)
+		ev.Provisional = true
+		ev.Message += " (not recorded yet: an OOM kill may still claim it)"
+		if q.Match(ev) {
+			out.Events = append(out.Events, ev)
+		}
 	}
 	return out
 }
@@ -562,7 +694,7 @@ func (a *Account) memory(s MemorySample, atLimit bool) api.Memory {
 		}
 		return api.Memory{Error: msg}
 	}
-	m := api.Memory{Cgroup: a.cg.Dir, Version: a.cg.Version, LimitBytes: s.Limit, UsageBytes: s.Usage, PeakBytes: s.Peak,
+	m := api.Memory{Cgroup: a.cg.Path, Version: a.cg.Version, LimitBytes: s.Limit, UsageBytes: s.Usage, PeakBytes: s.Peak,
 		OOMKills: s.OOMKills, AtLimit: atLimit}
 	if a.cgErr != nil {
 		m.Error = a.cgErr.Error()

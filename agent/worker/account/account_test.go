@@ -2,6 +2,8 @@ package account
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -16,14 +18,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/podmpi/podmpi/agent/worker/api"
+	"github.com/podmpi/podmpi/cgroup/cgrouptest"
 	"github.com/podmpi/podmpi/gpu"
+	"github.com/podmpi/podmpi/proc/proctest"
 )
 
 // rig is an account over a fake /proc and a fixture cgroup v1, with a
 // clock the test moves.
 type rig struct {
 	t    *testing.T
-	proc *fakeProc
+	proc *proctest.Dir
 	cg   string // the cgroup dir
 	reg  *prometheus.Registry
 	log  *bytes.Buffer
@@ -37,13 +41,20 @@ const rigInterval = 500 * time.Millisecond
 
 func newRig(t *testing.T, capacity int) *rig {
 	t.Helper()
-	dir := tree(t, v1Files("/job", "209715200\n", "1048576\n", "1048576\n", "0\n", "0"))
-	r := &rig{t: t, proc: newFakeProc(t), cg: filepath.Join(dir, "sys", "memory", "job"), reg: prometheus.NewRegistry(),
+	return newRigOn(t, v1Files("/job", "209715200\n", "1048576\n", "1048576\n", "0\n", "0"), "memory/job", capacity)
+}
+
+// newRigOn is a rig over the cgroup fixture files, whose memory cgroup is
+// sys/<cg>.
+func newRigOn(t *testing.T, files map[string]string, cg string, capacity int) *rig {
+	t.Helper()
+	dir := cgrouptest.Tree(t, files)
+	r := &rig{t: t, proc: proctest.New(t), cg: filepath.Join(dir, "sys", cg), reg: prometheus.NewRegistry(),
 		log: &bytes.Buffer{}, now: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)}
-	r.proc.write(1, "worker-agent", 'S', 0, 10, 0)
+	r.proc.Write(1, "worker-agent", 'S', 0, 10, 0)
 	var err error
 	r.a, err = New(Config{
-		CgroupRoot: filepath.Join(dir, "sys"), ProcSelfCgroup: filepath.Join(dir, "proc", "cgroup"), Proc: r.proc.dir,
+		CgroupRoot: filepath.Join(dir, "sys"), ProcSelfCgroup: filepath.Join(dir, "proc", "cgroup"), Proc: r.proc.Path,
 		RootPID: 1, Interval: rigInterval, Capacity: capacity, Hostname: "w-0", Registry: r.reg,
 		Logger: slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Now: func() time.Time {
@@ -80,13 +91,13 @@ func (r *rig) cgroup(usage, failcnt, oomKills int) {
 	}
 }
 
-func (r *rig) events() []api.Event { return r.a.Events(time.Time{}).Events }
+func (r *rig) events() []api.Event { return r.a.Events(api.EventsQuery{}).Events }
 
 // job writes orted (10) with two ranks: 11 (rank 0, small) and 12 (rank 1, large).
 func (r *rig) job() {
-	r.proc.write(10, "orted", 'S', 1, 100, 0)
-	r.proc.write(11, "train", 'R', 10, 1000, 0, "OMPI_COMM_WORLD_RANK=0")
-	r.proc.write(12, "train", 'R', 10, 40000, 0, "OMPI_COMM_WORLD_RANK=1")
+	r.proc.Write(10, "orted", 'S', 1, 100, 0)
+	r.proc.Write(11, "train", 'R', 10, 1000, 0, "OMPI_COMM_WORLD_RANK=0")
+	r.proc.Write(12, "train", 'R', 10, 40000, 0, "OMPI_COMM_WORLD_RANK=1")
 }
 
 func TestOOMKillNamesTheLargestVanishedRank(t *testing.T) {
@@ -94,8 +105,8 @@ func TestOOMKillNamesTheLargestVanishedRank(t *testing.T) {
 	r.job()
 	r.tick()
 	// The OOM killer takes rank 1; orted then kills rank 0 too.
-	r.proc.remove(12)
-	r.proc.remove(11)
+	r.proc.Remove(12)
+	r.proc.Remove(11)
 	r.cgroup(209715200, 12, 1)
 	r.tick()
 	r.tick() // rank 0's exit is recorded once no OOM kill claims it
@@ -138,7 +149,7 @@ func TestOOMKillBeforeTheVictimVanishes(t *testing.T) {
 	if evs := r.events(); len(evs) != 0 {
 		t.Fatalf("events before the victim vanished: %+v", evs)
 	}
-	r.proc.remove(12)
+	r.proc.Remove(12)
 	r.tick()
 	evs := r.events()
 	if len(evs) != 1 || evs[0].Rank != 1 || evs[0].Kind != api.KindOOMKill {
@@ -152,7 +163,7 @@ func TestOOMKillVanishedBeforeTheCounter(t *testing.T) {
 	r := newRig(t, 0)
 	r.job()
 	r.tick()
-	r.proc.remove(12)
+	r.proc.Remove(12)
 	r.tick()
 	r.cgroup(209715200, 1, 1)
 	r.tick()
@@ -190,7 +201,7 @@ func TestRankCrashSeenAsZombie(t *testing.T) {
 	r := newRig(t, 0)
 	r.job()
 	r.tick()
-	r.proc.write(12, "train", 'Z', 10, 0, int(syscall.SIGSEGV)|0x80, "OMPI_COMM_WORLD_RANK=1")
+	r.proc.Write(12, "train", 'Z', 10, 0, int(syscall.SIGSEGV)|0x80, "OMPI_COMM_WORLD_RANK=1")
 	r.tick()
 	evs := r.events()
 	if len(evs) != 1 {
@@ -202,7 +213,7 @@ func TestRankCrashSeenAsZombie(t *testing.T) {
 		t.Errorf("event = %+v", ev)
 	}
 	// Reaped later: not recorded twice.
-	r.proc.remove(12)
+	r.proc.Remove(12)
 	r.tick()
 	r.tick()
 	if n := len(r.events()); n != 1 {
@@ -216,10 +227,10 @@ func TestRankCrashSeenAsZombie(t *testing.T) {
 func TestRankExitNonZeroAndChildNotRecorded(t *testing.T) {
 	r := newRig(t, 0)
 	r.job()
-	r.proc.write(13, "sh", 'S', 11, 10, 0, "OMPI_COMM_WORLD_RANK=0") // rank 0's own child
+	r.proc.Write(13, "sh", 'S', 11, 10, 0, "OMPI_COMM_WORLD_RANK=0") // rank 0's own child
 	r.tick()
-	r.proc.remove(13)
-	r.proc.write(11, "train", 'Z', 10, 0, 3<<8, "OMPI_COMM_WORLD_RANK=0")
+	r.proc.Remove(13)
+	r.proc.Write(11, "train", 'Z', 10, 0, 3<<8, "OMPI_COMM_WORLD_RANK=0")
 	r.tick()
 	r.tick()
 	evs := r.events()
@@ -239,7 +250,7 @@ func TestSessionExitsAndGPU(t *testing.T) {
 	if len(evs) != 4 {
 		t.Fatalf("events = %+v; want 2 session exits (status 0 is not one) and 2 GPU errors", evs)
 	}
-	if evs[0].Message != "ssh session c1/s3 (hydra_pmi_proxy) ended by SIGKILL" || evs[0].Signal != "SIGKILL" {
+	if evs[0].Message != "ssh session c1/s3 (hydra_pmi_proxy) ended by SIGKILL" || evs[0].Signal != "SIGKILL" || evs[0].Command != "hydra_pmi_proxy" {
 		t.Errorf("session event = %+v", evs[0])
 	}
 	if !strings.Contains(evs[1].Message, "exited with status 1 after its client went away") {
@@ -259,12 +270,35 @@ func TestSessionExitsAndGPU(t *testing.T) {
 	}
 }
 
+// TestSessionExitKeepsTheProgramOnly: /events is unauthenticated, so a
+// failed session's event keeps the program its command ran, never the
+// arguments or the environment assignments before it.
+func TestSessionExitKeepsTheProgramOnly(t *testing.T) {
+	r := newRig(t, 0)
+	r.a.SessionExited(SessionExit{Session: "c1/s1", ExitCode: 2,
+		Command: "PATH=/opt/ompi/bin:$PATH ; export PATH ; HF_TOKEN=hf_secret /opt/ompi/bin/orted -mca orte_hnp_uri \"tcp://10.0.0.1:4000\" --password=pw"})
+	r.a.SessionExited(SessionExit{Session: "c1/s2", ExitCode: 1, Command: "API_KEY=k1 python3 train.py --token t1"})
+	body, err := json.Marshal(r.a.Events(api.EventsQuery{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{"hf_secret", "pw", "10.0.0.1", "k1", "t1", "/opt/ompi/bin", "train.py"} {
+		if strings.Contains(string(body), secret) {
+			t.Errorf("/events holds %q:\n%s", secret, body)
+		}
+	}
+	evs := r.events()
+	if len(evs) != 2 || evs[0].Command != "orted" || evs[1].Command != "python3" || evs[1].Message != "ssh session c1/s2 (python3) exited with status 1" {
+		t.Errorf("events = %+v; want orted and python3 named", evs)
+	}
+}
+
 func TestRingIsBounded(t *testing.T) {
 	r := newRig(t, 4)
 	for i := range 10 {
 		r.a.SessionExited(SessionExit{Session: "s" + strconv.Itoa(i), Command: "orted", ExitCode: 1})
 	}
-	got := r.a.Events(time.Time{})
+	got := r.a.Events(api.EventsQuery{})
 	if got.Dropped != 6 || len(got.Events) != 4 {
 		t.Fatalf("dropped %d, kept %d; want 6 and 4", got.Dropped, len(got.Events))
 	}
@@ -284,7 +318,7 @@ func TestEventsSince(t *testing.T) {
 	r.tick()
 	since := r.a.now()
 	r.a.SessionExited(SessionExit{Session: "new", Command: "orted", ExitCode: 1})
-	got := r.a.Events(since)
+	got := r.a.Events(api.EventsQuery{Since: since})
 	if evs := got.Events; len(evs) != 1 || evs[0].Session != "new" {
 		t.Fatalf("Events(since) = %+v, want only the new one", evs)
 	}
@@ -295,14 +329,14 @@ func TestEventsSince(t *testing.T) {
 }
 
 func TestNoCgroup(t *testing.T) {
-	p := newFakeProc(t)
+	p := proctest.New(t)
 	dir := t.TempDir()
-	a, err := New(Config{CgroupRoot: dir, ProcSelfCgroup: filepath.Join(dir, "none"), Proc: p.dir, RootPID: 1})
+	a, err := New(Config{CgroupRoot: dir, ProcSelfCgroup: filepath.Join(dir, "none"), Proc: p.Path, RootPID: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.Poll()
-	m := a.Events(time.Time{}).Memory
+	m := a.Events(api.EventsQuery{}).Memory
 	if m.Version != 0 || !strings.Contains(m.Error, "no memory cgroup under") {
 		t.Fatalf("memory = %+v; want the reason there is none", m)
 	}
@@ -318,8 +352,8 @@ func TestSnapshotShowsWhatIsNotRecordedYet(t *testing.T) {
 	r := newRig(t, 0)
 	r.job()
 	r.tick()
-	r.proc.remove(11) // rank 0 ends
-	got := r.a.Snapshot(time.Time{})
+	r.proc.Remove(11) // rank 0 ends
+	got := r.a.Snapshot(t.Context(), api.EventsQuery{})
 	if len(got.Events) != 1 || !got.Events[0].Provisional || got.Events[0].Seq != 0 || got.Events[0].Rank != 0 ||
 		got.Events[0].Kind != api.KindRankExit {
 		t.Fatalf("snapshot = %+v; want rank 0's end, provisional", got.Events)
@@ -327,7 +361,7 @@ func TestSnapshotShowsWhatIsNotRecordedYet(t *testing.T) {
 	r.tick()
 	r.tick()            // rank 0's end is recorded
 	r.cgroup(100, 0, 2) // two OOM kills, victims still alive
-	got = r.a.Snapshot(time.Time{})
+	got = r.a.Snapshot(t.Context(), api.EventsQuery{})
 	var ooms int
 	for _, ev := range got.Events {
 		if ev.Kind == api.KindOOMKill && ev.Provisional && ev.Rank == -1 && strings.Contains(ev.Message, "not named yet") {
@@ -341,10 +375,253 @@ func TestSnapshotShowsWhatIsNotRecordedYet(t *testing.T) {
 	r = newRig(t, 0)
 	r.job()
 	r.tick()
-	r.proc.remove(12)
+	r.proc.Remove(12)
 	r.cgroup(209715200, 1, 1)
-	got = r.a.Snapshot(time.Time{})
+	got = r.a.Snapshot(t.Context(), api.EventsQuery{})
 	if len(got.Events) != 1 || got.Events[0].Provisional || got.Events[0].Rank != 1 {
 		t.Fatalf("snapshot = %+v; want rank 1's OOM kill, recorded", got.Events)
 	}
+}
+
+// TestSnapshotPagesBySeq: an OOM kill is recorded when its victim is
+// named, after an answer that showed it provisional, with the time the
+// counter rose, which is before that answer. Asking for what was recorded
+// after the answer's LastSeq gets it; asking by time from the answer's
+// clock (what launchers did) does not.
+func TestSnapshotPagesBySeq(t *testing.T) {
+	r := newRig(t, 0)
+	r.job()
+	r.tick()
+	r.a.SessionExited(SessionExit{Session: "c1/s1", Command: "orted", ExitCode: 1})
+	r.cgroup(209715200, 3, 1) // the counter rises; rank 1 still frees its memory
+	for range 4 {
+		r.tick() // 1.5 s on the account's clock after the rise
+	}
+	first := r.a.Snapshot(t.Context(), api.EventsQuery{})
+	if first.LastSeq != 1 || len(first.Events) != 2 || !first.Events[1].Provisional || first.Events[1].Kind != api.KindOOMKill {
+		t.Fatalf("first answer: lastSeq %d, events %+v; want the session exit and the provisional OOM kill", first.LastSeq, first.Events)
+	}
+	r.proc.Remove(12)
+	r.tick()
+	next := r.a.Snapshot(t.Context(), api.EventsQuery{After: first.LastSeq})
+	if len(next.Events) != 1 || next.Events[0].Kind != api.KindOOMKill || next.Events[0].Provisional || next.Events[0].Rank != 1 ||
+		!next.Events[0].Time.Before(first.Now) || next.LastSeq != 2 || next.After != 1 {
+		t.Fatalf("after=%d: lastSeq %d, events %+v; want rank 1's OOM kill, recorded, stamped before the first answer (%s)",
+			first.LastSeq, next.LastSeq, next.Events, first.Now)
+	}
+	if byTime := r.a.Snapshot(t.Context(), api.EventsQuery{Since: first.Now.Add(-time.Second)}); len(byTime.Events) != 0 {
+		t.Errorf("since the first answer less 1 s: %+v; want nothing (paging by time cannot find it)", byTime.Events)
+	}
+}
+
+// TestProvisionalRankExitKeepsItsSignal: a rank seen as a zombie killed by
+// SIGKILL waits an interval for an OOM kill to claim it; meanwhile
+// /events shows it provisional with the signal the account already knows.
+func TestProvisionalRankExitKeepsItsSignal(t *testing.T) {
+	r := newRig(t, 0)
+	r.job()
+	r.tick()
+	r.proc.Write(12, "train", 'Z', 10, 0, int(syscall.SIGKILL), "OMPI_COMM_WORLD_RANK=1")
+	r.tick()
+	got := r.a.Snapshot(t.Context(), api.EventsQuery{})
+	if len(got.Events) != 1 {
+		t.Fatalf("events = %+v; want rank 1's end, provisional", got.Events)
+	}
+	ev := got.Events[0]
+	if !ev.Provisional || ev.Rank != 1 || ev.Signal != "SIGKILL" || ev.ExitCode != -1 || !strings.Contains(ev.Message, "died of SIGKILL") {
+		t.Errorf("event = %+v; want rank 1, provisional, died of SIGKILL", ev)
+	}
+}
+
+// newRigV2 is newRig over a cgroup v2 fixture with a 200 MiB limit.
+func newRigV2(t *testing.T) *rig {
+	t.Helper()
+	const cg = "/kubepods.slice/pod/ctr"
+	return newRigOn(t, v2Files(cg, "209715200\n", "1048576\n", "1048576\n", "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n"), cg, 0)
+}
+
+// cgroupV2 sets the v2 fixture's counters; the peak is the limit, as it
+// is in a pod that once came close to it.
+func (r *rig) cgroupV2(usage, maxEvents, oom, oomKill int) {
+	r.t.Helper()
+	for file, v := range map[string]string{
+		"memory.current": strconv.Itoa(usage),
+		"memory.peak":    "209715200",
+		"memory.events":  fmt.Sprintf("low 0\nhigh 0\nmax %d\noom %d\noom_kill %d\noom_group_kill 0", maxEvents, oom, oomKill),
+	} {
+		if err := os.WriteFile(filepath.Join(r.cg, file), []byte(v+"\n"), 0o644); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+}
+
+// TestOOMKillAtTheLimitOrTheNode decides from the counters that rose
+// with the kill: v2's "oom" (the cgroup's own OOM) says the limit; a kill
+// with "max" (reclaim at the limit) rising and the lifetime peak at the
+// limit, but no "oom", is the node's OOM killer; so is a v1 kill without
+// failcnt rising, whatever max_usage_in_bytes says.
+func TestOOMKillAtTheLimitOrTheNode(t *testing.T) {
+	// counters are the cgroup's before one tick (max is v2's only; v1
+	// has failcnt as its limitEvents); nil leaves them as they are.
+	type counters struct{ usage, max, limitEvents, kills int }
+	at := func(usage, max, limitEvents, kills int) *counters { return &counters{usage, max, limitEvents, kills} }
+	for _, tc := range []struct {
+		name     string
+		v2       bool
+		readings []*counters
+		atLimit  bool
+	}{
+		{"v2 node", true, []*counters{at(150<<20, 5, 0, 0), at(150<<20, 9, 0, 1)}, false},
+		{"v2 limit", true, []*counters{nil, at(200<<20, 7, 1, 1)}, true},
+		{"v2 limit, oom read a reading before the kill", true, []*counters{nil, at(200<<20, 7, 1, 0), at(100<<20, 7, 1, 1)}, true},
+		{"v2 limit long before, node now", true, []*counters{at(200<<20, 7, 1, 0), nil, nil, at(100<<20, 7, 1, 1)}, false},
+		{"v1 node, peak at the limit", false, []*counters{nil, at(100<<20, 0, 0, 1)}, false},
+		{"v1 limit", false, []*counters{nil, at(200<<20, 0, 40, 1)}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRigV2(t)
+			if !tc.v2 {
+				r = newRig(t, 0)
+				if err := os.WriteFile(filepath.Join(r.cg, "memory.max_usage_in_bytes"), []byte("209715200\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r.job()
+			for _, c := range tc.readings {
+				switch {
+				case c == nil:
+				case tc.v2:
+					r.cgroupV2(c.usage, c.max, c.limitEvents, c.kills)
+				default:
+					r.cgroup(c.usage, c.limitEvents, c.kills)
+				}
+				r.tick()
+			}
+			r.proc.Remove(12)
+			for range 3 {
+				r.tick()
+			}
+			evs := r.events()
+			if len(evs) == 0 || evs[0].Kind != api.KindOOMKill || evs[0].Memory == nil {
+				t.Fatalf("events = %+v; want an OOM kill", evs)
+			}
+			ev := evs[0]
+			words := []string{"below the memory limit of 200 MiB", "the node ran out of memory"}
+			if tc.atLimit {
+				words = []string{"at the memory limit of 200 MiB"}
+			}
+			if ev.Memory.AtLimit != tc.atLimit {
+				t.Errorf("memory = %+v; want atLimit %v", *ev.Memory, tc.atLimit)
+			}
+			for _, w := range words {
+				if !strings.Contains(ev.Message, w) {
+					t.Errorf("message %q lacks %q", ev.Message, w)
+				}
+			}
+		})
+	}
+}
+
+// TestUnreadableCgroupAtStartIsLogged: a memory cgroup that cannot be
+// read when the agent starts, or none at all, is a WARN naming the path,
+// the error, and what the account cannot tell without it.
+func TestUnreadableCgroupAtStartIsLogged(t *testing.T) {
+	files := v1Files("/job", "209715200\n", "1\n", "1\n", "0\n", "0")
+	files["sys/memory/job/memory.oom_control"] = "oom_kill\n"
+	dir := cgrouptest.Tree(t, files)
+	var buf bytes.Buffer
+	_, err := New(Config{CgroupRoot: filepath.Join(dir, "sys"), ProcSelfCgroup: filepath.Join(dir, "proc", "cgroup"), Proc: proctest.New(t).Path,
+		RootPID: 1, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"level=WARN", "cannot read the memory cgroup at start", "OOM kills are not counted",
+		filepath.Join(dir, "sys", "memory", "job"), "memory.oom_control"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, buf.String())
+		}
+	}
+
+	buf.Reset()
+	empty := t.TempDir()
+	if _, err := New(Config{CgroupRoot: empty, ProcSelfCgroup: filepath.Join(empty, "none"), Proc: proctest.New(t).Path, RootPID: 1,
+		Logger: slog.New(slog.NewTextHandler(&buf, nil))}); err != nil {
+		t.Fatal(err)
+	}
+	if log := buf.String(); strings.Count(log, "level=WARN") != 1 || !strings.Contains(log, "no memory cgroup") ||
+		!strings.Contains(log, "cgroup_root="+empty) || !strings.Contains(log, "a SIGKILL of unknown origin") {
+		t.Errorf("log:\n%s\nwant one WARN naming the cgroup root and what is lost", log)
+	}
+}
+
+// TestConcurrentSnapshotsShareReadings: requests that arrive together
+// wait for one reading and share it; readings never start less than an
+// interval apart, whatever the requests; and each answer comes from a
+// reading that started after it was asked (the rank removed before shows).
+func TestConcurrentSnapshotsShareReadings(t *testing.T) {
+	r := newRig(t, 0)
+	var (
+		mu     sync.Mutex
+		starts []time.Time
+	)
+	r.a.pollHook = func(start time.Time) {
+		mu.Lock()
+		defer mu.Unlock()
+		starts = append(starts, start)
+	}
+	r.job()
+	r.a.Poll()
+	r.proc.Remove(11) // rank 0 ends after the last reading
+	const requests = 8
+	begin := time.Now()
+	var wg sync.WaitGroup
+	answers := make([]api.Events, requests)
+	for i := range requests {
+		wg.Go(func() { answers[i] = r.a.Snapshot(t.Context(), api.EventsQuery{}) })
+	}
+	wg.Wait()
+	elapsed := time.Since(begin)
+	for i, a := range answers {
+		if len(a.Events) != 1 || a.Events[0].Rank != 0 {
+			t.Errorf("answer %d = %+v; want rank 0's end, seen by a reading after the request", i, a.Events)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < len(starts); i++ {
+		if gap := starts[i].Sub(starts[i-1]); gap < rigInterval {
+			t.Errorf("readings %d and %d started %s apart, less than the interval %s", i-1, i, gap, rigInterval)
+		}
+	}
+	// The first reading is the test's own; the requests took the others.
+	if took, most := len(starts)-1, 1+int(elapsed/rigInterval); took > most {
+		t.Errorf("%d requests took %d readings in %s; want at most %d", requests, took, elapsed, most)
+	}
+}
+
+// TestReadingHoldsNoLockOnTheAccount: while a reading is in /proc, a
+// session's exit is recorded and the account answers.
+func TestReadingHoldsNoLockOnTheAccount(t *testing.T) {
+	r := newRig(t, 0)
+	inside, release := make(chan struct{}), make(chan struct{})
+	r.a.pollHook = func(time.Time) {
+		close(inside)
+		<-release
+	}
+	polled := make(chan struct{})
+	go func() { defer close(polled); r.a.Poll() }()
+	<-inside
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.a.SessionExited(SessionExit{Session: "c1/s1", Command: "orted", ExitCode: 1})
+		_ = r.a.Events(api.EventsQuery{})
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Error("a session's exit waited for the reading")
+	}
+	close(release)
+	<-polled
 }

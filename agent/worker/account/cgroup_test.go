@@ -5,24 +5,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-// tree writes files (path -> content, relative to a new temp dir) and
-// returns the dir.
-func tree(t *testing.T, files map[string]string) string {
-	t.Helper()
-	dir := t.TempDir()
-	for p, content := range files {
-		full := filepath.Join(dir, filepath.FromSlash(p))
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
+	"github.com/podmpi/podmpi/cgroup/cgrouptest"
+)
 
 // v2Files is a cgroup v2 leaf with the given memory files under cg.
 func v2Files(cg, max, current, peak, events string) map[string]string {
@@ -70,17 +55,17 @@ func find(t *testing.T, dir string) *MemoryCgroup {
 
 func TestMemoryCgroupV2(t *testing.T) {
 	const cg = "/kubepods.slice/kubepods-pod1.slice/cri-containerd-abc.scope"
-	dir := tree(t, v2Files(cg, "209715200\n", "104857600\n", "209715200\n",
+	dir := cgrouptest.Tree(t, v2Files(cg, "209715200\n", "104857600\n", "209715200\n",
 		"low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 0\n"))
 	c := find(t, dir)
-	if c.Version != 2 || c.Dir != filepath.Join(dir, "sys", cg) {
-		t.Fatalf("found %s v%d, want %s v2", c.Dir, c.Version, cg)
+	if c.Version != 2 || c.Path != filepath.Join(dir, "sys", cg) {
+		t.Fatalf("found %s v%d, want %s v2", c.Path, c.Version, cg)
 	}
 	s, err := c.Read()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := MemorySample{Limit: 200 << 20, Usage: 100 << 20, Peak: 200 << 20, OOMKills: 1, AtLimit: 13}
+	want := MemorySample{Limit: 200 << 20, Usage: 100 << 20, Peak: 200 << 20, OOMKills: 1, LimitEvents: 1}
 	if s != want {
 		t.Errorf("sample = %+v, want %+v", s, want)
 	}
@@ -90,7 +75,7 @@ func TestMemoryCgroupV2ParentLimitAndNoPeak(t *testing.T) {
 	const cg = "/kubepods.slice/pod/ctr"
 	files := v2Files(cg, "max\n", "1024\n", "", "oom_kill 0\n")
 	files["sys/kubepods.slice/pod/memory.max"] = "1073741824\n"
-	dir := tree(t, files)
+	dir := cgrouptest.Tree(t, files)
 	s, err := find(t, dir).Read()
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +88,7 @@ func TestMemoryCgroupV2ParentLimitAndNoPeak(t *testing.T) {
 func TestMemoryCgroupV2Namespace(t *testing.T) {
 	// Under a cgroup namespace the process sees "0::/" and its own cgroup
 	// mounted at the root.
-	dir := tree(t, map[string]string{
+	dir := cgrouptest.Tree(t, map[string]string{
 		"sys/cgroup.controllers": "memory\n",
 		"sys/memory.events":      "oom_kill 3\n",
 		"sys/memory.current":     "10\n",
@@ -111,8 +96,8 @@ func TestMemoryCgroupV2Namespace(t *testing.T) {
 		"proc/cgroup":            "0::/\n",
 	})
 	c := find(t, dir)
-	if c.Dir != filepath.Join(dir, "sys") {
-		t.Fatalf("dir = %s, want the mount", c.Dir)
+	if c.Path != filepath.Join(dir, "sys") {
+		t.Fatalf("dir = %s, want the mount", c.Path)
 	}
 	s, err := c.Read()
 	if err != nil || s.OOMKills != 3 || s.Limit != 100 {
@@ -122,23 +107,23 @@ func TestMemoryCgroupV2Namespace(t *testing.T) {
 
 func TestMemoryCgroupV1Hybrid(t *testing.T) {
 	const cg = "/process_api/abc/podmpi-e2e"
-	dir := tree(t, v1Files(cg, "209715200\n", "104857600\n", "209715200\n", "7\n", "2"))
+	dir := cgrouptest.Tree(t, v1Files(cg, "209715200\n", "104857600\n", "209715200\n", "7\n", "2"))
 	c := find(t, dir)
-	if c.Version != 1 || c.Dir != filepath.Join(dir, "sys", "memory", cg) {
-		t.Fatalf("found %s v%d, want %s v1", c.Dir, c.Version, cg)
+	if c.Version != 1 || c.Path != filepath.Join(dir, "sys", "memory", cg) {
+		t.Fatalf("found %s v%d, want %s v1", c.Path, c.Version, cg)
 	}
 	s, err := c.Read()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := MemorySample{Limit: 200 << 20, Usage: 100 << 20, Peak: 200 << 20, OOMKills: 2, AtLimit: 7}
+	want := MemorySample{Limit: 200 << 20, Usage: 100 << 20, Peak: 200 << 20, OOMKills: 2, LimitEvents: 7}
 	if s != want {
 		t.Errorf("sample = %+v, want %+v", s, want)
 	}
 }
 
 func TestMemoryCgroupV1Unlimited(t *testing.T) {
-	dir := tree(t, v1Files("/a/b", "9223372036854771712\n", "1\n", "2\n", "0\n", "0"))
+	dir := cgrouptest.Tree(t, v1Files("/a/b", "9223372036854771712\n", "1\n", "2\n", "0\n", "0"))
 	s, err := find(t, dir).Read()
 	if err != nil || s.Limit != 0 {
 		t.Fatalf("sample = %+v, %v; want no limit", s, err)
@@ -148,7 +133,7 @@ func TestMemoryCgroupV1Unlimited(t *testing.T) {
 func TestMemoryCgroupV1ContainerMount(t *testing.T) {
 	// Docker/containerd on cgroup v1 bind-mount the container's own cgroup
 	// at /sys/fs/cgroup/memory, while /proc/self/cgroup names the host path.
-	dir := tree(t, map[string]string{
+	dir := cgrouptest.Tree(t, map[string]string{
 		"sys/memory/memory.usage_in_bytes":     "1000\n",
 		"sys/memory/memory.max_usage_in_bytes": "2000\n",
 		"sys/memory/memory.limit_in_bytes":     "4096\n",
@@ -157,8 +142,8 @@ func TestMemoryCgroupV1ContainerMount(t *testing.T) {
 		"proc/cgroup":                          "4:memory:/kubepods/burstable/pod1/ctr\n",
 	})
 	c := find(t, dir)
-	if c.Dir != filepath.Join(dir, "sys", "memory") {
-		t.Fatalf("dir = %s, want the mount itself", c.Dir)
+	if c.Path != filepath.Join(dir, "sys", "memory") {
+		t.Fatalf("dir = %s, want the mount itself", c.Path)
 	}
 	if s, err := c.Read(); err != nil || s.Limit != 4096 || s.OOMKills != 1 {
 		t.Fatalf("sample = %+v, %v", s, err)
@@ -170,16 +155,16 @@ func TestMemoryCgroupV1Suffix(t *testing.T) {
 	// existing suffix is the cgroup.
 	files := v1Files("/ctr", "100\n", "1\n", "1\n", "0\n", "0")
 	files["proc/cgroup"] = "4:memory:/kubepods/pod1/ctr\n"
-	dir := tree(t, files)
-	if c := find(t, dir); c.Dir != filepath.Join(dir, "sys", "memory", "ctr") {
-		t.Fatalf("dir = %s, want .../memory/ctr", c.Dir)
+	dir := cgrouptest.Tree(t, files)
+	if c := find(t, dir); c.Path != filepath.Join(dir, "sys", "memory", "ctr") {
+		t.Fatalf("dir = %s, want .../memory/ctr", c.Path)
 	}
 }
 
 func TestMemoryCgroupMissing(t *testing.T) {
 	// What a pod started with `ip netns exec` sees: a fresh sysfs without
 	// the cgroup mounts.
-	dir := tree(t, map[string]string{"proc/cgroup": "4:memory:/x\n", "sys/.keep": ""})
+	dir := cgrouptest.Tree(t, map[string]string{"proc/cgroup": "4:memory:/x\n", "sys/.keep": ""})
 	_, err := FindMemoryCgroup(filepath.Join(dir, "sys"), filepath.Join(dir, "proc", "cgroup"))
 	if err == nil || !strings.Contains(err.Error(), "no memory cgroup under") || !strings.Contains(err.Error(), "--account.cgroup-root") {
 		t.Fatalf("err = %v; want no memory cgroup, naming the flag", err)
@@ -188,23 +173,23 @@ func TestMemoryCgroupMissing(t *testing.T) {
 
 func TestMemoryCgroupMalformed(t *testing.T) {
 	files := v1Files("/a", "lots\n", "1\n", "1\n", "0\n", "0")
-	dir := tree(t, files)
+	dir := cgrouptest.Tree(t, files)
 	_, err := find(t, dir).Read()
 	if err == nil || !strings.Contains(err.Error(), "memory.limit_in_bytes") {
 		t.Fatalf("err = %v; want the malformed file named", err)
 	}
 	files = v1Files("/a", "1\n", "1\n", "1\n", "0\n", "0")
 	files["sys/memory/a/memory.oom_control"] = "oom_kill\n"
-	dir = tree(t, files)
+	dir = cgrouptest.Tree(t, files)
 	if _, err := find(t, dir).Read(); err == nil || !strings.Contains(err.Error(), "memory.oom_control") {
 		t.Fatalf("err = %v; want the malformed oom_control named", err)
 	}
 }
 
 func TestMemoryCgroupGone(t *testing.T) {
-	dir := tree(t, v1Files("/a", "1\n", "1\n", "1\n", "0\n", "0"))
+	dir := cgrouptest.Tree(t, v1Files("/a", "1\n", "1\n", "1\n", "0\n", "0"))
 	c := find(t, dir)
-	if err := os.RemoveAll(c.Dir); err != nil {
+	if err := os.RemoveAll(c.Path); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Read(); err == nil || !strings.Contains(err.Error(), "memory.oom_control") {
@@ -220,53 +205,10 @@ func TestMemoryCgroupThisMachine(t *testing.T) {
 	}
 	s, err := c.Read()
 	if err != nil {
-		t.Fatalf("reading %s (v%d): %v", c.Dir, c.Version, err)
+		t.Fatalf("reading %s (v%d): %v", c.Path, c.Version, err)
 	}
 	if s.Usage == 0 {
-		t.Errorf("%s (v%d): usage 0 while this test runs in it", c.Dir, c.Version)
+		t.Errorf("%s (v%d): usage 0 while this test runs in it", c.Path, c.Version)
 	}
-	t.Logf("%s (cgroup v%d): %+v", c.Dir, c.Version, s)
-}
-
-func TestParseKeyed(t *testing.T) {
-	m, err := parseKeyed([]byte("low 0\n\nmax 5\noom_kill 18446744073709551615\n"))
-	if err != nil || m["max"] != 5 || m["oom_kill"] != 1<<64-1 {
-		t.Fatalf("parseKeyed = %v, %v", m, err)
-	}
-	for _, bad := range []string{"oom_kill\n", "oom_kill -1\n", "a b c\n", "x 1e3\n"} {
-		if _, err := parseKeyed([]byte(bad)); err == nil {
-			t.Errorf("parseKeyed(%q) = nil error", bad)
-		}
-	}
-}
-
-func FuzzParseKeyed(f *testing.F) {
-	f.Add([]byte("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n"))
-	f.Add([]byte("low 0\nhigh 0\nmax 1\noom 1\noom_kill 1\n"))
-	f.Add([]byte("x"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		m, err := parseKeyed(data)
-		if err == nil && len(m) > 65 {
-			t.Fatalf("%d keys", len(m))
-		}
-	})
-}
-
-func FuzzParseProcCgroup(f *testing.F) {
-	f.Add([]byte("4:memory:/a/b\n0::/c\n"))
-	f.Add([]byte("1:cpu,memory:/\n"))
-	f.Add([]byte(":::\n0::\n"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		p := parseProcCgroup(data)
-		if strings.ContainsRune(p.v1, '\n') || strings.ContainsRune(p.v2, '\n') {
-			t.Fatalf("path with a newline: %+v", p)
-		}
-		// locate never leaves the mount.
-		mount := t.TempDir()
-		for _, cg := range []string{p.v1, p.v2} {
-			if d := locate(mount, cg); !strings.HasPrefix(d, mount) {
-				t.Fatalf("locate(%q) = %s, outside %s", cg, d, mount)
-			}
-		}
-	})
+	t.Logf("%s (cgroup v%d): %+v", c.Path, c.Version, s)
 }

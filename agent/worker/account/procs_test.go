@@ -2,65 +2,15 @@ package account
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/podmpi/podmpi/proc/proctest"
 )
-
-// statLine builds a /proc/<pid>/stat line (52 fields) for a fixture.
-func statLine(pid int, comm string, state byte, ppid int, start, rssPages uint64, exitCode int) string {
-	f := make([]string, 50) // fields 3..52
-	for i := range f {
-		f[i] = "0"
-	}
-	f[0] = string(state)
-	f[1] = strconv.Itoa(ppid)
-	f[19] = strconv.FormatUint(start, 10)
-	f[21] = strconv.FormatUint(rssPages, 10)
-	f[49] = strconv.Itoa(exitCode)
-	return fmt.Sprintf("%d (%s) %s\n", pid, comm, strings.Join(f, " "))
-}
-
-func TestParseStat(t *testing.T) {
-	st, err := parseStat([]byte(statLine(42, "a) (b", 'Z', 7, 1234, 99, 0x8b)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.pid != 42 || st.comm != "a) (b" || st.state != 'Z' || st.ppid != 7 || st.start != 1234 || st.rss != 99 || st.exitCode != 0x8b {
-		t.Errorf("parseStat = %+v", st)
-	}
-	// A kernel older than 3.5 has no exit_code field.
-	short := strings.Join(strings.Fields(statLine(1, "init", 'S', 0, 5, 1, 0))[:44], " ")
-	if st, err := parseStat([]byte(short)); err != nil || st.exitCode != -1 {
-		t.Errorf("44 fields: %+v, %v; want exitCode -1", st, err)
-	}
-	for _, bad := range []string{"", "42", "x (a) S 1", "42 (a) S x 0", ") 42 (", "-1 (a) S 1 " + strings.Repeat("0 ", 30)} {
-		if _, err := parseStat([]byte(bad)); err == nil {
-			t.Errorf("parseStat(%q) = nil error", bad)
-		}
-	}
-}
-
-// TestParseStatThisProcess reads the test's own stat.
-func TestParseStatThisProcess(t *testing.T) {
-	data, err := os.ReadFile("/proc/self/stat")
-	if err != nil {
-		t.Skip(err)
-	}
-	st, err := parseStat(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.pid != os.Getpid() || st.ppid != os.Getppid() || st.rss == 0 || st.start == 0 {
-		t.Errorf("parseStat(own stat) = %+v", st)
-	}
-}
 
 func TestRankFromEnviron(t *testing.T) {
 	env := func(kv ...string) []byte { return []byte(strings.Join(kv, "\x00") + "\x00") }
@@ -146,43 +96,14 @@ func TestSnapshotRealProcesses(t *testing.T) {
 	}
 }
 
-// fakeProc is a /proc fixture: write sets a process, remove drops it.
-type fakeProc struct {
-	t   *testing.T
-	dir string
-}
-
-func newFakeProc(t *testing.T) *fakeProc { return &fakeProc{t: t, dir: t.TempDir()} }
-
-func (f *fakeProc) write(pid int, comm string, state byte, ppid int, rssPages uint64, exitCode int, env ...string) {
-	f.t.Helper()
-	d := filepath.Join(f.dir, strconv.Itoa(pid))
-	if err := os.MkdirAll(d, 0o755); err != nil {
-		f.t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(d, "stat"), []byte(statLine(pid, comm, state, ppid, uint64(pid)*10, rssPages, exitCode)), 0o644); err != nil {
-		f.t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(d, "environ"), []byte(strings.Join(env, "\x00")), 0o644); err != nil {
-		f.t.Fatal(err)
-	}
-}
-
-func (f *fakeProc) remove(pid int) {
-	f.t.Helper()
-	if err := os.RemoveAll(filepath.Join(f.dir, strconv.Itoa(pid))); err != nil {
-		f.t.Fatal(err)
-	}
-}
-
 func TestSnapshotFixture(t *testing.T) {
-	p := newFakeProc(t)
-	p.write(1, "worker-agent", 'S', 0, 10, 0)
-	p.write(10, "orted", 'S', 1, 10, 0)
-	p.write(11, "python", 'R', 10, 1000, 0, "OMPI_COMM_WORLD_RANK=0")
-	p.write(12, "python", 'R', 11, 10, 0, "OMPI_COMM_WORLD_RANK=0")
-	p.write(13, "other", 'S', 2, 10, 0, "OMPI_COMM_WORLD_RANK=7") // not below pid 1
-	snap, err := newScanner(p.dir, 1).snapshot()
+	p := proctest.New(t)
+	p.Write(1, "worker-agent", 'S', 0, 10, 0)
+	p.Write(10, "orted", 'S', 1, 10, 0)
+	p.Write(11, "python", 'R', 10, 1000, 0, "OMPI_COMM_WORLD_RANK=0")
+	p.Write(12, "python", 'R', 11, 10, 0, "OMPI_COMM_WORLD_RANK=0")
+	p.Write(13, "other", 'S', 2, 10, 0, "OMPI_COMM_WORLD_RANK=7") // not below pid 1
+	snap, err := newScanner(p.Path, 1).snapshot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,15 +134,15 @@ func TestSnapshotFixture(t *testing.T) {
 // and exec, with its launcher's environment; after exec (same pid, same
 // start time) it has its rank. The rank must not stay unknown.
 func TestSnapshotRankAfterExec(t *testing.T) {
-	p := newFakeProc(t)
-	p.write(1, "worker-agent", 'S', 0, 10, 0)
-	p.write(10, "orted", 'S', 1, 10, 0)
-	p.write(11, "orted", 'R', 10, 10, 0, "PATH=/bin")
-	s := newScanner(p.dir, 1)
+	p := proctest.New(t)
+	p.Write(1, "worker-agent", 'S', 0, 10, 0)
+	p.Write(10, "orted", 'S', 1, 10, 0)
+	p.Write(11, "orted", 'R', 10, 10, 0, "PATH=/bin")
+	s := newScanner(p.Path, 1)
 	if _, err := s.snapshot(); err != nil {
 		t.Fatal(err)
 	}
-	p.write(11, "python", 'R', 10, 1000, 0, "PATH=/bin", "OMPI_COMM_WORLD_RANK=3")
+	p.Write(11, "python", 'R', 10, 1000, 0, "PATH=/bin", "OMPI_COMM_WORLD_RANK=3")
 	snap, err := s.snapshot()
 	if err != nil {
 		t.Fatal(err)
@@ -229,18 +150,6 @@ func TestSnapshotRankAfterExec(t *testing.T) {
 	if q := snap[procKey{11, 110}]; q.rank != 3 || !q.leader {
 		t.Errorf("after exec: %+v, want rank 3, leader", q)
 	}
-}
-
-func FuzzParseStat(f *testing.F) {
-	f.Add([]byte(statLine(42, "a) (b", 'Z', 7, 1234, 99, 0x8b)))
-	f.Add([]byte("1 (init) S 0"))
-	f.Add([]byte("1 () R"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		st, err := parseStat(data)
-		if err == nil && (st.pid <= 0 || st.exitCode < -1) {
-			t.Fatalf("parseStat(%q) = %+v", data, st)
-		}
-	})
 }
 
 func FuzzRankFromEnviron(f *testing.F) {

@@ -4,11 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/url"
+	"strconv"
 	"time"
 )
 
 // EventsPath is where worker-agent serves its account of the pod: what
-// happened to the processes it started since a given time.
+// happened to the processes it started, paged by the account's sequence
+// numbers (EventsQuery).
 const EventsPath = "/events"
 
 // MaxEventsBytes bounds the /events body a client reads.
@@ -89,10 +92,13 @@ type Memory struct {
 	PeakBytes  uint64 `json:"peakBytes,omitempty"`
 	// OOMKills is the cgroup's oom_kill counter.
 	OOMKills uint64 `json:"oomKills"`
-	// AtLimit is true when the cgroup itself hit its limit (v2's oom or
-	// max events rose, v1's failcnt rose, or the peak reached the limit):
-	// an OOM kill then came from the limit, not from the node running
-	// out of memory.
+	// AtLimit, on an OOM kill, is true when the kill came with evidence
+	// that the cgroup hit its own limit: cgroup v2's memory.events "oom"
+	// counter (the cgroup's OOM killer invoked at its limit) or cgroup
+	// v1's memory.failcnt (charges refused at the limit) rose with it.
+	// False when oom_kill rose alone: the node's OOM killer picked the
+	// process because the node ran out of memory, whatever the peak (a
+	// lifetime figure) says.
 	AtLimit bool `json:"atLimit,omitempty"`
 	// Error says why the cgroup could not be read, when it could not.
 	Error string `json:"error,omitempty"`
@@ -120,10 +126,16 @@ type Events struct {
 	// its container restarted).
 	Started       time.Time `json:"started,omitzero"`
 	UptimeSeconds float64   `json:"uptimeSeconds,omitempty"`
-	// Now is the agent's clock when it answered; Since the start of the
-	// window asked for (the zero time: everything kept).
+	// Now is the agent's clock when it answered; Since and After are the
+	// query it answered (EventsQuery).
 	Now   time.Time `json:"now"`
 	Since time.Time `json:"since"`
+	After uint64    `json:"after"`
+	// LastSeq is the highest Seq the agent has recorded when it answered
+	// (whether or not the query let that event through): the next
+	// request asks ?after=LastSeq for what is new. 0 from agents older
+	// than the field, which page by Since alone.
+	LastSeq uint64 `json:"lastSeq"`
 	// Memory is the memory cgroup as it is now.
 	Memory Memory `json:"memory"`
 	// Dropped counts events the agent no longer keeps (its account is a
@@ -131,6 +143,74 @@ type Events struct {
 	// window may be missing.
 	Dropped uint64  `json:"dropped"`
 	Events  []Event `json:"events"`
+}
+
+// Query parameters of a /events request.
+const (
+	QueryAfter = "after"
+	QuerySince = "since"
+)
+
+// EventsQuery is what a /events request asks for:
+// ?after=<seq>&since=<RFC 3339 time>, both optional.
+//
+// After pages by the account's own order: an event is recorded with the
+// next sequence number when the agent has decided what it was, which may
+// be a while after the time it carries (an OOM kill is recorded when its
+// victim is named, up to a few seconds after the counter rose, with the
+// time the counter rose). A client that asks ?after=<LastSeq of its last
+// answer> gets every event recorded since, whatever its time.
+//
+// Since is a time on the agent's wall clock: only events whose Time is
+// at or after it are returned (recorded and provisional alike). The
+// launcher passes the start of its run (its own clock, less a slack for
+// clocks of different nodes that do not quite agree), so that what an
+// earlier job left in the account is not read; launchers older than
+// After paged by Since alone, which loses an event recorded after an
+// answer with a time before it.
+type EventsQuery struct {
+	After uint64
+	Since time.Time
+}
+
+// ParseEventsQuery reads a /events request's query.
+func ParseEventsQuery(v url.Values) (EventsQuery, error) {
+	var q EventsQuery
+	if s := v.Get(QueryAfter); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return q, fmt.Errorf("%s=%.32q: want the sequence number of the last event seen (lastSeq of the previous answer), such as 42", QueryAfter, s)
+		}
+		q.After = n
+	}
+	if s := v.Get(QuerySince); s != "" {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return q, fmt.Errorf("%s=%.40q: want an RFC 3339 time such as 2025-01-02T03:04:05Z", QuerySince, s)
+		}
+		q.Since = t
+	}
+	return q, nil
+}
+
+// Encode is the query string of q ("after=42&since=...").
+func (q EventsQuery) Encode() string {
+	v := url.Values{}
+	v.Set(QueryAfter, strconv.FormatUint(q.After, 10))
+	if !q.Since.IsZero() {
+		v.Set(QuerySince, q.Since.UTC().Format(time.RFC3339Nano))
+	}
+	return v.Encode()
+}
+
+// Match reports whether e answers q: a recorded event with Seq above
+// After, or a provisional one (Seq 0, not recorded yet, so never paged
+// past), at or after Since.
+func (q EventsQuery) Match(e Event) bool {
+	if e.Time.Before(q.Since) {
+		return false
+	}
+	return e.Provisional || e.Seq > q.After
 }
 
 // DecodeEvents parses a /events body. Unknown keys are ignored.

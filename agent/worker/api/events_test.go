@@ -1,8 +1,10 @@
 package api
 
 import (
+	"net/url"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestFormatBytes(t *testing.T) {
@@ -30,5 +32,64 @@ func FuzzDecodeEvents(f *testing.F) {
 	f.Add([]byte(`{"memory":{"limitBytes":18446744073709551615}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, _ = DecodeEvents(strings.NewReader(string(data)))
+	})
+}
+
+// TestEventsQuery: a query survives Encode and ParseEventsQuery; Match
+// pages recorded events by Seq and keeps provisional ones, all bounded
+// below by Since.
+func TestEventsQuery(t *testing.T) {
+	since := time.Date(2025, 1, 2, 3, 4, 5, 600, time.UTC)
+	q := EventsQuery{After: 41, Since: since}
+	v, err := url.ParseQuery(q.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ParseEventsQuery(v); err != nil || got.After != 41 || !got.Since.Equal(since) {
+		t.Fatalf("round trip of %q = %+v, %v", q.Encode(), got, err)
+	}
+	if got, err := ParseEventsQuery(url.Values{}); err != nil || got != (EventsQuery{}) {
+		t.Errorf("empty query = %+v, %v; want everything", got, err)
+	}
+	for _, bad := range []url.Values{{"after": {"-1"}}, {"after": {"x"}}, {"since": {"yesterday"}}} {
+		if _, err := ParseEventsQuery(bad); err == nil {
+			t.Errorf("ParseEventsQuery(%v) = nil error", bad)
+		}
+	}
+	for _, tc := range []struct {
+		ev   Event
+		want bool
+	}{
+		{Event{Seq: 42, Time: since}, true},
+		{Event{Seq: 41, Time: since.Add(time.Hour)}, false},
+		{Event{Seq: 42, Time: since.Add(-time.Nanosecond)}, false},
+		{Event{Time: since, Provisional: true}, true},
+		{Event{Time: since.Add(-time.Second), Provisional: true}, false},
+	} {
+		if got := q.Match(tc.ev); got != tc.want {
+			t.Errorf("Match(seq %d, %s, provisional %v) = %v, want %v", tc.ev.Seq, tc.ev.Time, tc.ev.Provisional, got, tc.want)
+		}
+	}
+}
+
+func FuzzParseEventsQuery(f *testing.F) {
+	f.Add("after=3&since=2025-01-02T03:04:05Z")
+	f.Add("after=18446744073709551616")
+	f.Fuzz(func(t *testing.T, raw string) {
+		v, err := url.ParseQuery(raw)
+		if err != nil {
+			return
+		}
+		q, err := ParseEventsQuery(v)
+		if err != nil {
+			return
+		}
+		back, err := url.ParseQuery(q.Encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again, err := ParseEventsQuery(back); err != nil || again.After != q.After || !again.Since.Equal(q.Since) {
+			t.Fatalf("%q -> %+v -> %q -> %+v, %v", raw, q, q.Encode(), again, err)
+		}
 	})
 }
