@@ -557,7 +557,11 @@ func (o Options) ask(ctx context.Context, host, addr string, slots chan struct{}
 		if err == nil {
 			return info, n, nil
 		}
-		last = err
+		if last == nil || ctx.Err() == nil {
+			// An attempt the deadline cut short says less than the
+			// answer before it (an HTTP 500, a refused connection).
+			last = err
+		}
 		if !retry || ctx.Err() != nil {
 			if ctx.Err() != nil {
 				return api.Info{}, n, o.gaveUp(url, n, last)
