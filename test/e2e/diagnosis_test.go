@@ -61,30 +61,6 @@ func TestDiagnosis(t *testing.T) {
 		t.Logf("termination message: %s", first)
 	})
 
-	t.Run("worker_pod_deleted", func(t *testing.T) {
-		// A deleted pod: every process killed and its name out of DNS.
-		start := time.Now()
-		p := f.launch(t, ctx, workers, "mpirun.openmpi", "-np", "4", prog, "sleep", "-1")
-		waitOutput(t, p, ": ready", 4, 60*time.Second)
-		if err := f.c.KillPod(2); err != nil {
-			t.Fatal(err)
-		}
-		delete(f.agents, 2)
-		if err := f.c.Unpublish(ctx, 2); err != nil {
-			t.Fatal(err)
-		}
-		defer f.startAgent(t, ctx, 2, AgentOptions{})
-		defer func() {
-			if err := f.c.Publish(ctx, 2); err != nil {
-				t.Error(err)
-			}
-		}()
-		r := wait(t, p, start, 30*time.Second)
-		first := f.expectRootCause(t, r, "worker dg-node-0-1.dg is gone: its name no longer exists", "kubectl get events")
-		t.Logf("termination message: %s", first)
-		f.noLeftovers(t, 5*time.Second)
-	})
-
 	t.Run("script_ssh_fails_then_rank_segfaults", func(t *testing.T) {
 		// The job's own script uses podmpi's ssh client (what ssh is with
 		// the images' PATH; here the launcher's own podmpi-rsh, since ssh is
@@ -123,23 +99,43 @@ func TestDiagnosis(t *testing.T) {
 		t.Logf("termination message: %s", first)
 	})
 
-	t.Run("worker_pod_killed", func(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		unpublish bool // its name leaves DNS, as a deleted pod's does
+		want      []string
+	}{
+		// A deleted pod: every process killed and its name out of DNS.
+		{"worker_pod_deleted", true, []string{"worker dg-node-0-1.dg is gone: its name no longer exists", "kubectl get events"}},
 		// Every process of the pod killed, its name still there (a
 		// container that died, or a pod that is being deleted): named for
 		// what was seen, never as gone.
-		start := time.Now()
-		p := f.launch(t, ctx, workers, "mpirun.openmpi", "-np", "4", prog, "sleep", "-1")
-		waitOutput(t, p, ": ready", 4, 60*time.Second)
-		if err := f.c.KillPod(2); err != nil {
-			t.Fatal(err)
-		}
-		delete(f.agents, 2)
-		defer f.startAgent(t, ctx, 2, AgentOptions{})
-		r := wait(t, p, start, 30*time.Second)
-		first := f.expectRootCause(t, r, "worker dg-node-0-1.dg did not answer", "connection refused", "kubectl describe pod")
-		t.Logf("termination message: %s", first)
-		f.noLeftovers(t, 5*time.Second)
-	})
+		{"worker_pod_killed", false, []string{"worker dg-node-0-1.dg did not answer", "connection refused", "kubectl describe pod"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			p := f.launch(t, ctx, workers, "mpirun.openmpi", "-np", "4", prog, "sleep", "-1")
+			waitOutput(t, p, ": ready", 4, 60*time.Second)
+			if err := f.c.KillPod(2); err != nil {
+				t.Fatal(err)
+			}
+			delete(f.agents, 2)
+			defer f.startAgent(t, ctx, 2, AgentOptions{})
+			if tc.unpublish {
+				if err := f.c.Unpublish(ctx, 2); err != nil {
+					t.Fatal(err)
+				}
+				defer func() {
+					if err := f.c.Publish(ctx, 2); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+			r := wait(t, p, start, 30*time.Second)
+			first := f.expectRootCause(t, r, tc.want...)
+			t.Logf("termination message: %s", first)
+			f.noLeftovers(t, 5*time.Second)
+		})
+	}
 
 	t.Run("hydra_proxy_not_started", func(t *testing.T) {
 		// The second worker's agent is not running: podmpi-rsh cannot start
