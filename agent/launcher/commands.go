@@ -37,8 +37,11 @@ func RunJob(ctx context.Context, cfg Config) (exitcode.Code, error) {
 	}
 	stop := l.ServeMetrics(cfg.WebAddr)
 	defer stop()
+	l.connectKube(ctx)
+	defer l.closeKube()
 	code, runErr := l.Run(ctx)
 	l.WriteTerminationLog(cfg.TerminationLog, TerminationMessage(code, runErr))
+	l.recordEnd(code, runErr)
 	if err := l.Push(context.Background(), code == exitcode.OK && runErr == nil); err != nil {
 		l.log.Warn("metrics push failed", "err", err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/podmpi/podmpi/agent/cli"
 	"github.com/podmpi/podmpi/agent/exitcode"
+	"github.com/podmpi/podmpi/agent/kube"
 	"github.com/podmpi/podmpi/agent/launcher/discovery"
 	"github.com/podmpi/podmpi/agent/launcher/mpirun"
 	"github.com/podmpi/podmpi/agent/launcher/slots"
@@ -91,6 +92,17 @@ type Config struct {
 	TerminationLog   string // Kubernetes' termination message file
 	Log              cli.LogFlags
 
+	// KubeAPI is "auto" (use the in-cluster API when a service-account
+	// token is mounted: Events, pod states) or "off"; KubePodName and
+	// KubePodUID are the launcher's own pod (downward API), found by its
+	// address when empty.
+	KubeAPI     string
+	KubePodName string
+	KubePodUID  string
+	// Kube, when set, is the API client to use instead of connecting
+	// (tests).
+	Kube *kube.Client
+
 	Command []string // the user's command, usually mpirun ...
 	// Program is the file Command[0] runs when the caller resolved it (the
 	// mpirun/mpiexec names of the launcher: the real program after podmpi's
@@ -129,6 +141,7 @@ func Defaults() Config {
 		WebAddr:          ":9022",
 		TerminationLog:   "/dev/termination-log",
 		Log:              cli.LogFlags{Format: "auto", Level: "info"},
+		KubeAPI:          kube.ModeAuto,
 	}
 }
 
@@ -172,6 +185,9 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.StringVar(&c.MetricsJobName, "metrics.job-name", c.MetricsJobName, "job_name label of the push (default: from the launcher's host name, <job>-launcher-0-0 or <job>-launcher)")
 	fs.StringVar(&c.MetricsPod, "metrics.pod", c.MetricsPod, "pod label of the push (default: this pod's host name; set it from the downward API metadata.name)")
 	fs.StringVar(&c.TerminationLog, "termination-log", c.TerminationLog, "file for the root-cause message Kubernetes shows in the pod status")
+	fs.StringVar(&c.KubeAPI, "kube.api", c.KubeAPI, "auto: with a service-account token (and examples/rbac), record Events on the TrainJob/MPIJob and read the job's pod states; off: never use the Kubernetes API")
+	fs.StringVar(&c.KubePodName, "kube.pod-name", c.KubePodName, "the launcher's own pod (downward API metadata.name; default: found by this pod's address)")
+	fs.StringVar(&c.KubePodUID, "kube.pod-uid", c.KubePodUID, "the launcher's own pod uid (downward API metadata.uid), for its Events")
 }
 
 // slotsValue is --slots as a flag: "auto" (or "") is 0, else a count,
@@ -241,6 +257,9 @@ func (c *Config) Validate() error {
 		bad("mpi.implementation", strconv.Quote(c.Implementation), "auto, openmpi, openmpi4, openmpi5, mpich or intelmpi")
 	}
 	intIn("ssh.port", c.SSHPort, 1, 65535)
+	if m := strings.ToLower(strings.TrimSpace(c.KubeAPI)); m != kube.ModeAuto && m != kube.ModeOff {
+		bad("kube.api", strconv.Quote(c.KubeAPI), "auto or off")
+	}
 	if c.SSHWait < 0 || c.SSHWait > 24*time.Hour {
 		bad("ssh.wait", c.SSHWait.String(), "a duration from 0 (no waiting) to 24h")
 	}

@@ -44,14 +44,62 @@ type Failure struct {
 	// launcher could tell (package postmortem); it goes first in the
 	// termination message.
 	Diagnosis *postmortem.Diagnosis
+	// Kube is what Kubernetes says of the workers the failure is about
+	// ("Kubernetes says: tj-node-0-2.tj: pod ... is Pending, ..."), when
+	// the launcher may ask it.
+	Kube string
 }
 
 func (f *Failure) Error() string {
 	s := fmt.Sprintf("%s: %v", f.Phase, f.Err)
+	if f.Kube != "" {
+		s += "\n" + f.Kube
+	}
 	if f.Hint != "" {
 		s += "\nhint: " + f.Hint
 	}
 	return s
+}
+
+// Summary is the failure in one line: the phase, the first thing that
+// failed (and how many more did), what Kubernetes says of it, and the fix.
+// It is the termination message's first line and the failure Event's
+// message.
+func (f *Failure) Summary() string {
+	lines := strings.Split(strings.TrimSpace(fmt.Sprint(f.Err)), "\n")
+	s := f.Phase + ": " + strings.TrimSpace(lines[0])
+	hint := f.Hint
+	if rest := lines[1:]; strings.HasSuffix(s, ":") && len(rest) > 0 {
+		// A list follows ("2 of 3 workers failed the SSH probe:"): its
+		// first entry, which carries its own hint, and a count of the rest.
+		first := strings.TrimSpace(rest[0])
+		if cause, h, ok := strings.Cut(first, "; hint: "); ok && hint == "" {
+			first, hint = cause, h
+		}
+		s += " " + first
+		if more := countEntries(rest[1:]); more > 0 {
+			s += fmt.Sprintf(" (and %d more)", more)
+		}
+	}
+	if f.Kube != "" {
+		s += "; " + f.Kube
+	}
+	if hint != "" {
+		s += "; hint: " + hint
+	}
+	return s
+}
+
+// countEntries counts the lines of a list that start an entry (not a
+// continuation or a hint).
+func countEntries(lines []string) int {
+	n := 0
+	for _, l := range lines {
+		if t := strings.TrimSpace(l); t != "" && !strings.HasPrefix(t, "hint:") && !strings.HasPrefix(l, " ") && !strings.HasPrefix(l, "\t") {
+			n++
+		}
+	}
+	return n
 }
 
 func (f *Failure) Unwrap() error { return f.Err }
@@ -76,6 +124,7 @@ type Launcher struct {
 	log   *slog.Logger
 	m     *Metrics
 	start time.Time
+	kv    kubeView // the Kubernetes API, when the pod may use it (kube.go)
 }
 
 // New fills the zero settings of cfg from Defaults() and the missing
@@ -205,12 +254,23 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 	}
 	p.Impl = impl
 
+	// From here until the probe ends the launcher waits for its workers:
+	// what Kubernetes says of a worker that is not coming is warned about
+	// and added to the waits' progress and failures (kube.go).
+	selfName := p.Spec.Self
+	if i := p.Plan.SelfIndex; i >= 0 && i < len(p.Plan.Hosts) {
+		selfName = p.Plan.Hosts[i].Name
+	}
+	l.setWaiting(true, selfName)
+	defer l.setWaiting(false, "")
+
 	// dns-wait: every name, and the launcher's own, resolves.
 	var resolved []discovery.Resolved
 	err = l.phase(PhaseDNSWait, func() error {
 		r, err := discovery.Wait(ctx, p.Spec, p.Plan, discovery.WaitOptions{
 			Resolver: cfg.Resolver,
 			Timeout:  cfg.DiscoveryTimeout,
+			Explain:  l.explain,
 			Logger:   l.log,
 			Progress: func(pr discovery.Progress) {
 				l.m.WorkersResolved.Set(float64(pr.Resolved)) // Wait logs the progress itself
@@ -221,7 +281,7 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 			if errors.As(err, &te) {
 				l.m.WorkersResolved.Set(float64(te.Resolved))
 				// The error lists the missing names and the likely causes.
-				return &Failure{Phase: PhaseDNSWait, Code: exitcode.DiscoveryTimeout, Err: err}
+				return &Failure{Phase: PhaseDNSWait, Code: exitcode.DiscoveryTimeout, Err: err, Kube: l.kubeNotes(te.Missing)}
 			}
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -263,12 +323,13 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 			Parallel:     cfg.ProbeParallel,
 			Sample:       cfg.ProbeSSHSample,
 			Self:         self,
+			Explain:      l.explain,
 			Logger:       l.log,
 		})
 		var ue *slots.UnknownError
 		switch {
 		case errors.As(err, &ue):
-			return &Failure{Phase: PhaseSlots, Code: exitcode.SlotsUnknown, Err: err, Hint: fmt.Sprintf(
+			return &Failure{Phase: PhaseSlots, Code: exitcode.SlotsUnknown, Err: err, Kube: l.kubeNotes(ue.Names()), Hint: fmt.Sprintf(
 				"start worker-agent on those pods (it serves /info on --worker.web-port %d) and let the launcher reach that port; "+
 					"raise --probe.timeout (%s) if they start late; or give their counts (--workers name=N, slots=N in the hostfile, --slots N), "+
 					"or pass --slots.allow-default to run them with --discovery.default-slots (%d)",
@@ -394,9 +455,13 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 					late = append(late, hostfile.Host{Name: r.Target.Host})
 				}
 			}
+			var hosts []string
+			for _, r := range failed {
+				hosts = append(hosts, r.Target.Host)
+			}
 			return &Failure{Phase: PhaseProbe, Code: exitcode.ProbeFailed,
 				Err:  fmt.Errorf("%d of %d workers failed the SSH probe:\n%s", len(failed), len(results), strings.TrimSpace(b.String())),
-				Hint: siblingHint(p.Spec.Self, late)}
+				Kube: l.kubeNotes(hosts), Hint: siblingHint(p.Spec.Self, late)}
 		}
 		return nil
 	})

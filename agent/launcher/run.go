@@ -15,6 +15,7 @@ import (
 
 	"github.com/podmpi/podmpi/agent/environ"
 	"github.com/podmpi/podmpi/agent/exitcode"
+	"github.com/podmpi/podmpi/agent/kube"
 	"github.com/podmpi/podmpi/agent/launcher/discovery"
 	"github.com/podmpi/podmpi/agent/launcher/mpirun"
 	"github.com/podmpi/podmpi/agent/launcher/postmortem"
@@ -130,6 +131,8 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 	l.m.InitDuration.Set(init.Seconds())
 	l.report("== init done in %s; running: %s\n", init.Round(time.Millisecond), strings.Join(argv, " "))
 	l.log.Info("running", "argv0", argv[0], "args", len(argv)-1, "init_seconds", round(init))
+	l.event(kube.Normal, "Initialized", fmt.Sprintf("init done in %s: %d hosts, %d slots, MPI %s %s; running %s",
+		init.Round(time.Millisecond), len(p.Hosts), total, p.Impl, p.Version, argv[0]))
 
 	// Orphans of mpirun (a rank's own children, a daemon that double-forked)
 	// are reparented to us: reap them, even when not PID 1.
@@ -235,9 +238,15 @@ func TerminationMessage(code exitcode.Code, err error) string {
 	if diagnosed {
 		b.WriteString(f.Diagnosis.Summary() + "\n")
 	}
-	if err == nil {
+	var pf *Failure
+	switch {
+	case err == nil:
 		fmt.Fprintf(&b, "podmpi launcher: job finished, exit code %d\n", code)
-	} else {
+	case !diagnosed && errors.As(err, &pf) && strings.Contains(pf.Error(), "\n"):
+		// The first line is the whole failure in one sentence (the Event's
+		// message too); the details follow.
+		fmt.Fprintf(&b, "podmpi launcher failed (exit code %d): %s\n%v\n", code, pf.Summary(), err)
+	default:
 		fmt.Fprintf(&b, "podmpi launcher failed (exit code %d): %v\n", code, err)
 	}
 	if diagnosed {

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/podmpi/podmpi/agent/kube"
 	"github.com/podmpi/podmpi/agent/launcher/mpirun"
 	"github.com/podmpi/podmpi/agent/launcher/postmortem"
 	"github.com/podmpi/podmpi/agent/rsh"
@@ -104,17 +105,23 @@ type workerState struct {
 	// (the launcher's clock): the pod that ran the job's daemon is gone
 	// and another answers under its name. Zero when not seen.
 	replacedAt time.Time
+	// pod is its pod as the Kubernetes API first showed it while mpirun
+	// ran (kube.go); apiGone says how the API shows that pod gone since
+	// (deleted, replaced, evicted, its container restarted), "" while it
+	// does not.
+	pod     *kube.PodState
+	apiGone string
 }
 
 // gone reports whether the worker's pod is gone for sure: another
-// worker-agent, younger than the run, answers under its name, or its name
+// worker-agent, younger than the run, answers under its name, its name
 // has not existed for lostAfter rounds in a row (a deleted pod's name
-// leaves the headless Service). Anything else, a timeout, a refused
+// leaves the headless Service), or the Kubernetes API says so. Anything else, a timeout, a refused
 // connection, no route (what a network partition gives once the pod
 // bridge forgets the pod's address), is no proof: the worker may be slow,
 // restarting or cut off for a while, and the job may well go on.
 func (s *workerState) gone() bool {
-	return !s.replacedAt.IsZero() || s.nameGone >= lostAfter
+	return !s.replacedAt.IsZero() || s.nameGone >= lostAfter || s.apiGone != ""
 }
 
 // settledSince reports whether the worker was asked after t and either
@@ -248,6 +255,7 @@ func (w *watch) start() {
 	}
 	ctx, quit := context.WithCancel(context.Background())
 	w.quit = quit
+	w.checkPods(ctx) // each worker's pod as the API shows it now
 	if w.failDir != "" {
 		w.stopWg.Go(func() { w.watchRecords(ctx) })
 	}
@@ -373,6 +381,7 @@ func (w *watch) watchWorkers(ctx context.Context) {
 			return
 		case <-t.C:
 			w.askAll(ctx, w.l.cfg.DiagnosisWatch, askTimeout, time.Time{})
+			w.checkPods(ctx)
 			var gone []string
 			w.mu.Lock()
 			for _, s := range w.workers {
@@ -394,6 +403,45 @@ func (w *watch) watchWorkers(ctx context.Context) {
 				w.stopAfterGrace(ctx, &w.goneStopped, errWorkerGone,
 					"mpirun did not exit after a worker's pod was gone; stopping it (SIGTERM, then SIGKILL of its process tree)")
 			}
+		}
+	}
+}
+
+// checkPods compares what the Kubernetes API last listed of each worker's
+// pod with what it showed first while mpirun ran: a pod deleted, replaced,
+// evicted or whose container restarted is gone for sure (kube.Gone), and
+// logged once with the API's words (and, for a restart, the kubelet's
+// Event: a failed liveness probe, say).
+func (w *watch) checkPods(ctx context.Context) {
+	ps, ok := w.l.podsNow()
+	if !ok {
+		return
+	}
+	var restarted []*workerState
+	w.mu.Lock()
+	for _, s := range w.workers {
+		cur, ok := ps.For(s.host)
+		switch {
+		case s.pod == nil:
+			if ok {
+				s.pod = &cur
+			}
+		case s.apiGone == "":
+			if why, gone := kube.Gone(*s.pod, ps); gone {
+				s.apiGone = why
+				if s.pod.UID == cur.UID && cur.Restarts > s.pod.Restarts {
+					restarted = append(restarted, s)
+				}
+				w.l.log.Error("Kubernetes says a worker's pod is gone while mpirun runs", "host", s.host, "why", why)
+			}
+		}
+	}
+	w.mu.Unlock()
+	for _, s := range restarted {
+		if why := w.l.kv.c.WhyRestarted(ctx, s.pod.Name); why != "" {
+			w.mu.Lock()
+			s.apiGone += ": " + why
+			w.mu.Unlock()
 		}
 	}
 }
@@ -706,7 +754,8 @@ func (w *watch) diagnose(res mpirun.RunResult, program string) *postmortem.Diagn
 		in.Outcome.Stopped, in.Outcome.StoppedAt = true, w.stoppedAt
 	}
 	for _, s := range w.workers {
-		wk := postmortem.Worker{Host: s.host, NoAccount: s.noAccount, ReplacedAt: s.replacedAt, NameGone: nameNotFound(s.err)}
+		wk := postmortem.Worker{Host: s.host, NoAccount: s.noAccount, ReplacedAt: s.replacedAt, NameGone: nameNotFound(s.err),
+			APIGone: s.apiGone, Kube: w.l.explain(s.host)}
 		if s.events != nil && s.fails == 0 {
 			wk.Events = s.events
 		} else if !s.noAccount {

@@ -87,6 +87,11 @@ type WaitOptions struct {
 	// ProgressEvery is the period of progress reports while nothing
 	// changes; default 5s.
 	ProgressEvery time.Duration
+	// Explain, if set, says what else is known of a host that does not
+	// resolve yet (what Kubernetes says of its pod: "pod tj-node-0-2-x is
+	// Pending, not scheduled: ..."), "" for nothing; the progress lines
+	// add it. It must not block.
+	Explain func(host string) string
 	// Logger gets the same progress at Info level and each retry at Debug
 	// level; nil discards.
 	Logger *slog.Logger
@@ -133,6 +138,8 @@ type Progress struct {
 	Waiting []string
 	// Elapsed since the wait started.
 	Elapsed time.Duration
+	// Notes are WaitOptions.Explain's words on the hosts Waiting names.
+	Notes map[string]string
 }
 
 // String formats the progress as "3/4 workers resolved; waiting for
@@ -146,7 +153,14 @@ func (p Progress) String() string {
 	}
 	if len(p.Waiting) > 0 {
 		b.WriteString("; waiting for ")
-		b.WriteString(listNames(p.Waiting, 3))
+		names := make([]string, len(p.Waiting))
+		for i, n := range p.Waiting {
+			names[i] = n
+			if note := p.Notes[n]; note != "" {
+				names[i] += " (" + note + ")"
+			}
+		}
+		b.WriteString(listNames(names, 3))
 	}
 	b.WriteString(", ")
 	b.WriteString(p.Elapsed.Round(time.Second).String())
@@ -233,11 +247,23 @@ func Wait(ctx context.Context, spec Spec, plan Plan, opts WaitOptions) ([]Resolv
 		}
 		now := o.Clock.Now()
 		p := progressOf(st, now.Sub(start))
+		if o.Explain != nil {
+			for _, n := range p.Waiting {
+				if note := o.Explain(n); note != "" {
+					if p.Notes == nil {
+						p.Notes = map[string]string{}
+					}
+					p.Notes[n] = note
+				}
+			}
+		}
 		if err := ctx.Err(); err != nil {
 			return nil, interrupted(p, err)
 		}
 		done := st.complete && len(st.pending) == 0 && len(st.targets) > 0
-		key := fmt.Sprintf("%d/%d/%d", p.Resolved, p.Expected, len(p.Waiting))
+		// A new word on a host (what Kubernetes says of its pod) is
+		// reported at once too.
+		key := fmt.Sprintf("%d/%d/%d/%v", p.Resolved, p.Expected, len(p.Waiting), p.Notes)
 		if key != lastKey || now.Sub(lastReport) >= o.ProgressEvery {
 			lastKey, lastReport = key, now
 			if o.Progress != nil {

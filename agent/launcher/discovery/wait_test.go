@@ -559,11 +559,14 @@ func TestProgressString(t *testing.T) {
 		p    Progress
 		want string
 	}{
-		{Progress{3, 4, []string{"tj-node-0-3.tj"}, 12*time.Second + 400*time.Millisecond}, "3/4 workers resolved; waiting for tj-node-0-3.tj, 12s"},
-		{Progress{0, 5, []string{"a", "b", "c", "d", "e"}, 90 * time.Second}, "0/5 workers resolved; waiting for a, b, c and 2 more, 1m30s"},
-		{Progress{1, 4, []string{"a", "b", "c"}, 0}, "1/4 workers resolved; waiting for a, b, c, 0s"},
-		{Progress{0, 0, []string{"_ssh._tcp.tj"}, time.Second}, "0 workers resolved; waiting for _ssh._tcp.tj, 1s"},
-		{Progress{4, 4, nil, 3 * time.Second}, "4/4 workers resolved, 3s"},
+		{Progress{3, 4, []string{"tj-node-0-3.tj"}, 12*time.Second + 400*time.Millisecond, nil}, "3/4 workers resolved; waiting for tj-node-0-3.tj, 12s"},
+		{Progress{0, 5, []string{"a", "b", "c", "d", "e"}, 90 * time.Second, nil}, "0/5 workers resolved; waiting for a, b, c and 2 more, 1m30s"},
+		{Progress{1, 4, []string{"a", "b", "c"}, 0, nil}, "1/4 workers resolved; waiting for a, b, c, 0s"},
+		{Progress{0, 0, []string{"_ssh._tcp.tj"}, time.Second, nil}, "0 workers resolved; waiting for _ssh._tcp.tj, 1s"},
+		{Progress{4, 4, nil, 3 * time.Second, nil}, "4/4 workers resolved, 3s"},
+		// What Kubernetes says of a host that does not resolve yet.
+		{Progress{1, 2, []string{"tj-node-0-1.tj"}, 5 * time.Second, map[string]string{"tj-node-0-1.tj": "pod tj-node-0-1-x is Pending, not scheduled: Unschedulable: 0/1 nodes are available: 1 Insufficient cpu."}},
+			"1/2 workers resolved; waiting for tj-node-0-1.tj (pod tj-node-0-1-x is Pending, not scheduled: Unschedulable: 0/1 nodes are available: 1 Insufficient cpu.), 5s"},
 	}
 	for _, tc := range cases {
 		if got := tc.p.String(); got != tc.want {

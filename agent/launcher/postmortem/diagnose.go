@@ -104,6 +104,13 @@ type Worker struct {
 	// (an authoritative "no such name" from DNS): a deleted pod's name
 	// leaves the job's headless Service.
 	NameGone bool
+	// APIGone is how the Kubernetes API shows its pod gone since mpirun
+	// started ("its pod tj-node-0-1-x no longer exists (deleted)"), "" when
+	// it does not or cannot be asked.
+	APIGone string
+	// Kube is what the API says of its pod now, when it is not simply
+	// running and ready ("pod tj-node-0-1-x is Running but not Ready").
+	Kube string
 }
 
 // Outcome is how mpirun ended.
@@ -238,7 +245,7 @@ func Decide(in Input) Diagnosis {
 			fs = append(fs, fromEvents(w.Host, false, *w.Events)...)
 		}
 		switch {
-		case !w.ReplacedAt.IsZero():
+		case !w.ReplacedAt.IsZero() || w.APIGone != "":
 			d.Silent++
 			fs = append(fs, gone(w, in.Outcome.WebPort))
 		case w.Err == nil && (w.Events != nil || w.NoAccount):
@@ -513,6 +520,8 @@ func gone(w Worker, port int) Finding {
 		since = ", since " + w.LostAt.UTC().Format(time.TimeOnly) + " UTC"
 	}
 	switch {
+	case w.APIGone != "":
+		f.Sentence = fmt.Sprintf("worker %s is gone: %s, as the Kubernetes API shows it%s", w.Host, w.APIGone, since)
 	case !w.ReplacedAt.IsZero():
 		if f.Time.IsZero() || w.ReplacedAt.Before(f.Time) {
 			f.Time = w.ReplacedAt
@@ -525,6 +534,9 @@ func gone(w Worker, port int) Finding {
 		f.Cause = CauseUnreachable
 		f.Sentence = fmt.Sprintf("worker %s did not answer: its worker-agent on port %d (%s)%s; its pod may have been deleted or restarted, or the network to it is cut",
 			w.Host, port, why, since)
+		if w.Kube != "" {
+			f.Sentence += "; Kubernetes says: " + w.Kube
+		}
 		f.Hint = "kubectl get pod -o wide and kubectl describe pod for that worker: deleted, evicted, restarted (Last State), or node NotReady? " +
 			"If it runs and is Ready, check what cuts it off from the launcher (NetworkPolicy, the node's network)"
 		return f

@@ -125,6 +125,10 @@ type Options struct {
 	// line names them (the first as soon as one must be waited for);
 	// default 5s.
 	ProgressEvery time.Duration
+	// Explain, if set, says what else is known of a host whose agent is
+	// awaited (what Kubernetes says of its pod), "" for nothing; the
+	// progress lines add it. It must not block.
+	Explain func(host string) string
 	// Logger gets warnings (Warn), progress (Info) and each retry (Debug);
 	// nil discards.
 	Logger *slog.Logger
@@ -470,7 +474,13 @@ func (o Options) askAll(ctx context.Context, hosts []hostfile.Host, addrs map[st
 		var names []string
 		for _, i := range idx {
 			if pending[i] {
-				names = append(names, hosts[i].Name)
+				n := hosts[i].Name
+				if o.Explain != nil {
+					if note := o.Explain(n); note != "" {
+						n += " (" + note + ")"
+					}
+				}
+				names = append(names, n)
 			}
 		}
 		pendingMu.Unlock()

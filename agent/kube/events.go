@@ -1,0 +1,107 @@
+package kube
+
+import (
+	"context"
+	"os"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/record/util"
+)
+
+// Event types.
+const (
+	Normal  = corev1.EventTypeNormal
+	Warning = corev1.EventTypeWarning
+)
+
+// maxMessage bounds an Event's message (the events API's own limit for a
+// note is 1 KiB).
+const maxMessage = 1024
+
+// recorder writes core/v1 Events synchronously, through client-go's event
+// correlator: a repeat of the same event (object, type, reason, message)
+// becomes a count on the first one (lastTimestamp, count), similar events
+// beyond ten in ten minutes are aggregated, and a token bucket limits the
+// rate. Synchronous, because the failure Event is written right before
+// the launcher exits, and client-go's broadcaster would drop it.
+type recorder struct {
+	c    *Client
+	corr *record.EventCorrelator
+	host string
+}
+
+func newRecorder(c *Client) *recorder {
+	host, _ := os.Hostname()
+	return &recorder{c: c, corr: record.NewEventCorrelatorWithOptions(record.CorrelatorOptions{}), host: host}
+}
+
+// Event records an Event of type typ (Normal or Warning) with reason and
+// message on the job's object (the TrainJob, MPIJob or JobSet, by uid, so
+// that kubectl describe shows it) and on the launcher's own pod. It
+// returns whether at least one was written; failures are logged once at
+// INFO, never returned: an Event must not fail a job.
+func (c *Client) Event(ctx context.Context, typ, reason, message string) bool {
+	if c == nil {
+		return false
+	}
+	if len(message) > maxMessage {
+		message = message[:maxMessage-3] + "..."
+	}
+	c.mu.Lock()
+	refs := []*corev1.ObjectReference{c.job, c.self}
+	c.mu.Unlock()
+	ok := false
+	for _, ref := range refs {
+		if ref != nil && c.events.write(ctx, ref, typ, reason, message) {
+			ok = true
+		}
+	}
+	return ok
+}
+
+// write records one Event on ref.
+func (r *recorder) write(ctx context.Context, ref *corev1.ObjectReference, typ, reason, message string) bool {
+	now := metav1.Time{Time: time.Now()}
+	ev := &corev1.Event{
+		ObjectMeta:          metav1.ObjectMeta{Name: util.GenerateEventName(ref.Name, now.UnixNano()), Namespace: ref.Namespace},
+		InvolvedObject:      *ref,
+		Reason:              reason,
+		Message:             message,
+		FirstTimestamp:      now,
+		LastTimestamp:       now,
+		Count:               1,
+		Type:                typ,
+		Source:              corev1.EventSource{Component: ReportingComponent, Host: r.host},
+		ReportingController: ReportingComponent,
+		ReportingInstance:   r.host,
+	}
+	res, err := r.corr.EventCorrelate(ev)
+	if err != nil || res.Skip {
+		return false // rate-limited
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.c.timeout)
+	defer cancel()
+	events := r.c.core.Events(ref.Namespace)
+	var out *corev1.Event
+	if res.Event.Count > 1 {
+		out, err = events.Patch(ctx, res.Event.Name, types.StrategicMergePatchType, res.Patch, metav1.PatchOptions{})
+	}
+	if res.Event.Count <= 1 || apierrors.IsNotFound(err) {
+		res.Event.ResourceVersion = ""
+		out, err = events.Create(ctx, res.Event, metav1.CreateOptions{})
+	}
+	if err != nil {
+		r.c.mu.Lock()
+		_ = r.c.explain("create events", err)
+		r.c.mu.Unlock()
+		r.c.log.Debug("an Event was not written", "reason", reason, "object", ref.Kind+"/"+ref.Name, "err", err)
+		return false
+	}
+	r.corr.UpdateState(out)
+	return true
+}

@@ -1,0 +1,282 @@
+// Package kube is what the launcher learns from, and tells, the Kubernetes
+// API when its pod may use it: Events on the TrainJob or MPIJob (and on
+// its own pod) where kubectl describe and the Kubeflow SDK show them, and
+// the state of the job's pods (Pending and why, image pull errors, restarts,
+// deletion, eviction) for the launcher's waits and its diagnosis.
+//
+// Everything here is optional. Without a service-account token (outside
+// Kubernetes, docker-compose, a pod with automountServiceAccountToken
+// false), with --kube.api off, or without the RBAC of examples/rbac (403),
+// Connect or the calls say so once and the launcher works as it would
+// without the API. Every request has a deadline (Options.Timeout), and
+// nothing here is on the path to mpirun beyond one bounded lookup.
+//
+// It uses client-go: the in-cluster configuration, the typed core/v1
+// client for pods and Events, the metadata client for the owning object's
+// uid (a TrainJob, MPIJob or JobSet: only its metadata is read), and
+// client-go's event correlator for aggregation and rate limits.
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+)
+
+// Modes of Options.Mode.
+const (
+	ModeAuto = "auto" // use the in-cluster API when a service-account token is mounted
+	ModeOff  = "off"  // never
+)
+
+// DefaultTimeout bounds each API request.
+const DefaultTimeout = 3 * time.Second
+
+// ReportingComponent is the Events' source and reporting controller.
+const ReportingComponent = "podmpi-launcher"
+
+// Labels that name the job a pod belongs to.
+const (
+	// LabelJobSetName is set by JobSet (and so Trainer v2) on every pod of
+	// a JobSet; a TrainJob's JobSet has the TrainJob's name.
+	LabelJobSetName = "jobset.sigs.k8s.io/jobset-name"
+	// LabelMPIJobName is set by mpi-operator on the pods of an MPIJob.
+	LabelMPIJobName = "training.kubeflow.org/job-name"
+)
+
+// The owning objects the launcher posts its Events on.
+var (
+	TrainJobs = schema.GroupVersionResource{Group: "trainer.kubeflow.org", Version: "v1alpha1", Resource: "trainjobs"}
+	MPIJobs   = schema.GroupVersionResource{Group: "kubeflow.org", Version: "v2beta1", Resource: "mpijobs"}
+	JobSets   = schema.GroupVersionResource{Group: "jobset.x-k8s.io", Version: "v1alpha2", Resource: "jobsets"}
+)
+
+// Options configures Connect.
+type Options struct {
+	// Mode is ModeAuto ("" too) or ModeOff.
+	Mode string
+	// PodName and PodUID are the launcher's own pod (downward API); when
+	// PodName is empty the pod is found by this host's IP address.
+	PodName, PodUID string
+	// Timeout bounds each request; 0 means DefaultTimeout.
+	Timeout time.Duration
+	// UserAgent names the launcher to the API server.
+	UserAgent string
+	Logger    *slog.Logger
+
+	// Tests set these instead of the in-cluster configuration.
+	Core      corev1client.CoreV1Interface
+	Metadata  metadata.Interface
+	Namespace string
+}
+
+// Client is the launcher's view of the API. Its methods are safe for
+// concurrent use; a nil *Client does nothing (see Connect).
+type Client struct {
+	core    corev1client.CoreV1Interface
+	meta    metadata.Interface
+	ns      string
+	timeout time.Duration
+	log     *slog.Logger
+	podName string
+	podUID  string
+	events  *recorder
+
+	mu       sync.Mutex
+	resolved bool
+	self     *corev1.ObjectReference // the launcher's pod
+	job      *corev1.ObjectReference // the TrainJob, MPIJob or JobSet
+	selector string                  // the job's pods
+	denied   map[string]bool         // what RBAC refused, said once each
+}
+
+// Connect returns a client of the in-cluster API, or nil and why the
+// launcher cannot see the API (for one INFO line).
+func Connect(opts Options) (*Client, string) {
+	if strings.EqualFold(strings.TrimSpace(opts.Mode), ModeOff) {
+		return nil, "the Kubernetes API is not used (--kube.api off)"
+	}
+	timeout := opts.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Client{core: opts.Core, meta: opts.Metadata, ns: opts.Namespace, timeout: timeout, log: log,
+		podName: opts.PodName, podUID: opts.PodUID, denied: map[string]bool{}}
+	if c.core == nil {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			if errors.Is(err, rest.ErrNotInCluster) {
+				return nil, "not in a Kubernetes pod (no KUBERNETES_SERVICE_HOST): Events and pod states are not available"
+			}
+			return nil, "no service-account token in this pod (" + err.Error() + "): Events on the job and what Kubernetes knows of its pods are not " +
+				"available; apply examples/rbac in the job's namespace and let the launcher automount a token to have them"
+		}
+		cfg.Timeout = timeout
+		cfg.QPS, cfg.Burst = 5, 10
+		cfg.UserAgent = opts.UserAgent
+		core, err := corev1client.NewForConfig(cfg)
+		if err != nil {
+			return nil, "the Kubernetes API client: " + err.Error()
+		}
+		meta, err := metadata.NewForConfig(cfg)
+		if err != nil {
+			return nil, "the Kubernetes API client: " + err.Error()
+		}
+		c.core, c.meta = core, meta
+		if c.ns == "" {
+			b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+			if err != nil {
+				return nil, "the pod's namespace: " + err.Error()
+			}
+			c.ns = strings.TrimSpace(string(b))
+		}
+	}
+	c.events = newRecorder(c)
+	return c, ""
+}
+
+// Namespace is the launcher's namespace.
+func (c *Client) Namespace() string {
+	if c == nil {
+		return ""
+	}
+	return c.ns
+}
+
+// Resolve learns the launcher's own pod and the object that owns the job
+// (a TrainJob, else a JobSet; an MPIJob), once; later calls return what the
+// first learned. It is bounded by the client's timeout per request.
+func (c *Client) Resolve(ctx context.Context) error {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.resolved {
+		return nil
+	}
+	c.resolved = true
+	pod, err := c.ownPod(ctx)
+	if err != nil {
+		if c.podName != "" && c.podUID != "" {
+			// The downward API named the pod: its own Events still work.
+			c.self = &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: c.ns, Name: c.podName, UID: types.UID(c.podUID)}
+		}
+		return err
+	}
+	c.self = &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
+	switch {
+	case pod.Labels[LabelJobSetName] != "":
+		name := pod.Labels[LabelJobSetName]
+		c.selector = LabelJobSetName + "=" + name
+		if uid, err := c.uidOf(ctx, TrainJobs, name); err == nil {
+			c.job = &corev1.ObjectReference{Kind: "TrainJob", APIVersion: TrainJobs.GroupVersion().String(), Namespace: c.ns, Name: name, UID: uid}
+		} else if uid, err2 := c.uidOf(ctx, JobSets, name); err2 == nil {
+			c.job = &corev1.ObjectReference{Kind: "JobSet", APIVersion: JobSets.GroupVersion().String(), Namespace: c.ns, Name: name, UID: uid}
+		} else {
+			c.log.Info("the launcher's TrainJob or JobSet is unknown; Events go on its own pod only", "jobset", name, "trainjob_err", err, "jobset_err", err2)
+		}
+	case pod.Labels[LabelMPIJobName] != "":
+		name := pod.Labels[LabelMPIJobName]
+		c.selector = LabelMPIJobName + "=" + name
+		if uid, err := c.uidOf(ctx, MPIJobs, name); err == nil {
+			c.job = &corev1.ObjectReference{Kind: "MPIJob", APIVersion: MPIJobs.GroupVersion().String(), Namespace: c.ns, Name: name, UID: uid}
+		} else {
+			c.log.Info("the launcher's MPIJob is unknown; Events go on its own pod only", "mpijob", name, "err", err)
+		}
+	}
+	return nil
+}
+
+// Job is the object the job's Events go on (nil until Resolve found one).
+func (c *Client) Job() *corev1.ObjectReference {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.job
+}
+
+// ownPod finds the launcher's pod: by name, else by this host's address.
+func (c *Client) ownPod(ctx context.Context) (*corev1.Pod, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	if c.podName != "" {
+		p, err := c.core.Pods(c.ns).Get(ctx, c.podName, metav1.GetOptions{})
+		if err != nil {
+			return nil, c.explain("get pods", err)
+		}
+		return p, nil
+	}
+	ips := localIPs()
+	for _, ip := range ips {
+		list, err := c.core.Pods(c.ns).List(ctx, metav1.ListOptions{FieldSelector: "status.podIP=" + ip})
+		if err != nil {
+			return nil, c.explain("list pods", err)
+		}
+		if len(list.Items) == 1 {
+			return &list.Items[0], nil
+		}
+	}
+	return nil, fmt.Errorf("no pod in namespace %s has this pod's address %v (set PODMPI_KUBE_POD_NAME from the downward API)", c.ns, ips)
+}
+
+// uidOf reads only the metadata of one object of gvr in the namespace.
+func (c *Client) uidOf(ctx context.Context, gvr schema.GroupVersionResource, name string) (uid types.UID, err error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	m, err := c.meta.Resource(gvr).Namespace(c.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", c.explain("get "+gvr.Resource, err)
+	}
+	return m.UID, nil
+}
+
+// explain turns an API error into one that says what to do, and logs a
+// refusal by RBAC once per verb.
+func (c *Client) explain(verb string, err error) error {
+	if apierrors.IsForbidden(err) {
+		if !c.denied[verb] {
+			c.denied[verb] = true
+			c.log.Info("the launcher may not "+verb+" (RBAC); apply examples/rbac in this namespace for Events and pod states",
+				"namespace", c.ns)
+		}
+		return fmt.Errorf("%s: forbidden by RBAC: %w", verb, err)
+	}
+	return fmt.Errorf("%s: %w", verb, err)
+}
+
+// localIPs are this host's non-loopback addresses.
+func localIPs() []string {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
+			out = append(out, n.IP.String())
+		}
+	}
+	return out
+}

@@ -1,0 +1,290 @@
+package kube
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	metafake "k8s.io/client-go/metadata/fake"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+const ns = "team-a"
+
+func pod(name, host string, labels map[string]string, mut ...func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: ktypes.UID("uid-" + name), Labels: labels,
+		CreationTimestamp: metav1.Now()},
+		Spec:   corev1.PodSpec{Hostname: host, NodeName: "node-1"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+	for _, m := range mut {
+		m(p)
+	}
+	return p
+}
+
+func meta(gvr schema.GroupVersionResource, kind, name, uid string) *metav1.PartialObjectMetadata {
+	return &metav1.PartialObjectMetadata{
+		TypeMeta:   metav1.TypeMeta{APIVersion: gvr.GroupVersion().String(), Kind: kind},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: ktypes.UID(uid)},
+	}
+}
+
+// client is a Client over fake API clients holding objs (core) and owners
+// (metadata).
+func client(t *testing.T, podName string, objs []runtime.Object, owners ...runtime.Object) (*Client, *fake.Clientset, *bytes.Buffer) {
+	t.Helper()
+	cs := fake.NewClientset(objs...)
+	scheme := metafake.NewTestScheme()
+	if err := metav1.AddMetaToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	mc := metafake.NewSimpleMetadataClient(scheme, owners...)
+	var logs bytes.Buffer
+	c, why := Connect(Options{PodName: podName, Core: cs.CoreV1(), Metadata: mc, Namespace: ns, Timeout: time.Second,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if c == nil {
+		t.Fatal(why)
+	}
+	return c, cs, &logs
+}
+
+func TestConnectOff(t *testing.T) {
+	c, why := Connect(Options{Mode: "off"})
+	if c != nil || !strings.Contains(why, "--kube.api off") {
+		t.Fatalf("Connect(off) = %v, %q", c, why)
+	}
+	// Outside a pod: no KUBERNETES_SERVICE_HOST.
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	c, why = Connect(Options{})
+	if c != nil || !strings.Contains(why, "not in a Kubernetes pod") {
+		t.Fatalf("Connect outside Kubernetes = %v, %q", c, why)
+	}
+	// A nil client does nothing and says so by its results.
+	if c.Event(context.Background(), Warning, "X", "y") || c.Job() != nil || c.Resolve(context.Background()) != nil {
+		t.Error("a nil client did something")
+	}
+	if _, ok := c.Pods(context.Background()); ok {
+		t.Error("a nil client listed pods")
+	}
+}
+
+func TestResolveTrainJob(t *testing.T) {
+	lbl := map[string]string{LabelJobSetName: "tj"}
+	c, cs, _ := client(t, "tj-launcher-0-0-abcde",
+		[]runtime.Object{pod("tj-launcher-0-0-abcde", "tj-launcher-0-0", lbl)},
+		meta(TrainJobs, "TrainJob", "tj", "tj-uid"))
+	if err := c.Resolve(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	j := c.Job()
+	if j == nil || j.Kind != "TrainJob" || j.UID != "tj-uid" || j.Name != "tj" || j.APIVersion != "trainer.kubeflow.org/v1alpha1" {
+		t.Fatalf("job = %+v", j)
+	}
+	// The Event goes on the TrainJob (by uid) and on the launcher's pod,
+	// with what the Kubeflow SDK needs (firstTimestamp) and a count.
+	if !c.Event(context.Background(), Warning, "ProbeFailed", "tj-node-0-1.tj:2222: auth: key rejected") {
+		t.Fatal("no Event written")
+	}
+	evs, _ := cs.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+	if len(evs.Items) != 2 {
+		t.Fatalf("%d Events, want 2 (TrainJob, pod)", len(evs.Items))
+	}
+	kinds := map[string]corev1.Event{}
+	for _, e := range evs.Items {
+		kinds[e.InvolvedObject.Kind] = e
+	}
+	e := kinds["TrainJob"]
+	if e.InvolvedObject.UID != "tj-uid" || e.Type != Warning || e.Reason != "ProbeFailed" || e.FirstTimestamp.IsZero() ||
+		e.Count != 1 || e.Source.Component != ReportingComponent || e.ReportingController != ReportingComponent {
+		t.Errorf("TrainJob Event = %+v", e)
+	}
+	if p := kinds["Pod"]; p.InvolvedObject.Name != "tj-launcher-0-0-abcde" || p.InvolvedObject.UID != "uid-tj-launcher-0-0-abcde" {
+		t.Errorf("pod Event on %+v", p.InvolvedObject)
+	}
+	// The same Event again is the same Event, counted.
+	c.Event(context.Background(), Warning, "ProbeFailed", "tj-node-0-1.tj:2222: auth: key rejected")
+	evs, _ = cs.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+	if len(evs.Items) != 2 {
+		t.Fatalf("%d Events after a repeat, want 2", len(evs.Items))
+	}
+	patched := false
+	for _, a := range cs.Actions() {
+		if a.GetVerb() == "patch" && a.GetResource().Resource == "events" {
+			patched = true
+		}
+	}
+	if !patched {
+		t.Error("a repeated Event was not a patch of the first (count)")
+	}
+}
+
+func TestResolveMPIJobByAddressAndPlainJobSet(t *testing.T) {
+	c, _, _ := client(t, "pi-launcher-xyz",
+		[]runtime.Object{pod("pi-launcher-xyz", "", map[string]string{LabelMPIJobName: "pi"})},
+		meta(MPIJobs, "MPIJob", "pi", "pi-uid"))
+	if err := c.Resolve(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if j := c.Job(); j == nil || j.Kind != "MPIJob" || j.UID != "pi-uid" {
+		t.Fatalf("job = %+v", j)
+	}
+	// A JobSet that no TrainJob owns.
+	c, _, _ = client(t, "js-a-0-0-x", []runtime.Object{pod("js-a-0-0-x", "js-a-0-0", map[string]string{LabelJobSetName: "js"})},
+		meta(JobSets, "JobSet", "js", "js-uid"))
+	if err := c.Resolve(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if j := c.Job(); j == nil || j.Kind != "JobSet" || j.UID != "js-uid" {
+		t.Fatalf("job = %+v", j)
+	}
+}
+
+// TestForbidden: without examples/rbac every call is refused (403); the
+// launcher says so once at INFO and goes on.
+func TestForbidden(t *testing.T) {
+	c, cs, logs := client(t, "p", nil)
+	cs.PrependReactor("*", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: a.GetResource().Resource}, "", errors.New("RBAC: no"))
+	})
+	if err := c.Resolve(context.Background()); err == nil || !strings.Contains(err.Error(), "forbidden by RBAC") {
+		t.Fatalf("Resolve = %v", err)
+	}
+	for range 3 {
+		if c.Event(context.Background(), Warning, "X", "y") {
+			t.Fatal("an Event was written")
+		}
+		if _, ok := c.Pods(context.Background()); ok {
+			t.Fatal("pods were listed")
+		}
+	}
+	if n := strings.Count(logs.String(), "level=INFO"); n != 1 || !strings.Contains(logs.String(), "apply examples/rbac") {
+		t.Errorf("want one INFO line naming examples/rbac, got %d:\n%s", n, logs)
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	now := metav1.Now()
+	for _, tc := range []struct {
+		name string
+		mut  func(*corev1.Pod)
+		want string
+	}{
+		{"running", nil, ""},
+		{"unschedulable", func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodPending
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable",
+				Message: "0/1 nodes are available: 1 Insufficient cpu."}}
+		}, "is Pending, not scheduled: Unschedulable: 0/1 nodes are available: 1 Insufficient cpu."},
+		{"image", func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodPending
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "node", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+				Reason: "ErrImagePull", Message: `failed to pull image "nope:1"`}}}}
+		}, `is Pending: container node ErrImagePull: failed to pull image "nope:1"`},
+		{"crashloop", func(p *corev1.Pod) {
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "node", RestartCount: 4,
+				State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off 40s"}},
+				LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 65}}}}
+		}, "is Running: container node CrashLoopBackOff: back-off 40s (restarted 4 times, last Error, exit 65)"},
+		{"oom restart", func(p *corev1.Pod) {
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "node", RestartCount: 1, Ready: true,
+				State:                corev1.ContainerState{Running: &corev1.ContainerStateRunning{}},
+				LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137}}}}
+		}, "restarted 1 times (last OOMKilled, exit 137)"},
+		{"deleting", func(p *corev1.Pod) { p.DeletionTimestamp = &now }, "is being deleted"},
+		{"evicted", func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodFailed
+			p.Status.Reason, p.Status.Message = "Evicted", "The node was low on resource: memory."
+			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
+				Reason: "TerminationByKubelet", Message: "The node was low on resource: memory."})
+		}, "is being disrupted: TerminationByKubelet: The node was low on resource: memory."},
+		{"not ready", func(p *corev1.Pod) { p.Status.Conditions[0].Status = corev1.ConditionFalse }, "is Running but not Ready"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := Describe(pod("w-1-abc", "w-1", nil, func(p *corev1.Pod) {
+				if tc.mut != nil {
+					tc.mut(p)
+				}
+			}))
+			if s.Why != tc.want {
+				t.Errorf("Why = %q, want %q", s.Why, tc.want)
+			}
+			if s.Hostname != "w-1" {
+				t.Errorf("Hostname = %q", s.Hostname)
+			}
+		})
+	}
+}
+
+func TestPodsAndGone(t *testing.T) {
+	lbl := map[string]string{LabelJobSetName: "tj"}
+	objs := []runtime.Object{pod("tj-launcher-0-0-a", "tj-launcher-0-0", lbl), pod("tj-node-0-0-a", "tj-node-0-0", lbl),
+		pod("tj-node-0-1-a", "tj-node-0-1", lbl), pod("other", "other", map[string]string{LabelJobSetName: "x"})}
+	c, cs, _ := client(t, "tj-launcher-0-0-a", objs, meta(TrainJobs, "TrainJob", "tj", "u"))
+	ps, ok := c.Pods(context.Background())
+	if !ok || len(ps.ByHost) != 3 {
+		t.Fatalf("Pods = %v, %v; want the 3 of the job", ps.ByHost, ok)
+	}
+	before, ok := ps.For("tj-node-0-1.tj.team-a.svc.cluster.local.")
+	if !ok || before.Name != "tj-node-0-1-a" {
+		t.Fatalf("For = %+v, %v", before, ok)
+	}
+	if why, gone := Gone(before, ps); gone {
+		t.Fatalf("a running pod is gone: %s", why)
+	}
+	// Replaced: deleted and recreated under the same host name.
+	ctx := context.Background()
+	if err := cs.CoreV1().Pods(ns).Delete(ctx, "tj-node-0-1-a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ps, _ = c.Pods(ctx)
+	if why, gone := Gone(before, ps); !gone || !strings.Contains(why, "no longer exists") {
+		t.Errorf("deleted: %q, %v", why, gone)
+	}
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod("tj-node-0-1-b", "tj-node-0-1", lbl), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ps, _ = c.Pods(ctx)
+	if why, gone := Gone(before, ps); !gone || !strings.Contains(why, "replaced by tj-node-0-1-b") {
+		t.Errorf("replaced: %q, %v", why, gone)
+	}
+	// A restart of the worker's container took its daemon with it.
+	n0, _ := ps.For("tj-node-0-0")
+	p := pod("tj-node-0-0-a", "tj-node-0-0", lbl, func(p *corev1.Pod) {
+		p.UID = n0.UID
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "node", RestartCount: 1,
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 137}}}}
+	})
+	if _, err := cs.CoreV1().Pods(ns).Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ps, _ = c.Pods(ctx)
+	if why, gone := Gone(n0, ps); !gone || !strings.Contains(why, "container restarted (Error, exit 137)") {
+		t.Errorf("restarted: %q, %v", why, gone)
+	}
+}
+
+func TestWhyRestarted(t *testing.T) {
+	old, recent := metav1.NewTime(time.Now().Add(-time.Hour)), metav1.Now()
+	c, _, _ := client(t, "p", []runtime.Object{
+		&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "e1", Namespace: ns}, InvolvedObject: corev1.ObjectReference{Name: "w-1-a"},
+			Reason: "Killing", Message: "Stopping container node", LastTimestamp: old},
+		&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "e2", Namespace: ns}, InvolvedObject: corev1.ObjectReference{Name: "w-1-a"},
+			Reason: "Killing", Message: "Container node failed liveness probe, will be restarted", LastTimestamp: recent},
+		&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "e3", Namespace: ns}, InvolvedObject: corev1.ObjectReference{Name: "w-1-a"},
+			Reason: "Unhealthy", Message: "Liveness probe failed: HTTP probe failed with statuscode: 503", LastTimestamp: recent},
+	})
+	if got := c.WhyRestarted(context.Background(), "w-1-a"); got != "Container node failed liveness probe, will be restarted" {
+		t.Errorf("WhyRestarted = %q", got)
+	}
+}

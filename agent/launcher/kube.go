@@ -1,0 +1,332 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/podmpi/podmpi/agent/exitcode"
+	"github.com/podmpi/podmpi/agent/kube"
+	"github.com/podmpi/podmpi/agent/launcher/postmortem"
+	"github.com/podmpi/podmpi/agent/sshclient"
+	"github.com/podmpi/podmpi/agent/version"
+)
+
+// What the launcher does with the Kubernetes API (package kube), when its
+// pod may use it: it records Events on the TrainJob or MPIJob and on its
+// own pod (a Warning for every failure, with the termination message's
+// first line; a Warning while it waits for a worker Kubernetes says is not
+// coming, with Kubernetes' reason; a Normal one when init is done), it
+// names Kubernetes' reason in its waits' progress and their deadline
+// failures, and while mpirun runs it takes the API's word that a worker's
+// pod is gone. None of it is on the way to mpirun: the lookups run in the
+// background and every request has a deadline.
+
+const (
+	// podPoll is how often the job's pods are listed while the launcher
+	// waits for its workers and while mpirun runs.
+	podPoll = 5 * time.Second
+	// endEventTimeout bounds writing the last Event before the launcher
+	// exits.
+	endEventTimeout = 5 * time.Second
+)
+
+// kubeView is the launcher's view of the API: the client (nil without
+// one), the last list of the job's pods, and what it has warned about.
+type kubeView struct {
+	c *kube.Client
+
+	mu      sync.Mutex
+	pods    kube.Pods
+	listed  bool
+	waiting bool              // the launcher waits for its workers (before mpirun)
+	self    string            // the launcher's own hostfile entry, never waited for
+	warned  map[string]string // host -> the reason last warned about
+	kick    chan struct{}     // a list now, not at the next tick
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// setWaiting says whether the launcher now waits for its workers (from
+// dns-wait to the probe's end), and its own entry.
+func (l *Launcher) setWaiting(on bool, self string) {
+	l.kv.mu.Lock()
+	l.kv.waiting, l.kv.self = on, self
+	kick := l.kv.kick
+	l.kv.mu.Unlock()
+	if on && kick != nil {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// connectKube connects to the API when the pod may use it, or says once at
+// INFO why it cannot; it starts learning the job's owner and its pods in
+// the background.
+func (l *Launcher) connectKube(ctx context.Context) {
+	c := l.cfg.Kube
+	if c == nil {
+		var why string
+		c, why = kube.Connect(kube.Options{Mode: l.cfg.KubeAPI, PodName: l.cfg.KubePodName, PodUID: l.cfg.KubePodUID,
+			UserAgent: "podmpi-launcher/" + version.Get().Version, Logger: l.log})
+		if c == nil {
+			l.log.Info("the Kubernetes API is not used: "+why, "component", "kube")
+			return
+		}
+	}
+	l.kv.mu.Lock()
+	l.kv.c = c
+	l.kv.kick = make(chan struct{}, 1)
+	l.kv.mu.Unlock()
+	pctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	l.kv.stop = stop
+	l.kv.wg.Go(func() {
+		if err := c.Resolve(pctx); err != nil {
+			l.log.Info("the launcher cannot see its own pod in the API; Events and pod states are not available", "err", err, "component", "kube")
+			return
+		}
+		if j := c.Job(); j != nil {
+			l.log.Debug("Events go on the job's object", "kind", j.Kind, "name", j.Name, "uid", string(j.UID))
+		}
+		l.pollPods(pctx)
+	})
+}
+
+// closeKube stops the background lookups.
+func (l *Launcher) closeKube() {
+	if l.kv.stop != nil {
+		l.kv.stop()
+	}
+	l.kv.wg.Wait()
+}
+
+// pollPods lists the job's pods every podPoll until ctx ends, and warns
+// (log and Event) once per reason about a worker Kubernetes says is not
+// running.
+func (l *Launcher) pollPods(ctx context.Context) {
+	every := podPoll
+	if w := l.cfg.DiagnosisWatch; w > 0 && w < every {
+		every = w // as often as the watch asks the worker-agents
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		l.refreshPods(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-l.kv.kick:
+		}
+	}
+}
+
+// refreshPods lists the job's pods once.
+func (l *Launcher) refreshPods(ctx context.Context) {
+	ps, ok := l.kv.c.Pods(ctx)
+	if !ok {
+		return
+	}
+	l.kv.mu.Lock()
+	l.kv.pods, l.kv.listed = ps, true
+	waiting, self := l.kv.waiting, l.kv.self
+	l.kv.mu.Unlock()
+	if !waiting {
+		return
+	}
+	for host, s := range ps.ByHost {
+		if s.Why == "" || l.kv.c.IsSelf(s) || self != "" && strings.EqualFold(host, hostLabel(self)) {
+			continue
+		}
+		l.kv.mu.Lock()
+		if l.kv.warned == nil {
+			l.kv.warned = map[string]string{}
+		}
+		same := l.kv.warned[host] == s.Why
+		l.kv.warned[host] = s.Why
+		l.kv.mu.Unlock()
+		if same {
+			continue
+		}
+		msg := fmt.Sprintf("the launcher waits for worker %s: pod %s %s", host, s.Name, s.Why)
+		l.log.Warn(msg, "host", host, "pod", s.Name, "component", "kube")
+		l.kv.c.Event(ctx, kube.Warning, "WorkerNotReady", msg)
+	}
+}
+
+// explain is what Kubernetes last said about host's pod, "" when nothing
+// (no API, no such pod, or it runs and is ready): the waits' progress lines
+// and deadline failures add it.
+func (l *Launcher) explain(host string) string {
+	l.kv.mu.Lock()
+	defer l.kv.mu.Unlock()
+	if !l.kv.listed {
+		return ""
+	}
+	s, ok := l.kv.pods.For(host)
+	if !ok {
+		return ""
+	}
+	if s.Why == "" {
+		return ""
+	}
+	return "pod " + s.Name + " " + s.Why
+}
+
+// podsNow is the last list of the job's pods, and whether there is one.
+func (l *Launcher) podsNow() (kube.Pods, bool) {
+	l.kv.mu.Lock()
+	defer l.kv.mu.Unlock()
+	return l.kv.pods, l.kv.listed
+}
+
+// kubeNotes lists what Kubernetes says about the hosts, one "host: pod X
+// why" per host with something to say, for a deadline failure.
+func (l *Launcher) kubeNotes(hosts []string) string {
+	var notes []string
+	for _, h := range hosts {
+		if e := l.explain(h); e != "" {
+			notes = append(notes, h+": "+e)
+		}
+	}
+	if len(notes) == 0 {
+		return ""
+	}
+	return "Kubernetes says: " + strings.Join(notes, "; ")
+}
+
+// event records an Event in the background (init done, a warning while
+// waiting): it never delays the job. closeKube waits for it.
+func (l *Launcher) event(typ, reason, msg string) {
+	c := l.kv.c
+	if c == nil {
+		return
+	}
+	l.kv.wg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), endEventTimeout)
+		defer cancel()
+		c.Event(ctx, typ, reason, msg)
+	})
+}
+
+// recordEnd records the Event of the launcher's end: a Warning with the
+// termination message's first line and a reason for its cause, or a
+// Normal one when the job succeeded. It waits for the write (bounded):
+// the process exits next.
+func (l *Launcher) recordEnd(code exitcode.Code, err error) {
+	c := l.kv.c
+	if c == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), endEventTimeout)
+	defer cancel()
+	if err == nil && code == exitcode.OK {
+		c.Event(ctx, kube.Normal, "Completed", fmt.Sprintf("%s finished with exit code 0 after %s", l.commandName(),
+			time.Since(l.start).Round(time.Second)))
+		return
+	}
+	first, _, _ := strings.Cut(TerminationMessage(code, err), "\n")
+	c.Event(ctx, kube.Warning, EventReason(code, err), first)
+}
+
+// hostLabel is the first DNS label of a host name, lower case.
+func hostLabel(host string) string {
+	label, _, _ := strings.Cut(strings.ToLower(strings.TrimSuffix(host, ".")), ".")
+	return label
+}
+
+func (l *Launcher) commandName() string {
+	if len(l.cfg.Command) > 0 {
+		return l.cfg.Command[0]
+	}
+	return "the command"
+}
+
+// EventReason is the reason of the failure Event: what failed, in one
+// CamelCase word per cause (docs/troubleshooting.md lists them).
+func EventReason(code exitcode.Code, err error) string {
+	var f *Failure
+	if !errors.As(err, &f) {
+		if errors.Is(err, context.Canceled) {
+			return "LauncherStopped"
+		}
+		return "LauncherFailed"
+	}
+	if f.Diagnosis != nil && f.Diagnosis.Root != nil {
+		if r, ok := causeReasons[f.Diagnosis.Cause()]; ok {
+			return r
+		}
+	}
+	switch f.Phase {
+	case PhaseDiscovery:
+		return "DiscoveryFailed"
+	case PhaseMPI:
+		return "MPINotFound"
+	case PhaseDNSWait:
+		return "WorkersNotResolved"
+	case PhaseSlots:
+		return "SlotsUnknown"
+	case PhaseHostfile:
+		return "HostfileNotWritten"
+	case PhaseProbe:
+		if f.Code == exitcode.ProbeFailed {
+			return "ProbeFailed" + probeReasonSuffix(f)
+		}
+		return "ProbeFailed"
+	case PhaseMPIRun:
+		switch f.Code {
+		case exitcode.MPIRunTimeout:
+			return "MPIRunTimeout"
+		case exitcode.MPIRunNotFound:
+			return "MPIRunNotFound"
+		case exitcode.LaunchFailed:
+			return "DaemonLaunchFailed"
+		case exitcode.WorkerGone:
+			return "WorkerGone"
+		}
+		return "MPIRunFailed"
+	}
+	if code == exitcode.Usage {
+		return "UsageError"
+	}
+	return "LauncherFailed"
+}
+
+// causeReasons are the Event reasons of the diagnosis' root causes.
+var causeReasons = map[string]string{
+	postmortem.CauseOOM:         "OOMKilled",
+	postmortem.CauseGPU:         "GPUError",
+	postmortem.CauseLaunch:      "DaemonLaunchFailed",
+	postmortem.CauseGone:        "WorkerGone",
+	postmortem.CauseUnreachable: "WorkerUnreachable",
+	postmortem.CauseCrash:       "RankCrashed",
+	postmortem.CauseKilled:      "RankKilled",
+	postmortem.CauseExit:        "RankFailed",
+	postmortem.CauseDaemon:      "MPIDaemonLost",
+	postmortem.CauseStopped:     "LauncherStopped",
+}
+
+// probeReasonSuffix names the probe phase that failed first ("Auth" for
+// ProbeFailedAuth), "" when it cannot tell.
+func probeReasonSuffix(f *Failure) string {
+	first := f.Err.Error()
+	for _, p := range []struct {
+		phase  sshclient.Phase
+		suffix string
+	}{
+		{sshclient.PhaseAuth, "Auth"}, {sshclient.PhaseHostKey, "HostKey"}, {sshclient.PhaseNotWorkerAgent, "NotWorkerAgent"},
+		{sshclient.PhaseRemoteCommand, "RemoteCommand"}, {sshclient.PhaseHandshake, "Handshake"},
+		{sshclient.PhaseTCPRefused, "Unreachable"}, {sshclient.PhaseTCPTimeout, "Unreachable"}, {sshclient.PhaseTCP, "Unreachable"},
+		{sshclient.PhaseDNS, "Unreachable"},
+	} {
+		if strings.Contains(first, ": "+string(p.phase)+": ") {
+			return p.suffix
+		}
+	}
+	return ""
+}

@@ -1,0 +1,224 @@
+package launcher
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	metafake "k8s.io/client-go/metadata/fake"
+
+	"github.com/podmpi/podmpi/agent/exitcode"
+	"github.com/podmpi/podmpi/agent/kube"
+	"github.com/podmpi/podmpi/agent/launcher/discovery"
+	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
+)
+
+const kns = "ml"
+
+// fakeAPI is a Kubernetes API holding the pods of TrainJob "tj" (the
+// launcher's and the workers'), for the launcher's Events and pod states.
+type fakeAPI struct {
+	cs *fake.Clientset
+	c  *kube.Client
+}
+
+func newFakeAPI(t *testing.T, pods ...*corev1.Pod) *fakeAPI {
+	t.Helper()
+	objs := []runtime.Object{jobPod("tj-launcher-0-0-aa", "tj-launcher-0-0")}
+	for _, p := range pods {
+		objs = append(objs, p)
+	}
+	cs := fake.NewClientset(objs...)
+	scheme := metafake.NewTestScheme()
+	if err := metav1.AddMetaToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	tj := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "trainer.kubeflow.org/v1alpha1", Kind: "TrainJob"},
+		ObjectMeta: metav1.ObjectMeta{Name: "tj", Namespace: kns, UID: "tj-uid"}}
+	c, why := kube.Connect(kube.Options{PodName: "tj-launcher-0-0-aa", Core: cs.CoreV1(), Metadata: metafake.NewSimpleMetadataClient(scheme, tj),
+		Namespace: kns, Timeout: 2 * time.Second})
+	if c == nil {
+		t.Fatal(why)
+	}
+	return &fakeAPI{cs: cs, c: c}
+}
+
+func jobPod(name, host string, mut ...func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: kns, UID: ktypes.UID("uid-" + name),
+		Labels: map[string]string{kube.LabelJobSetName: "tj"}, CreationTimestamp: metav1.Now()},
+		Spec:   corev1.PodSpec{Hostname: host},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+	for _, m := range mut {
+		m(p)
+	}
+	return p
+}
+
+// events returns the Events on the TrainJob.
+func (a *fakeAPI) events(t *testing.T) []corev1.Event {
+	t.Helper()
+	list, err := a.cs.CoreV1().Events(kns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Event
+	for _, e := range list.Items {
+		if e.InvolvedObject.Kind == "TrainJob" && e.InvolvedObject.UID == "tj-uid" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// runJobWithAPI is RunJob (the command line's path: Events at the end)
+// with the fake API.
+func runJobWithAPI(t *testing.T, api *fakeAPI, cfg Config) (exitcode.Code, string, string) {
+	t.Helper()
+	var logs sshtest.Buffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	cfg.Kube = api.c
+	cfg.TerminationLog = filepath.Join(t.TempDir(), "termination-log")
+	cfg.WebAddr = ""
+	var out sshtest.Buffer
+	cfg.Stdout, cfg.Stderr = &out, &out
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	code, _ := RunJob(ctx, cfg)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("output:\n%s\nlog:\n%s", out.String(), logs.String())
+		}
+	})
+	msg, err := os.ReadFile(cfg.TerminationLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code, string(msg), logs.String()
+}
+
+// TestWaitNamesWhatKubernetesSays: a worker whose pod cannot be scheduled
+// never resolves. The launcher's progress names Kubernetes' reason, warns
+// with an Event as soon as it knows, and at the deadline the termination
+// message's first line (also the failure Event's message) says it.
+func TestWaitNamesWhatKubernetesSays(t *testing.T) {
+	api := newFakeAPI(t, jobPod("tj-node-0-1-bb", "tj-node-0-1", func(p *corev1.Pod) {
+		p.Status.Phase = corev1.PodPending
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable",
+			Message: "0/1 nodes are available: 1 Insufficient cpu."}}
+	}))
+	cfg := Defaults()
+	cfg.Discovery = discovery.Spec{Workers: []string{"tj-node-0-1.tj.invalid"}, Self: "tj-launcher-0-0"}
+	cfg.Resolver = newNames(nil) // nothing resolves
+	cfg.DiscoveryTimeout = 3 * time.Second
+	cfg.Implementation = "openmpi4"
+	cfg.Command = []string{"mpirun", "true"}
+	code, msg, logs := runJobWithAPI(t, api, cfg)
+	if code != exitcode.DiscoveryTimeout {
+		t.Fatalf("exit %d (%s), want %d", code, msg, exitcode.DiscoveryTimeout)
+	}
+	const why = "is Pending, not scheduled: Unschedulable: 0/1 nodes are available: 1 Insufficient cpu."
+	if !strings.Contains(logs, "waiting for tj-node-0-1.tj.invalid (pod tj-node-0-1-bb "+why+")") {
+		t.Errorf("no progress line names Kubernetes' reason:\n%s", logs)
+	}
+	first, _, _ := strings.Cut(msg, "\n")
+	if !strings.Contains(first, "Kubernetes says: tj-node-0-1.tj.invalid: pod tj-node-0-1-bb "+why) {
+		t.Errorf("termination message's first line: %s", first)
+	}
+	var waiting, failed *corev1.Event
+	for _, e := range api.events(t) {
+		switch e.Reason {
+		case "WorkerNotReady":
+			waiting = &e
+		case "WorkersNotResolved":
+			failed = &e
+		}
+	}
+	if waiting == nil || waiting.Type != kube.Warning || !strings.Contains(waiting.Message, "pod tj-node-0-1-bb "+why) {
+		t.Errorf("no Warning while waiting: %+v", waiting)
+	}
+	if failed == nil || failed.Type != kube.Warning || failed.Message != first {
+		t.Errorf("failure Event %+v; want the termination message's first line %q", failed, first)
+	}
+}
+
+// TestAPIGoneStopsMPIRun: while mpirun runs, the API shows a worker's pod
+// deleted; mpirun goes on as if nothing happened. The launcher stops it
+// (exit 74) naming the worker gone with the API's words, and records the
+// WorkerGone Event; a job that succeeded records Initialized and Completed.
+func TestAPIGoneStopsMPIRun(t *testing.T) {
+	a := startAgent(t)
+	api := newFakeAPI(t, jobPod("tj-node-0-1-bb", "tj-node-0-1"))
+	cfg := Defaults()
+	cfg.Discovery = discovery.Spec{Workers: []string{"tj-node-0-1.tj=2"}, Self: "tj-launcher-0-0"}
+	cfg.Resolver = newNames(map[string]string{"tj-node-0-1.tj": "127.0.0.1"})
+	cfg.Implementation, cfg.SkipProbe, cfg.Slots = "openmpi4", true, 2
+	cfg.WorkerWebPort = a.port
+	cfg.HostfilePath = filepath.Join(t.TempDir(), "hostfile")
+	cfg.TempDir, cfg.Executable = t.TempDir(), "/bin/true"
+	cfg.DiagnosisWatch, cfg.LaunchGrace, cfg.KillGrace = 200*time.Millisecond, 300*time.Millisecond, time.Second
+	cfg.Command = []string{"sleep", "30"}
+	go func() {
+		// Once the watch has asked the agent, the pod is deleted.
+		for a.asks.Load() == 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+		_ = api.cs.CoreV1().Pods(kns).Delete(context.Background(), "tj-node-0-1-bb", metav1.DeleteOptions{})
+	}()
+	start := time.Now()
+	code, msg, logs := runJobWithAPI(t, api, cfg)
+	if code != exitcode.WorkerGone {
+		t.Fatalf("exit %d (%s), want %d", code, msg, exitcode.WorkerGone)
+	}
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("took %s", d)
+	}
+	first, _, _ := strings.Cut(msg, "\n")
+	if !strings.Contains(first, "worker tj-node-0-1.tj is gone: its pod tj-node-0-1-bb no longer exists (deleted), as the Kubernetes API shows it") {
+		t.Errorf("first line: %s", first)
+	}
+	if !strings.Contains(logs, "Kubernetes says a worker's pod is gone while mpirun runs") {
+		t.Errorf("log lacks the API's verdict:\n%s", logs)
+	}
+	reasons := map[string]corev1.Event{}
+	for _, e := range api.events(t) {
+		reasons[e.Reason] = e
+	}
+	if e, ok := reasons["WorkerGone"]; !ok || e.Message != first {
+		t.Errorf("WorkerGone Event %+v, want message %q (have %v)", e, first, reasons)
+	}
+	if e, ok := reasons["Initialized"]; !ok || e.Type != kube.Normal || !strings.Contains(e.Message, "init done in") {
+		t.Errorf("no Normal Initialized Event: %v", reasons)
+	}
+}
+
+// TestNoAPI: outside Kubernetes (no token) the launcher says so once at
+// INFO and runs the job as before.
+func TestNoAPI(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	cfg := Defaults()
+	cfg.Discovery = discovery.Spec{Workers: []string{"127.0.0.1=1"}, Self: "launcher-not-listed"}
+	cfg.Implementation, cfg.SkipProbe, cfg.Slots = "openmpi4", true, 1
+	cfg.WorkerWebPort = sshtest.FreePort(t)
+	cfg.HostfilePath = filepath.Join(t.TempDir(), "hostfile")
+	cfg.TempDir, cfg.Executable = t.TempDir(), "/bin/true"
+	cfg.TerminationLog, cfg.WebAddr = "", ""
+	cfg.Command = []string{"sh", "-c", "exit 0"}
+	var logs sshtest.Buffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	code, err := RunJob(t.Context(), cfg)
+	if code != 0 || err != nil {
+		t.Fatalf("exit %d, %v", code, err)
+	}
+	if n := strings.Count(logs.String(), "the Kubernetes API is not used"); n != 1 || !strings.Contains(logs.String(), "level=INFO msg=\"the Kubernetes API is not used: not in a Kubernetes pod") {
+		t.Errorf("want one INFO line saying the API is not used, got %d:\n%s", n, logs.String())
+	}
+}
