@@ -332,9 +332,9 @@ func TestEveryManifestIsChecked(t *testing.T) {
 // promises.
 func TestOverlaysRender(t *testing.T) {
 	want := map[string][]string{
-		"overlays/trainer":                   {"ClusterTrainingRuntime", "TrainJob", "NetworkPolicy"},
-		"overlays/mpi-operator":              {"MPIJob", "NetworkPolicy"},
-		"overlays/openshift":                 {"ClusterTrainingRuntime", "TrainJob", "MPIJob", "NetworkPolicy"},
+		"overlays/trainer":                   {"ClusterTrainingRuntime", "TrainJob", "NetworkPolicy", "Role", "RoleBinding"},
+		"overlays/mpi-operator":              {"MPIJob", "NetworkPolicy", "Role", "RoleBinding"},
+		"overlays/openshift":                 {"ClusterTrainingRuntime", "TrainJob", "MPIJob", "NetworkPolicy", "Role", "RoleBinding"},
 		"overlays/monitoring":                {"PodMonitor", "PrometheusRule", "ConfigMap"},
 		"overlays/monitoring-servicemonitor": {"ServiceMonitor", "Service", "PrometheusRule", "ConfigMap"},
 	}
