@@ -199,10 +199,7 @@ func TestOverlaysIncludeRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{}
-	for _, d := range base {
-		want[d.GVK.String()+"/"+d.Name] = canonical(d.Obj)
-	}
+	want := objectsByKey(base)
 	for _, dir := range overlays(t) {
 		if isMonitoring(dir) {
 			continue
@@ -211,10 +208,7 @@ func TestOverlaysIncludeRBAC(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := map[string]string{}
-		for _, d := range docs {
-			got[d.GVK.String()+"/"+d.Name] = canonical(d.Obj)
-		}
+		got := objectsByKey(docs)
 		for k, v := range want {
 			switch g, ok := got[k]; {
 			case !ok:
