@@ -158,7 +158,25 @@ func TestMigrationPairsMatch(t *testing.T) {
 			}
 			// runPolicy -> JobSet and Job fields.
 			check("ttlSecondsAfterFinished", dig(mj, "spec", "runPolicy", "ttlSecondsAfterFinished"), dig(rt, "spec", "template", "spec", "ttlSecondsAfterFinished"))
-			check("backoffLimit (launcher)", dig(mj, "spec", "runPolicy", "backoffLimit"), dig(launcher, "template", "spec", "backoffLimit"))
+			// runPolicy.backoffLimit 0 and Launcher.restartPolicy Never ->
+			// the launcher job's restartPolicy Never and podFailurePolicy:
+			// both fail at the first failure podmpi names; only the
+			// TrainJob can also retry a disrupted launcher (mpi-operator
+			// sets no podFailurePolicy), and its small backoffLimit counts
+			// what neither rule matches.
+			check("launcher restartPolicy", dig(mj, "spec", "mpiReplicaSpecs", "Launcher", "restartPolicy"),
+				dig(launcher, "template", "spec", "template", "spec", "restartPolicy"))
+			for _, e := range mpiJobLauncherFailureProblems(p.mpijob) {
+				t.Errorf("MPIJob: %s", e)
+			}
+			for _, e := range trainerLauncherFailureProblems(p.runtime) {
+				t.Errorf("runtime: %s", e)
+			}
+			// The token: the launcher's, never the workers'.
+			check("launcher automountServiceAccountToken", dig(mj, "spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "automountServiceAccountToken"),
+				dig(launcher, "template", "spec", "template", "spec", "automountServiceAccountToken"))
+			check("worker automountServiceAccountToken", dig(mj, "spec", "mpiReplicaSpecs", "Worker", "template", "spec", "automountServiceAccountToken"),
+				dig(node, "template", "spec", "template", "spec", "automountServiceAccountToken"))
 			if p.mpijob.Name != p.trainjob.Name {
 				t.Errorf("names differ: MPIJob %s, TrainJob %s (keep one name per pair)", p.mpijob.Name, p.trainjob.Name)
 			}

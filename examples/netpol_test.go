@@ -50,8 +50,9 @@ var (
 	otherNSPod = peer{name: "a pod of another namespace",
 		nsLabels:  map[string]string{"kubernetes.io/metadata.name": "team-b"},
 		podLabels: map[string]string{mpiLabel: mpiLabelValue}, ip: netip.MustParseAddr("10.244.3.3")}
-	s3v4 = peer{name: "object storage outside the cluster (IPv4)", ip: netip.MustParseAddr("52.216.1.2")}
-	s3v6 = peer{name: "object storage outside the cluster (IPv6)", ip: netip.MustParseAddr("2600:1f18::1")}
+	apiServer = peer{name: "the Kubernetes API server on a control-plane node", ip: netip.MustParseAddr("192.168.10.2")}
+	s3v4      = peer{name: "object storage outside the cluster (IPv4)", ip: netip.MustParseAddr("52.216.1.2")}
+	s3v6      = peer{name: "object storage outside the cluster (IPv6)", ip: netip.MustParseAddr("2600:1f18::1")}
 )
 
 func selects(sel *metav1.LabelSelector, l map[string]string) bool {
@@ -193,6 +194,8 @@ func TestNetworkPolicy(t *testing.T) {
 		out(s3v4, corev1.ProtocolTCP, 443, true, "object storage over HTTPS"),
 		out(s3v6, corev1.ProtocolTCP, 443, true, "object storage over HTTPS (IPv6)"),
 		out(pushgateway, corev1.ProtocolTCP, 9091, true, "the launcher's push to a Pushgateway"),
+		out(apiServer, corev1.ProtocolTCP, 443, true, "the launcher's Events and pod reads, API server on 443 (managed clusters)"),
+		out(apiServer, corev1.ProtocolTCP, 6443, true, "the launcher's Events and pod reads, API server on 6443 (kubeadm, kind, OpenShift; the policy sees it after the Service's translation)"),
 		out(s3v4, corev1.ProtocolTCP, 22, false, "SSH out of the cluster"),
 		out(otherNSPod, corev1.ProtocolTCP, 2222, false, "SSH into another namespace's MPI pods"),
 	}

@@ -3,6 +3,7 @@ package examples
 import (
 	"encoding/json"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -96,6 +97,8 @@ func TestChecksReject(t *testing.T) {
 
 	worker := []string{"spec", "mpiReplicaSpecs", "Worker", "template", "spec", "containers", "[0]"}
 	node := []string{"spec", "template", "spec", "replicatedJobs", "[0]", "template", "spec", "template", "spec", "containers", "[0]"}
+	launcherJob := []string{"spec", "template", "spec", "replicatedJobs", "[1]", "template", "spec"}
+	launcherPod := append(slices.Clone(launcherJob), "template", "spec")
 
 	for _, tc := range []struct {
 		name string
@@ -228,6 +231,74 @@ func TestChecksReject(t *testing.T) {
 			}
 			at(t, o, "spec", "trainer")["args"] = args
 		}, "exceed maxItems 128"},
+		{"Trainer launcher: restartPolicy OnFailure", ctr, func(t *testing.T, o map[string]any) {
+			at(t, o, launcherPod...)["restartPolicy"] = "OnFailure"
+		}, `restartPolicy "OnFailure": want Never`},
+		{"Trainer launcher: restartPolicy left to JobSet", ctr, func(t *testing.T, o map[string]any) {
+			delete(at(t, o, launcherPod...), "restartPolicy")
+		}, `restartPolicy "": want Never`},
+		{"Trainer launcher: no podFailurePolicy", ctr, func(t *testing.T, o map[string]any) {
+			delete(at(t, o, launcherJob...), "podFailurePolicy")
+		}, "podFailurePolicy.rules[0]: want {action: Ignore"},
+		{"Trainer launcher: FailJob before the disruption rule", ctr, func(t *testing.T, o map[string]any) {
+			p := at(t, o, append(launcherJob, "podFailurePolicy")...)
+			r := p["rules"].([]any)
+			p["rules"] = []any{r[1], r[0]}
+		}, "podFailurePolicy.rules[0]: want {action: Ignore"},
+		{"Trainer launcher: disruption counted", ctr, func(t *testing.T, o map[string]any) {
+			at(t, o, append(launcherJob, "podFailurePolicy", "rules", "[0]")...)["action"] = "Count"
+		}, "podFailurePolicy.rules[0]: want {action: Ignore"},
+		{"Trainer launcher: FailJob on another container", ctr, func(t *testing.T, o map[string]any) {
+			at(t, o, append(launcherJob, "podFailurePolicy", "rules", "[1]", "onExitCodes")...)["containerName"] = "sidecar"
+		}, "podFailurePolicy.rules[1]: want {action: FailJob, onExitCodes: {containerName: node"},
+		{"Trainer launcher: FailJob on some codes only", ctr, func(t *testing.T, o map[string]any) {
+			e := at(t, o, append(launcherJob, "podFailurePolicy", "rules", "[1]", "onExitCodes")...)
+			e["operator"], e["values"] = "In", []any{json.Number("66"), json.Number("67")}
+		}, "podFailurePolicy.rules[1]: want {action: FailJob"},
+		{"Trainer launcher: default backoffLimit", ctr, func(t *testing.T, o map[string]any) {
+			delete(at(t, o, launcherJob...), "backoffLimit")
+		}, "backoffLimit unset (6): want 0..3"},
+		{"Trainer launcher: large backoffLimit", ctr, func(t *testing.T, o map[string]any) {
+			at(t, o, launcherJob...)["backoffLimit"] = json.Number("6")
+		}, "backoffLimit 6: want 0..3"},
+		{"MPIJob launcher: restartPolicy OnFailure", mpijob, func(t *testing.T, o map[string]any) {
+			at(t, o, "spec", "mpiReplicaSpecs", "Launcher")["restartPolicy"] = "OnFailure"
+		}, `Launcher.restartPolicy "OnFailure": want Never`},
+		{"MPIJob launcher: restartPolicy in the pod template", mpijob, func(t *testing.T, o map[string]any) {
+			at(t, o, "spec", "mpiReplicaSpecs", "Launcher", "template", "spec")["restartPolicy"] = "Never"
+		}, "mpi-operator overrides this one"},
+		{"MPIJob: backoffLimit retries", mpijob, func(t *testing.T, o map[string]any) {
+			at(t, o, "spec", "runPolicy")["backoffLimit"] = json.Number("2")
+		}, "spec.runPolicy.backoffLimit 2: want 0"},
+		{"MPIJob: default backoffLimit", mpijob, func(t *testing.T, o map[string]any) {
+			delete(at(t, o, "spec", "runPolicy"), "backoffLimit")
+		}, "spec.runPolicy.backoffLimit unset (6): want 0"},
+		{"launcher: no token", ctr, func(t *testing.T, o map[string]any) {
+			at(t, o, launcherPod...)["automountServiceAccountToken"] = false
+		}, "automountServiceAccountToken false: want true"},
+		{"launcher: token left to the ServiceAccount", mpijob, func(t *testing.T, o map[string]any) {
+			delete(at(t, o, "spec", "mpiReplicaSpecs", "Launcher", "template", "spec"), "automountServiceAccountToken")
+		}, "automountServiceAccountToken unset: want true"},
+		{"launcher: a ServiceAccount of its own", ctr, func(t *testing.T, o map[string]any) {
+			at(t, o, launcherPod...)["serviceAccountName"] = "podmpi-launcher"
+		}, `serviceAccountName "podmpi-launcher": leave it unset`},
+		{"launcher: no pod uid", mpijob, func(t *testing.T, o map[string]any) {
+			c := at(t, o, "spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "containers", "[0]")
+			c["env"] = slices.DeleteFunc(slices.Clone(c["env"].([]any)), func(e any) bool { return dig(e, "name") == "PODMPI_KUBE_POD_UID" })
+		}, `env PODMPI_KUBE_POD_UID from fieldRef "", want "metadata.uid"`},
+		{"launcher: pod name from the wrong field", ctr, func(t *testing.T, o map[string]any) {
+			for _, e := range at(t, o, append(launcherPod, "containers", "[0]")...)["env"].([]any) {
+				if dig(e, "name") == "PODMPI_KUBE_POD_NAME" {
+					at(t, e, "valueFrom", "fieldRef")["fieldPath"] = "metadata.namespace"
+				}
+			}
+		}, `env PODMPI_KUBE_POD_NAME from fieldRef "metadata.namespace", want "metadata.name"`},
+		{"worker: token", mpijob, func(t *testing.T, o map[string]any) {
+			at(t, o, "spec", "mpiReplicaSpecs", "Worker", "template", "spec")["automountServiceAccountToken"] = true
+		}, "automountServiceAccountToken true: want false"},
+		{"worker: token left to the ServiceAccount", ctr, func(t *testing.T, o map[string]any) {
+			delete(at(t, o, "spec", "template", "spec", "replicatedJobs", "[0]", "template", "spec", "template", "spec"), "automountServiceAccountToken")
+		}, "automountServiceAccountToken unset: want false"},
 		{"NetworkPolicy: strict core decode", netpol, func(t *testing.T, o map[string]any) {
 			at(t, o, "spec")["podSelecter"] = map[string]any{}
 		}, `unknown field "spec.podSelecter"`},

@@ -242,6 +242,15 @@ func allDocuments(t *testing.T) []document {
 	return docs
 }
 
+// objectsByKey maps "kind/name" of each document to its canonical form.
+func objectsByKey(docs []document) map[string]string {
+	m := map[string]string{}
+	for _, d := range docs {
+		m[d.GVK.String()+"/"+d.Name] = canonical(d.Obj)
+	}
+	return m
+}
+
 // kustomization is the part of a kustomization.yaml the tests read.
 type kustomization struct {
 	Resources []string `json:"resources"`
@@ -332,9 +341,9 @@ func TestEveryManifestIsChecked(t *testing.T) {
 // promises.
 func TestOverlaysRender(t *testing.T) {
 	want := map[string][]string{
-		"overlays/trainer":                   {"ClusterTrainingRuntime", "TrainJob", "NetworkPolicy"},
-		"overlays/mpi-operator":              {"MPIJob", "NetworkPolicy"},
-		"overlays/openshift":                 {"ClusterTrainingRuntime", "TrainJob", "MPIJob", "NetworkPolicy"},
+		"overlays/trainer":                   {"ClusterTrainingRuntime", "TrainJob", "NetworkPolicy", "Role", "RoleBinding"},
+		"overlays/mpi-operator":              {"MPIJob", "NetworkPolicy", "Role", "RoleBinding"},
+		"overlays/openshift":                 {"ClusterTrainingRuntime", "TrainJob", "MPIJob", "NetworkPolicy", "Role", "RoleBinding"},
 		"overlays/monitoring":                {"PodMonitor", "PrometheusRule", "ConfigMap"},
 		"overlays/monitoring-servicemonitor": {"ServiceMonitor", "Service", "PrometheusRule", "ConfigMap"},
 	}
@@ -384,13 +393,6 @@ func TestKubectlKustomizeAgrees(t *testing.T) {
 		if err != nil {
 			t.Fatalf("kubectl kustomize %s: %v", dir, err)
 		}
-		byKey := func(docs []document) map[string]string {
-			m := map[string]string{}
-			for _, d := range docs {
-				m[d.GVK.String()+"/"+d.Name] = canonical(d.Obj)
-			}
-			return m
-		}
 		var theirs []document
 		for i, raw := range splitYAML(out) {
 			d, err := parseDocument(dir, i, raw)
@@ -403,7 +405,7 @@ func TestKubectlKustomizeAgrees(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, b := byKey(ours), byKey(theirs)
+		a, b := objectsByKey(ours), objectsByKey(theirs)
 		for k, v := range a {
 			if b[k] != v {
 				t.Errorf("%s: %s differs between the kustomize Go API and kubectl kustomize", dir, k)

@@ -510,6 +510,7 @@ func checkDocument(d document, crds crdSets, runtimes map[string]bool) ([]string
 		errs = append(errs, checkRestricted(p)...)
 		errs = append(errs, checkPodmpiRoles(d, p)...)
 		errs = append(errs, checkPodConventions(p)...)
+		errs = append(errs, checkAPIAccess(p)...)
 	}
 	errs = append(errs, checkKindRules(d, runtimes)...)
 	return errs, len(pts)
@@ -521,6 +522,7 @@ func checkKindRules(d document, runtimes map[string]bool) []string {
 	switch d.GVK {
 	case gvk{"trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"}, gvk{"trainer.kubeflow.org/v1alpha1", "TrainingRuntime"}:
 		errs = append(errs, checkLauncherPods(d)...)
+		errs = append(errs, trainerLauncherFailureProblems(d)...)
 		mpi, _ := dig(d.Obj, "spec", "mlPolicy", "mpi").(map[string]any)
 		if mpi == nil {
 			return []string{"spec.mlPolicy.mpi: required for an MPI runtime"}
@@ -567,6 +569,7 @@ func checkKindRules(d document, runtimes map[string]bool) []string {
 		if p, _ := dig(d.Obj, "spec", "sshAuthMountPath").(string); p != "/home/mpiuser/.ssh" {
 			errs = append(errs, fmt.Sprintf("spec.sshAuthMountPath %q: want /home/mpiuser/.ssh", p))
 		}
+		errs = append(errs, mpiJobLauncherFailureProblems(d)...)
 	}
 	return errs
 }
