@@ -92,11 +92,11 @@ func fieldRefOf(c corev1.Container, name string) string {
 // "group/resource: verbs" (core group ""). Nothing more: no watch (the
 // launcher lists periodically), no update or delete, no Secrets.
 var launcherRules = map[string][]string{
-	"/events":                        {"create", "patch"}, // Events on the TrainJob/MPIJob and on its own pod; patch aggregates repeats
-	"/pods":                          {"get", "list"},     // its own pod and the job's pods: what Kubernetes knows about the workers
-	"trainer.kubeflow.org/trainjobs": {"get"},             // the TrainJob's uid, so that kubectl describe shows the Events
-	"kubeflow.org/mpijobs":           {"get"},             // the MPIJob's uid, likewise
-	"jobset.x-k8s.io/jobsets":        {"get"},             // the JobSet's owner, the TrainJob
+	"/events":                        {"create", "patch", "list"}, // Events on the TrainJob/MPIJob and on its own pod; patch aggregates repeats; list: why a worker's container restarted
+	"/pods":                          {"get", "list"},             // its own pod and the job's pods: what Kubernetes knows about the workers
+	"trainer.kubeflow.org/trainjobs": {"get"},                     // the TrainJob's uid, so that kubectl describe shows the Events
+	"kubeflow.org/mpijobs":           {"get"},                     // the MPIJob's uid, likewise
+	"jobset.x-k8s.io/jobsets":        {"get"},                     // the JobSet's owner, the TrainJob
 }
 
 // rbacProblems checks the rendered examples/rbac: exactly a Role and a
@@ -252,7 +252,7 @@ func TestRBACChecksReject(t *testing.T) {
 		}, "*/* [*], want []"},
 		{"no events", roleIdx, func(o map[string]any) {
 			o["rules"] = slices.DeleteFunc(slices.Clone(rules(o)), func(r any) bool { return slices.Contains(strs(dig(r, "resources")), "events") })
-		}, "/events [], want [create patch]"},
+		}, "/events [], want [create list patch]"},
 		{"resourceNames", roleIdx, func(o map[string]any) {
 			rules(o)[0].(map[string]any)["resourceNames"] = []any{"x"}
 		}, "no resourceNames"},

@@ -58,6 +58,9 @@
 //	--metrics.job-name              PODMPI_METRICS_JOB_NAME              job_name label of the push (default: from the host name)
 //	--metrics.pod                   PODMPI_METRICS_POD                   pod label of the push (default: the host name)
 //	--termination-log               PODMPI_TERMINATION_LOG               termination message file (/dev/termination-log)
+//	--kube.api                      PODMPI_KUBE_API                      auto: Events and pod states through the in-cluster API when a token is mounted; off
+//	--kube.pod-name                 PODMPI_KUBE_POD_NAME                 the launcher's own pod (downward API metadata.name; default: found by its address)
+//	--kube.pod-uid                  PODMPI_KUBE_POD_UID                  the launcher's own pod uid (downward API metadata.uid)
 //	--log.format                    PODMPI_LOG_FORMAT                    auto, json or text (auto: JSON in Kubernetes)
 //	--log.level                     PODMPI_LOG_LEVEL                     debug, info, warn, error
 //
