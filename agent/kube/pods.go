@@ -30,8 +30,21 @@ type PodState struct {
 	LastEnd  string
 	// Why says, in one sentence that follows the pod's name, why it is
 	// not running and ready (or what happened to it); "" when it runs and
-	// is ready and nothing happened to it.
-	Why string
+	// is ready and nothing happened to it. Hint is the fix for the usual
+	// reasons, "" for the others.
+	Why  string
+	Hint string
+}
+
+// hints are the fixes of the reasons a worker's pod does not come up.
+var hints = map[string]string{
+	"Unschedulable":              "no node has room for the pod's requests: lower them (resources.requests), add nodes, or free quota; kubectl describe pod shows the scheduler's reasons",
+	"ErrImagePull":               "the image cannot be pulled: check the image name and tag and the registry's pull secret (imagePullSecrets)",
+	"ImagePullBackOff":           "the image cannot be pulled: check the image name and tag and the registry's pull secret (imagePullSecrets)",
+	"InvalidImageName":           "the image name is not valid: fix the image of the runtime or MPIJob",
+	"CrashLoopBackOff":           "its container exits again and again: kubectl logs --previous for the pod says why",
+	"CreateContainerConfigError": "a Secret or ConfigMap the pod mounts or reads is missing: kubectl describe pod names it",
+	"OOMKilled":                  "its container used more memory than its limit: raise resources.limits.memory",
 }
 
 // Describe reads a pod.
@@ -54,9 +67,18 @@ func Describe(p *corev1.Pod) PodState {
 		s.Restarts += cs.RestartCount
 		if t := cs.LastTerminationState.Terminated; t != nil && cs.RestartCount > 0 {
 			s.LastEnd = fmt.Sprintf("%s, exit %d", orDefault(t.Reason, "Error"), t.ExitCode)
+			s.Hint = hints[t.Reason]
 		}
 		if w := cs.State.Waiting; w != nil && w.Reason != "" && w.Reason != "ContainerCreating" && w.Reason != "PodInitializing" {
 			waiting = append(waiting, fmt.Sprintf("container %s %s", cs.Name, joinReason(w.Reason, w.Message)))
+			if h := hints[w.Reason]; h != "" {
+				s.Hint = h
+			}
+		}
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && hints[c.Reason] != "" {
+			s.Hint = hints[c.Reason]
 		}
 	}
 	switch {

@@ -154,6 +154,9 @@ func (l *Launcher) refreshPods(ctx context.Context) {
 			continue
 		}
 		msg := fmt.Sprintf("the launcher waits for worker %s: pod %s %s", host, s.Name, s.Why)
+		if s.Hint != "" {
+			msg += "; hint: " + s.Hint
+		}
 		l.log.Warn(msg, "host", host, "pod", s.Name, "component", "kube")
 		l.kv.c.Event(ctx, kube.Warning, "WorkerNotReady", msg)
 	}
@@ -174,6 +177,9 @@ func (l *Launcher) explain(host string) string {
 	}
 	if s.Why == "" {
 		return ""
+	}
+	if s.Hint != "" {
+		return "pod " + s.Name + " " + s.Why + " (" + s.Hint + ")"
 	}
 	return "pod " + s.Name + " " + s.Why
 }

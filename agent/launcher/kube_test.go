@@ -126,7 +126,7 @@ func TestWaitNamesWhatKubernetesSays(t *testing.T) {
 		t.Fatalf("exit %d (%s), want %d", code, msg, exitcode.DiscoveryTimeout)
 	}
 	const why = "is Pending, not scheduled: Unschedulable: 0/1 nodes are available: 1 Insufficient cpu."
-	if !strings.Contains(logs, "waiting for tj-node-0-1.tj.invalid (pod tj-node-0-1-bb "+why+")") {
+	if !strings.Contains(logs, "waiting for tj-node-0-1.tj.invalid (pod tj-node-0-1-bb "+why+" (no node has room") {
 		t.Errorf("no progress line names Kubernetes' reason:\n%s", logs)
 	}
 	first, _, _ := strings.Cut(msg, "\n")
@@ -142,7 +142,8 @@ func TestWaitNamesWhatKubernetesSays(t *testing.T) {
 			failed = &e
 		}
 	}
-	if waiting == nil || waiting.Type != kube.Warning || !strings.Contains(waiting.Message, "pod tj-node-0-1-bb "+why) {
+	if waiting == nil || waiting.Type != kube.Warning || !strings.Contains(waiting.Message, "pod tj-node-0-1-bb "+why) ||
+		!strings.Contains(waiting.Message, "hint: no node has room for the pod's requests") {
 		t.Errorf("no Warning while waiting: %+v", waiting)
 	}
 	if failed == nil || failed.Type != kube.Warning || failed.Message != first {

@@ -119,6 +119,7 @@ func TestWrongKey(t *testing.T) {
 		}
 		setNested(t, job, cs, cpath...)
 	})
+	applyRBAC(t, ns)
 	apply(t, ns, job)
 	pod, st := firstTerminatedLauncher(t, ns, job.GetName(), 4*time.Minute)
 	// The same field kubectl's jsonpath reads; mpi-operator's launcher Job
@@ -138,6 +139,7 @@ func TestWrongKey(t *testing.T) {
 	if !strings.Contains(msg, "auth") {
 		t.Errorf("termination message does not name the auth phase")
 	}
+	describeShows(t, ns, "mpijob", job.GetName(), "ProbeFailedAuth", job.GetName()+"-worker-", "auth", "hint:")
 }
 
 // TestRankOOM: one rank allocates past its worker's memory limit. The rank
@@ -150,6 +152,7 @@ func TestRankOOM(t *testing.T) {
 		setLauncherArgs(t, job, "mpirun", "-np", "4", "bash", "-c",
 			`if [ "$OMPI_COMM_WORLD_RANK" = 3 ]; then exec tail < <(head -c 3G /dev/zero); fi; exec podmpi-allreduce`)
 	})
+	applyRBAC(t, ns)
 	apply(t, ns, job)
 	_, st := firstTerminatedLauncher(t, ns, job.GetName(), 4*time.Minute)
 	msg := st.Message
@@ -158,6 +161,7 @@ func TestRankOOM(t *testing.T) {
 			t.Errorf("termination message does not name %q:\n%s", want, msg)
 		}
 	}
+	describeShows(t, ns, "mpijob", job.GetName(), "OOMKilled", "worker-1", "rank 3", "1 GiB", "hint:")
 }
 
 // TestWorkerDeletedMidJob: a worker pod is deleted while mpirun runs.
@@ -167,6 +171,7 @@ func TestWorkerDeletedMidJob(t *testing.T) {
 	job := mpiJob(t, "openmpi", func(job *unstructured.Unstructured) {
 		setLauncherArgs(t, job, "mpirun", "-np", "4", "sleep", "300")
 	})
+	applyRBAC(t, ns)
 	apply(t, ns, job)
 	ctx := ctxT(t, 5*time.Minute)
 	waitFor(t, 3*time.Minute, "mpirun running", func() (bool, error) {
@@ -190,6 +195,7 @@ func TestWorkerDeletedMidJob(t *testing.T) {
 	if !strings.HasPrefix(msg, "root cause: worker "+victim+".") || !strings.Contains(msg, " is gone: ") {
 		t.Errorf("termination message does not start naming %s as gone:\n%s", victim, msg)
 	}
+	describeShows(t, ns, "mpijob", job.GetName(), "WorkerGone", victim, "is gone", "hint:")
 }
 
 func setLauncherArgs(t *testing.T, job *unstructured.Unstructured, args ...string) {

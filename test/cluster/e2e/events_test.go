@@ -1,0 +1,323 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// What a user sees of a failed job, where users look: kubectl describe of
+// the TrainJob or MPIJob, the Kubeflow SDK's get_job_events(), the launcher
+// pod's termination message and log, which stay after the failure.
+
+// applyRBAC applies examples/rbac in ns, as docs/quickstart.md says.
+func applyRBAC(t *testing.T, ns string) {
+	t.Helper()
+	if _, err := kubectl(ctxT(t, time.Minute), nil, "apply", "-n", ns, "-k", e.repo+"/examples/rbac"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// podmpiEvents are the launcher's Events on the object of kind/name.
+func podmpiEvents(t *testing.T, ns, kind, name string) []corev1.Event {
+	t.Helper()
+	list, err := e.cs.CoreV1().Events(ns).List(ctxT(t, time.Minute), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Event
+	for _, ev := range list.Items {
+		if ev.InvolvedObject.Kind == kind && ev.InvolvedObject.Name == name && ev.Source.Component == "podmpi-launcher" {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// sdkEvents is what the Kubeflow SDK's TrainerClient.get_job_events(name)
+// returns: core/v1 Events of the namespace whose involvedObject is the
+// TrainJob, its JobSet, or one of its pods that exist now (by kind and
+// name), skipping Events without firstTimestamp.
+func sdkEvents(t *testing.T, ns, trainJob string) []corev1.Event {
+	t.Helper()
+	ctx := ctxT(t, time.Minute)
+	pods, err := podsWith(ctx, ns, "jobset.sigs.k8s.io/jobset-name="+trainJob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{trainJob: true}
+	for _, p := range pods {
+		names[p.Name] = true
+	}
+	list, err := e.cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Event
+	for _, ev := range list.Items {
+		switch ev.InvolvedObject.Kind {
+		case "TrainJob", "JobSet", "Pod":
+		default:
+			continue
+		}
+		if !names[ev.InvolvedObject.Name] || ev.FirstTimestamp.IsZero() {
+			continue
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+// describeShows checks that `kubectl describe <kind> <name>` lists a podmpi
+// Warning whose reason is reason and whose line holds every want (reason
+// and each want may list alternatives, "a|b"), and returns that line.
+func describeShows(t *testing.T, ns, kind, name, reason string, want ...string) string {
+	t.Helper()
+	out, err := kubectl(ctxT(t, time.Minute), nil, "describe", "-n", ns, kind, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, events, _ := strings.Cut(out, "\nEvents:")
+	for _, line := range strings.Split(events, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 || f[0] != "Warning" || !containsAll(f[1], []string{reason}) || !strings.Contains(line, "podmpi-launcher") {
+			continue
+		}
+		if containsAll(line, want) {
+			return line
+		}
+	}
+	t.Errorf("kubectl describe %s %s shows no podmpi Warning %s with %q; Events:%s", kind, name, reason, want, events)
+	return ""
+}
+
+// sdkShows checks that the SDK's event filter returns a podmpi Warning on
+// the TrainJob with reason and every want in its message.
+func sdkShows(t *testing.T, ns, trainJob, reason string, want ...string) {
+	t.Helper()
+	for _, ev := range sdkEvents(t, ns, trainJob) {
+		if ev.Type != corev1.EventTypeWarning || ev.Reason != reason || ev.Source.Component != "podmpi-launcher" {
+			continue
+		}
+		ok := true
+		for _, w := range want {
+			ok = ok && strings.Contains(ev.Message, w)
+		}
+		if ok {
+			return
+		}
+	}
+	t.Errorf("the SDK's get_job_events(%s) returns no podmpi Warning %s with %q", trainJob, reason, want)
+}
+
+// launcherEvidence checks that a failed TrainJob's launcher ran once and
+// that its pod is still there with the root cause in its termination
+// message and log; it returns the termination message.
+func launcherEvidence(t *testing.T, ns string, r trainJobResult, want ...string) string {
+	t.Helper()
+	if len(r.launchers) != 1 {
+		t.Fatalf("%d launcher pods after the failure, want 1 (the failed one, kept)", len(r.launchers))
+	}
+	p := r.launchers[0]
+	if len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].RestartCount != 0 || p.Spec.RestartPolicy != corev1.RestartPolicyNever {
+		t.Errorf("launcher pod %s: restartPolicy %s, statuses %+v; want Never and no restart", p.Name, p.Spec.RestartPolicy, p.Status.ContainerStatuses)
+	}
+	msg := terminationMessage(t, ns, p.Name)
+	for _, w := range want {
+		if !strings.Contains(msg, w) {
+			t.Errorf("termination message lacks %q:\n%s", w, msg)
+		}
+		if !strings.Contains(r.log, w) {
+			t.Errorf("launcher log lacks %q", w)
+		}
+	}
+	return msg
+}
+
+// TestTrainJobFailsOnce: a TrainJob whose ranks fail with a deterministic
+// error is Failed within 2 minutes of its launcher's start, its launcher
+// ran once and its pod stays with the root cause; kubectl describe and the
+// SDK show the podmpi Warning; a successful one carries the Normal
+// Initialized Event. Under every pinned Trainer. Then the same failure in a
+// namespace without examples/rbac: today's diagnosis, in the termination
+// message, and no podmpi Event.
+func TestTrainJobFailsOnce(t *testing.T) {
+	need(t)
+	defer tool(t, "controllers", "--trainer", e.pins.Trainer[0], "--mpi-operator", "none")
+	for _, v := range e.pins.Trainer {
+		t.Run(v, func(t *testing.T) {
+			tool(t, "controllers", "--trainer", v, "--mpi-operator", "none")
+			installRuntimes(t, nil)
+			ns := namespace(t, "events", true)
+			applyRBAC(t, ns)
+
+			t.Run("exit-7", func(t *testing.T) {
+				tj := trainJob(t, "podmpi-openmpi")
+				setNested(t, tj, []any{"mpirun", "bash", "-c", `[ "$OMPI_COMM_WORLD_RANK" = 3 ] && exit 7; sleep 2`}, "spec", "trainer", "args")
+				r := runTrainJob(t, ns, tj, 4*time.Minute)
+				if r.complete {
+					t.Fatal("a TrainJob whose rank exits 7 completed")
+				}
+				started := launcherStart(r)
+				if d := r.finished.Sub(started); started.IsZero() || d > 2*time.Minute {
+					t.Errorf("TrainJob Failed %s after its launcher started (at %s), want within 2 minutes", d.Round(time.Second), started)
+				}
+				launcherEvidence(t, ns, r, "rank 3", "exited with status 7")
+				line := describeShows(t, ns, "trainjob", r.name, "RankFailed", "rank 3", "status 7", "hint:")
+				sdkShows(t, ns, r.name, "RankFailed", "rank 3", "exited with status 7")
+				t.Logf("Failed %s after the launcher started; describe: %s", r.finished.Sub(started).Round(time.Second), strings.Join(strings.Fields(line), " "))
+			})
+
+			t.Run("segfault", func(t *testing.T) {
+				tj := trainJob(t, "podmpi-openmpi")
+				setNested(t, tj, []any{"mpirun", "bash", "-c", `[ "$OMPI_COMM_WORLD_RANK" = 1 ] && kill -SEGV $$; sleep 5`}, "spec", "trainer", "args")
+				r := runTrainJob(t, ns, tj, 4*time.Minute)
+				if r.complete {
+					t.Fatal("a TrainJob whose rank segfaults completed")
+				}
+				launcherEvidence(t, ns, r, "rank 1", "SIGSEGV")
+				describeShows(t, ns, "trainjob", r.name, "RankCrashed", "rank 1", "SIGSEGV", "hint:")
+				sdkShows(t, ns, r.name, "RankCrashed", "rank 1", "SIGSEGV")
+			})
+
+			t.Run("ok", func(t *testing.T) {
+				r := runTrainJob(t, ns, trainJob(t, "podmpi-openmpi"), 4*time.Minute)
+				checkTrainJob(t, ns, r, 3, 6)
+				var init bool
+				for _, ev := range podmpiEvents(t, ns, "TrainJob", r.name) {
+					init = init || ev.Type == corev1.EventTypeNormal && ev.Reason == "Initialized" && strings.Contains(ev.Message, "init done in")
+				}
+				if !init {
+					t.Errorf("a successful TrainJob has no Normal Initialized Event from podmpi")
+				}
+			})
+		})
+	}
+
+	t.Run("no-rbac", func(t *testing.T) {
+		installRuntimes(t, nil)
+		ns := namespace(t, "norbac", true)
+		tj := trainJob(t, "podmpi-openmpi")
+		setNested(t, tj, []any{"mpirun", "bash", "-c", `[ "$OMPI_COMM_WORLD_RANK" = 3 ] && exit 7; sleep 2`}, "spec", "trainer", "args")
+		r := runTrainJob(t, ns, tj, 4*time.Minute)
+		if r.complete {
+			t.Fatal("a TrainJob whose rank exits 7 completed")
+		}
+		launcherEvidence(t, ns, r, "rank 3", "exited with status 7")
+		if evs := podmpiEvents(t, ns, "TrainJob", r.name); len(evs) != 0 {
+			t.Errorf("podmpi Events without RBAC: %v", evs)
+		}
+		if !strings.Contains(r.log, "apply examples/rbac") {
+			t.Errorf("the launcher does not say why it records no Event:\n%s", lastLines(r.log, 20))
+		}
+	})
+}
+
+// failedWaiting are the reasons of a launcher that waited for a worker in
+// vain: its name never resolved (mpi-operator publishes only Ready pods),
+// or it never answered.
+const failedWaiting = "WorkersNotResolved|SlotsUnknown|ProbeFailedUnreachable"
+
+// launcherStart is when the (first) launcher container started.
+func launcherStart(r trainJobResult) time.Time {
+	for _, p := range r.launchers {
+		for _, st := range p.Status.ContainerStatuses {
+			if t := st.State.Terminated; t != nil {
+				return t.StartedAt.Time
+			}
+		}
+	}
+	return time.Time{}
+}
+
+// TestMPIJobEvents: MPIJobs that fail the ways users meet, each shown by
+// kubectl describe mpijob as a podmpi Warning naming the host, the cause
+// and the fix: a worker whose image does not exist and a worker that
+// cannot be scheduled (mpi-operator starts the launcher at once, so it
+// waits, and says why), a rank's SIGSEGV. The launcher fails once
+// (restartPolicy Never, backoffLimit 0) and its pod stays.
+func TestMPIJobEvents(t *testing.T) {
+	need(t)
+	defer tool(t, "controllers", "--trainer", "none", "--mpi-operator", e.pins.MPIOperator[0])
+	for _, v := range e.pins.MPIOperator {
+		t.Run(v, func(t *testing.T) {
+			tool(t, "controllers", "--trainer", "none", "--mpi-operator", v)
+			ns := namespace(t, "mjevents", true)
+			applyRBAC(t, ns)
+			waitTimeout := func(job *unstructured.Unstructured) {
+				setLauncherEnv(t, job, "PODMPI_DISCOVERY_TIMEOUT", "45s")
+			}
+			for _, tc := range []struct {
+				name    string
+				mutate  func(*unstructured.Unstructured)
+				reasons []string // the Warnings describe must show, each with want
+				want    []string
+			}{
+				{"image-missing", func(j *unstructured.Unstructured) {
+					waitTimeout(j)
+					setWorkerImage(t, j, "localhost/podmpi/does-not-exist:0")
+				}, []string{"WorkerNotReady", failedWaiting}, []string{"worker-1", "ErrImagePull|ImagePullBackOff", "hint:"}},
+				{"unschedulable", func(j *unstructured.Unstructured) {
+					waitTimeout(j)
+					setCPURequest(t, j, "Worker", "64")
+				}, []string{"WorkerNotReady", failedWaiting}, []string{"worker-1", "Insufficient cpu", "hint:"}},
+				{"segfault", func(j *unstructured.Unstructured) {
+					setLauncherArgs(t, j, "mpirun", "-np", "4", "bash", "-c", `[ "$OMPI_COMM_WORLD_RANK" = 1 ] && kill -SEGV $$; sleep 5`)
+				}, []string{"RankCrashed"}, []string{"rank 1", "SIGSEGV", "hint:"}},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					job := mpiJob(t, "openmpi", tc.mutate)
+					r := runMPIJob(t, ns, job, 4*time.Minute)
+					if r.ok {
+						t.Fatalf("MPIJob %s succeeded", r.name)
+					}
+					if r.launcher == nil {
+						t.Fatalf("no launcher pod left after the failure (restartPolicy Never keeps it)")
+					}
+					if st := r.launcher.Status.ContainerStatuses; len(st) != 1 || st[0].RestartCount != 0 {
+						t.Errorf("the launcher restarted: %+v", st)
+					}
+					for _, reason := range tc.reasons {
+						describeShows(t, ns, "mpijob", r.name, reason, tc.want...)
+					}
+				})
+			}
+		})
+	}
+}
+
+func containsAll(s string, want []string) bool {
+	for _, w := range want {
+		ok := false
+		for _, alt := range strings.Split(w, "|") {
+			ok = ok || strings.Contains(s, alt)
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func setLauncherEnv(t *testing.T, job *unstructured.Unstructured, name, value string) {
+	t.Helper()
+	path := []string{"spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "containers"}
+	cs, _, _ := unstructured.NestedSlice(job.Object, path...)
+	c := cs[0].(map[string]any)
+	env, _ := c["env"].([]any)
+	c["env"] = append(env, map[string]any{"name": name, "value": value})
+	setNested(t, job, cs, path...)
+}
+
+func setWorkerImage(t *testing.T, job *unstructured.Unstructured, image string) {
+	t.Helper()
+	path := []string{"spec", "mpiReplicaSpecs", "Worker", "template", "spec", "containers"}
+	cs, _, _ := unstructured.NestedSlice(job.Object, path...)
+	cs[0].(map[string]any)["image"] = image
+	cs[0].(map[string]any)["imagePullPolicy"] = "IfNotPresent"
+	setNested(t, job, cs, path...)
+}
