@@ -248,7 +248,10 @@ func TestMPIJobEvents(t *testing.T) {
 			tool(t, "controllers", "--trainer", "none", "--mpi-operator", v)
 			ns := namespace(t, "mjevents", true)
 			applyRBAC(t, ns)
+			// mpi-operator's default: the launcher starts at once, and
+			// waits for workers that may never come.
 			waitTimeout := func(job *unstructured.Unstructured) {
+				setNested(t, job, "AtStartup", "spec", "launcherCreationPolicy")
 				setLauncherEnv(t, job, "PODMPI_DISCOVERY_TIMEOUT", "45s")
 			}
 			for _, tc := range []struct {
