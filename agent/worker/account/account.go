@@ -32,7 +32,10 @@
 // "oom_kill" alone; "max", reclaim at the limit, happens without any OOM
 // and is not evidence); cgroup v1 has no such counter, and memory.failcnt
 // (charges refused at the limit, which precede every OOM at the limit and
-// which a node-wide OOM does not raise) stands in for it.
+// which a node-wide OOM does not raise) stands in for it. The limit that
+// holds may be the pod's, one level up, whose counters a container cannot
+// read: then the peak usage rising to the limit with the kill is the
+// evidence (never a peak that reached it long before).
 //
 // A reading (the cgroup, then /proc) is taken every Config.Interval, and
 // never more often: a /events request waits for the next one rather than
@@ -351,7 +354,7 @@ func (a *Account) pollLocked() {
 		}
 		if sample.OOMKills > a.last.OOMKills {
 			n := sample.OOMKills - a.last.OOMKills
-			atLimit := sample.LimitEvents > a.limitBase
+			atLimit := sample.LimitEvents > a.limitBase || peakReachedLimit(a.last, sample)
 			a.m.oomKills.Add(float64(n))
 			a.pending = append(a.pending, pendingOOM{n: n, at: now, mem: a.memory(sample, atLimit)})
 		}
@@ -683,6 +686,20 @@ func (a *Account) Snapshot(ctx context.Context, q api.EventsQuery) api.Events {
 		}
 	}
 	return out
+}
+
+// peakReachedLimit reports whether the peak usage rose to the limit
+// between the readings prev and cur: the cgroup hit its limit just now.
+// It stands in for the counters when the limit that held was the pod's
+// (a level above the container, which a container cannot read: its
+// failcnt or "oom" rises there, not in the container's cgroup). A peak
+// that reached the limit long ago does not rise again, and says nothing.
+func peakReachedLimit(prev, cur MemorySample) bool {
+	if cur.Limit == 0 || cur.Peak <= prev.Peak {
+		return false
+	}
+	slack := max(cur.Limit/100, 2<<20) // the pod's own pause container, rounding to pages
+	return cur.Peak+slack >= cur.Limit
 }
 
 // memory is the api view of a sample. a.mu is held (or a is being built).

@@ -93,6 +93,14 @@ func (r *rig) cgroup(usage, failcnt, oomKills int) {
 
 func (r *rig) events() []api.Event { return r.a.Events(api.EventsQuery{}).Events }
 
+// write sets one file of the rig's cgroup to n.
+func (r *rig) write(file string, n int) {
+	r.t.Helper()
+	if err := os.WriteFile(filepath.Join(r.cg, file), []byte(strconv.Itoa(n)+"\n"), 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
 // job writes orted (10) with two ranks: 11 (rank 0, small) and 12 (rank 1, large).
 func (r *rig) job() {
 	r.proc.Write(10, "orted", 'S', 1, 100, 0)
@@ -463,8 +471,10 @@ func (r *rig) cgroupV2(usage, maxEvents, oom, oomKill int) {
 func TestOOMKillAtTheLimitOrTheNode(t *testing.T) {
 	// counters are the cgroup's before one tick (max is v2's only; v1
 	// has failcnt as its limitEvents); nil leaves them as they are.
-	type counters struct{ usage, max, limitEvents, kills int }
-	at := func(usage, max, limitEvents, kills int) *counters { return &counters{usage, max, limitEvents, kills} }
+	type counters struct{ usage, max, limitEvents, kills, peak int }
+	at := func(usage, max, limitEvents, kills int) *counters { return &counters{usage, max, limitEvents, kills, 200 << 20} }
+	// peaked is at with a peak usage other than the limit (200 MiB).
+	peaked := func(c *counters, peak int) *counters { c.peak = peak; return c }
 	for _, tc := range []struct {
 		name     string
 		v2       bool
@@ -477,6 +487,12 @@ func TestOOMKillAtTheLimitOrTheNode(t *testing.T) {
 		{"v2 limit long before, node now", true, []*counters{at(200<<20, 7, 1, 0), nil, nil, at(100<<20, 7, 1, 1)}, false},
 		{"v1 node, peak at the limit", false, []*counters{nil, at(100<<20, 0, 0, 1)}, false},
 		{"v1 limit", false, []*counters{nil, at(200<<20, 0, 40, 1)}, true},
+		// The pod's limit held first (its failcnt rose, one level up, out
+		// of the container's sight): the container's peak rose to the limit
+		// with the kill, as measured in a Kubernetes pod on cgroup v1.
+		{"v1 limit of the pod, failcnt flat", false, []*counters{peaked(at(10<<20, 0, 0, 0), 10<<20), at(200<<20, 0, 0, 1)}, true},
+		{"v2 limit of the pod, oom flat", true, []*counters{peaked(at(10<<20, 0, 0, 0), 10<<20), at(200<<20, 3, 0, 1)}, true},
+		{"v2 node, peak far below the limit", true, []*counters{peaked(at(10<<20, 0, 0, 0), 10<<20), peaked(at(120<<20, 0, 0, 1), 120<<20)}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRigV2(t)
@@ -492,8 +508,10 @@ func TestOOMKillAtTheLimitOrTheNode(t *testing.T) {
 				case c == nil:
 				case tc.v2:
 					r.cgroupV2(c.usage, c.max, c.limitEvents, c.kills)
+					r.write("memory.peak", c.peak)
 				default:
 					r.cgroup(c.usage, c.limitEvents, c.kills)
+					r.write("memory.max_usage_in_bytes", c.peak)
 				}
 				r.tick()
 			}
