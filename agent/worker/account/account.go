@@ -150,16 +150,16 @@ type Account struct {
 	cgErr   error
 	last    MemorySample
 	sampled bool
-	// limitBase is MemorySample.LimitEvents one reading before last: an
-	// OOM kill is at the limit when the counter rose over the last two
-	// readings (the kernel counts the OOM before the kill, and a reading
-	// may fall between the two).
-	limitBase uint64
-	mem       api.Memory
-	prev      map[procKey]procInfo
-	recent    []vanished
-	pending   []pendingOOM
-	scanErr   error
+	// base is the reading before last: an OOM kill is at the limit when
+	// its counter, or the peak usage up to the limit, rose over the last
+	// two readings (the kernel counts the OOM and reaches the limit before
+	// the kill, and a reading may fall between the two).
+	base    MemorySample
+	mem     api.Memory
+	prev    map[procKey]procInfo
+	recent  []vanished
+	pending []pendingOOM
+	scanErr error
 }
 
 // vanished is a process that is gone (or a zombie) since the last snapshot.
@@ -208,7 +208,7 @@ func New(cfg Config) (*Account, error) {
 	if a.cg != nil {
 		// The baseline: OOM kills before the agent started are not its.
 		if s, err := a.cg.Read(); err == nil {
-			a.last, a.limitBase, a.sampled = s, s.LimitEvents, true
+			a.last, a.base, a.sampled = s, s, true
 		} else {
 			a.cgErr = err
 			log.Warn("cannot read the memory cgroup at start: OOM kills are not counted until it reads, so a rank the OOM killer "+
@@ -350,15 +350,15 @@ func (a *Account) pollLocked() {
 
 	if ok {
 		if !a.sampled {
-			a.last, a.limitBase = sample, sample.LimitEvents // the baseline, late
+			a.last, a.base = sample, sample // the baseline, late
 		}
 		if sample.OOMKills > a.last.OOMKills {
 			n := sample.OOMKills - a.last.OOMKills
-			atLimit := sample.LimitEvents > a.limitBase || peakReachedLimit(a.last, sample)
+			atLimit := sample.LimitEvents > a.base.LimitEvents || peakReachedLimit(a.base, sample)
 			a.m.oomKills.Add(float64(n))
 			a.pending = append(a.pending, pendingOOM{n: n, at: now, mem: a.memory(sample, atLimit)})
 		}
-		a.limitBase, a.last, a.sampled = a.last.LimitEvents, sample, true
+		a.base, a.last, a.sampled = a.last, sample, true
 		a.mem = a.memory(sample, false)
 	} else {
 		a.mem = a.memory(a.last, false)

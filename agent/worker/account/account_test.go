@@ -481,11 +481,11 @@ func TestOOMKillAtTheLimitOrTheNode(t *testing.T) {
 		readings []*counters
 		atLimit  bool
 	}{
-		{"v2 node", true, []*counters{at(150<<20, 5, 0, 0), at(150<<20, 9, 0, 1)}, false},
+		{"v2 node", true, []*counters{at(150<<20, 5, 0, 0), nil, at(150<<20, 9, 0, 1)}, false},
 		{"v2 limit", true, []*counters{nil, at(200<<20, 7, 1, 1)}, true},
 		{"v2 limit, oom read a reading before the kill", true, []*counters{nil, at(200<<20, 7, 1, 0), at(100<<20, 7, 1, 1)}, true},
 		{"v2 limit long before, node now", true, []*counters{at(200<<20, 7, 1, 0), nil, nil, at(100<<20, 7, 1, 1)}, false},
-		{"v1 node, peak at the limit", false, []*counters{nil, at(100<<20, 0, 0, 1)}, false},
+		{"v1 node, peak at the limit", false, []*counters{nil, nil, at(100<<20, 0, 0, 1)}, false},
 		{"v1 limit", false, []*counters{nil, at(200<<20, 0, 40, 1)}, true},
 		// The pod's limit held first (its failcnt rose, one level up, out
 		// of the container's sight): the container's peak rose to the limit
