@@ -43,7 +43,26 @@ func ensureBridge(ctx context.Context) error {
 			return err
 		}
 	}
-	_, err = run(ctx, "ip", "link", "set", Bridge, "up")
+	if _, err = run(ctx, "ip", "link", "set", Bridge, "up"); err != nil {
+		return err
+	}
+	return ensureAPIServiceRoute(ctx)
+}
+
+// apiServiceRule is the one rule kube-proxy would make that pods here need:
+// the kubernetes Service (what a pod's in-cluster client dials,
+// KUBERNETES_SERVICE_HOST:443) to the API server on the gateway. It names
+// the bridge, so removeRules takes it away with the cluster's others.
+var apiServiceRule = []string{"PREROUTING", "-i", Bridge, "-d", KubernetesServiceIP + "/32", "-p", "tcp", "--dport", "443",
+	"-m", "comment", "--comment", "podmpi-cluster: the kubernetes Service to the API server",
+	"-j", "DNAT", "--to-destination", Gateway + ":6443"}
+
+// ensureAPIServiceRoute adds apiServiceRule unless it is there.
+func ensureAPIServiceRoute(ctx context.Context) error {
+	if _, err := run(ctx, "iptables", append([]string{"-w", "-t", "nat", "-C"}, apiServiceRule...)...); err == nil {
+		return nil
+	}
+	_, err := run(ctx, "iptables", append([]string{"-w", "-t", "nat", "-A"}, apiServiceRule...)...)
 	return err
 }
 
