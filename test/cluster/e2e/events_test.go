@@ -157,7 +157,7 @@ func TestTrainJobFailsOnce(t *testing.T) {
 
 			t.Run("exit-7", func(t *testing.T) {
 				tj := trainJob(t, "podmpi-openmpi")
-				setNested(t, tj, []any{"mpirun", "bash", "-c", `[ "$OMPI_COMM_WORLD_RANK" = 3 ] && exit 7; sleep 2`}, "spec", "trainer", "args")
+				setNested(t, tj, []any{"mpirun", "bash", "-c", `sleep 1; [ "$OMPI_COMM_WORLD_RANK" = 3 ] && exit 7; sleep 2`}, "spec", "trainer", "args")
 				r := runTrainJob(t, ns, tj, 4*time.Minute)
 				if r.complete {
 					t.Fatal("a TrainJob whose rank exits 7 completed")
@@ -202,7 +202,7 @@ func TestTrainJobFailsOnce(t *testing.T) {
 		installRuntimes(t, nil)
 		ns := namespace(t, "norbac", true)
 		tj := trainJob(t, "podmpi-openmpi")
-		setNested(t, tj, []any{"mpirun", "bash", "-c", `[ "$OMPI_COMM_WORLD_RANK" = 3 ] && exit 7; sleep 2`}, "spec", "trainer", "args")
+		setNested(t, tj, []any{"mpirun", "bash", "-c", `sleep 1; [ "$OMPI_COMM_WORLD_RANK" = 3 ] && exit 7; sleep 2`}, "spec", "trainer", "args")
 		r := runTrainJob(t, ns, tj, 4*time.Minute)
 		if r.complete {
 			t.Fatal("a TrainJob whose rank exits 7 completed")
@@ -312,7 +312,17 @@ func setLauncherEnv(t *testing.T, job *unstructured.Unstructured, name, value st
 	cs, _, _ := unstructured.NestedSlice(job.Object, path...)
 	c := cs[0].(map[string]any)
 	env, _ := c["env"].([]any)
-	c["env"] = append(env, map[string]any{"name": name, "value": value})
+	found := false
+	for _, x := range env {
+		if m := x.(map[string]any); m["name"] == name {
+			m["value"], found = value, true
+			delete(m, "valueFrom")
+		}
+	}
+	if !found {
+		env = append(env, map[string]any{"name": name, "value": value})
+	}
+	c["env"] = env
 	setNested(t, job, cs, path...)
 }
 
