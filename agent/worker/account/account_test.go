@@ -472,7 +472,9 @@ func TestOOMKillAtTheLimitOrTheNode(t *testing.T) {
 	// counters are the cgroup's before one tick (max is v2's only; v1
 	// has failcnt as its limitEvents); nil leaves them as they are.
 	type counters struct{ usage, max, limitEvents, kills, peak int }
-	at := func(usage, max, limitEvents, kills int) *counters { return &counters{usage, max, limitEvents, kills, 200 << 20} }
+	at := func(usage, max, limitEvents, kills int) *counters {
+		return &counters{usage, max, limitEvents, kills, 200 << 20}
+	}
 	// peaked is at with a peak usage other than the limit (200 MiB).
 	peaked := func(c *counters, peak int) *counters { c.peak = peak; return c }
 	for _, tc := range []struct {

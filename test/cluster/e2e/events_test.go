@@ -138,89 +138,79 @@ func launcherEvidence(t *testing.T, ns string, r trainJobResult, want ...string)
 	return msg
 }
 
-// TestTrainJobFailsOnce: a TrainJob whose ranks fail with a deterministic
-// error is Failed within 2 minutes of its launcher's start, its launcher
-// ran once and its pod stays with the root cause; kubectl describe and the
-// SDK show the podmpi Warning; a successful one carries the Normal
-// Initialized Event. Under every pinned Trainer. Then the same failure in a
-// namespace without examples/rbac: today's diagnosis, in the termination
-// message, and no podmpi Event.
-func TestTrainJobFailsOnce(t *testing.T) {
-	need(t)
-	defer tool(t, "controllers", "--trainer", e.pins.Trainer[0], "--mpi-operator", "none")
-	for _, v := range e.pins.Trainer {
-		t.Run(v, func(t *testing.T) {
-			tool(t, "controllers", "--trainer", v, "--mpi-operator", "none")
-			installRuntimes(t, nil)
-			ns := namespace(t, "events", true)
-			applyRBAC(t, ns)
-
-			t.Run("exit-7", func(t *testing.T) {
-				tj := trainJob(t, "podmpi-openmpi")
-				setNested(t, tj, []any{"mpirun", "bash", "-c", `sleep 1; [ "$OMPI_COMM_WORLD_RANK" = 3 ] && exit 7; sleep 2`}, "spec", "trainer", "args")
-				r := runTrainJob(t, ns, tj, 4*time.Minute)
-				if r.complete {
-					t.Fatal("a TrainJob whose rank exits 7 completed")
-				}
-				started := launcherStart(r)
-				if d := r.finished.Sub(started); started.IsZero() || d > 2*time.Minute {
-					t.Errorf("TrainJob Failed %s after its launcher started (at %s), want within 2 minutes", d.Round(time.Second), started)
-				}
-				launcherEvidence(t, ns, r, "rank 3", "exited with status 7")
-				line := describeShows(t, ns, "trainjob", r.name, "RankFailed", "rank 3", "status 7", "hint:")
-				sdkShows(t, ns, r.name, "RankFailed", "rank 3", "exited with status 7")
-				t.Logf("Failed %s after the launcher started; describe: %s", r.finished.Sub(started).Round(time.Second), strings.Join(strings.Fields(line), " "))
-			})
-
-			t.Run("segfault", func(t *testing.T) {
-				tj := trainJob(t, "podmpi-openmpi")
-				setNested(t, tj, []any{"mpirun", "bash", "-c", `[ "$OMPI_COMM_WORLD_RANK" = 1 ] && kill -SEGV $$; sleep 5`}, "spec", "trainer", "args")
-				r := runTrainJob(t, ns, tj, 4*time.Minute)
-				if r.complete {
-					t.Fatal("a TrainJob whose rank segfaults completed")
-				}
-				launcherEvidence(t, ns, r, "rank 1", "SIGSEGV")
-				describeShows(t, ns, "trainjob", r.name, "RankCrashed", "rank 1", "SIGSEGV", "hint:")
-				sdkShows(t, ns, r.name, "RankCrashed", "rank 1", "SIGSEGV")
-			})
-
-			t.Run("ok", func(t *testing.T) {
-				r := runTrainJob(t, ns, trainJob(t, "podmpi-openmpi"), 4*time.Minute)
-				checkTrainJob(t, ns, r, 3, 6)
-				var init bool
-				for _, ev := range podmpiEvents(t, ns, "TrainJob", r.name) {
-					init = init || ev.Type == corev1.EventTypeNormal && ev.Reason == "Initialized" && strings.Contains(ev.Message, "init done in")
-				}
-				if !init {
-					t.Errorf("a successful TrainJob has no Normal Initialized Event from podmpi")
-				}
-			})
-		})
-	}
-
-	t.Run("no-rbac", func(t *testing.T) {
-		installRuntimes(t, nil)
-		ns := namespace(t, "norbac", true)
+// trainJobFailures: TrainJobs whose ranks fail are Failed within 2 minutes
+// of their launcher's start, with one launcher run whose pod stays with the
+// root cause; kubectl describe and the SDK show the podmpi Warning. In ns,
+// which has examples/rbac.
+func trainJobFailures(t *testing.T, ns string) {
+	t.Run("exit-7", func(t *testing.T) {
 		tj := trainJob(t, "podmpi-openmpi")
-		setNested(t, tj, []any{"mpirun", "bash", "-c", `sleep 1; [ "$OMPI_COMM_WORLD_RANK" = 3 ] && exit 7; sleep 2`}, "spec", "trainer", "args")
+		setNested(t, tj, exit7, "spec", "trainer", "args")
 		r := runTrainJob(t, ns, tj, 4*time.Minute)
 		if r.complete {
 			t.Fatal("a TrainJob whose rank exits 7 completed")
 		}
+		started := launcherStart(r)
+		if d := r.finished.Sub(started); started.IsZero() || d > 2*time.Minute {
+			t.Errorf("TrainJob Failed %s after its launcher started (at %s), want within 2 minutes", d.Round(time.Second), started)
+		}
 		launcherEvidence(t, ns, r, "rank 3", "exited with status 7")
-		if evs := podmpiEvents(t, ns, "TrainJob", r.name); len(evs) != 0 {
-			t.Errorf("podmpi Events without RBAC: %v", evs)
+		line := describeShows(t, ns, "trainjob", r.name, "RankFailed", "rank 3", "status 7", "hint:")
+		sdkShows(t, ns, r.name, "RankFailed", "rank 3", "exited with status 7")
+		t.Logf("Failed %s after the launcher started; describe: %s", r.finished.Sub(started).Round(time.Second), strings.Join(strings.Fields(line), " "))
+	})
+	t.Run("segfault", func(t *testing.T) {
+		tj := trainJob(t, "podmpi-openmpi")
+		setNested(t, tj, segfault1, "spec", "trainer", "args")
+		r := runTrainJob(t, ns, tj, 4*time.Minute)
+		if r.complete {
+			t.Fatalf("a TrainJob whose rank segfaults completed; launcher log:\n%s", lastLines(r.log, 30))
 		}
-		if !strings.Contains(r.log, "apply examples/rbac") {
-			t.Errorf("the launcher does not say why it records no Event:\n%s", lastLines(r.log, 20))
-		}
+		launcherEvidence(t, ns, r, "rank 1", "SIGSEGV")
+		describeShows(t, ns, "trainjob", r.name, "RankCrashed", "rank 1", "SIGSEGV", "hint:")
+		sdkShows(t, ns, r.name, "RankCrashed", "rank 1", "SIGSEGV")
 	})
 }
 
-// failedWaiting are the reasons of a launcher that waited for a worker in
-// vain: its name never resolved (mpi-operator publishes only Ready pods),
-// or it never answered.
-const failedWaiting = "WorkersNotResolved|SlotsUnknown|ProbeFailedUnreachable"
+// The ranks of the failure drills: rank 3 exits 7 after a second; rank 1
+// sends itself SIGSEGV.
+var (
+	exit7     = []any{"mpirun", "bash", "-c", `sleep 1; [ "$OMPI_COMM_WORLD_RANK" = 3 ] && exit 7; sleep 2`}
+	segfault1 = []any{"mpirun", "bash", "-c", `sleep 1; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && kill -SEGV $$; sleep 5`}
+)
+
+// trainJobWithoutRBAC: the same failure in a namespace without
+// examples/rbac: today's diagnosis in the termination message, the launcher
+// saying once why it records no Event, and none recorded.
+func trainJobWithoutRBAC(t *testing.T) {
+	installRuntimes(t, nil)
+	ns := namespace(t, "norbac", true)
+	tj := trainJob(t, "podmpi-openmpi")
+	setNested(t, tj, exit7, "spec", "trainer", "args")
+	r := runTrainJob(t, ns, tj, 4*time.Minute)
+	if r.complete {
+		t.Fatal("a TrainJob whose rank exits 7 completed")
+	}
+	launcherEvidence(t, ns, r, "rank 3", "exited with status 7")
+	if evs := podmpiEvents(t, ns, "TrainJob", r.name); len(evs) != 0 {
+		t.Errorf("podmpi Events without RBAC: %v", evs)
+	}
+	if !strings.Contains(r.log, "apply examples/rbac") {
+		t.Errorf("the launcher does not say why it records no Event:\n%s", lastLines(r.log, 20))
+	}
+}
+
+// hasEvent reports whether podmpi recorded an Event of type typ and reason
+// on kind/name whose message holds msg.
+func hasEvent(t *testing.T, ns, kind, name, typ, reason, msg string) bool {
+	t.Helper()
+	for _, ev := range podmpiEvents(t, ns, kind, name) {
+		if ev.Type == typ && ev.Reason == reason && strings.Contains(ev.Message, msg) {
+			return true
+		}
+	}
+	return false
+}
 
 // launcherStart is when the (first) launcher container started.
 func launcherStart(r trainJobResult) time.Time {
@@ -234,60 +224,59 @@ func launcherStart(r trainJobResult) time.Time {
 	return time.Time{}
 }
 
-// TestMPIJobEvents: MPIJobs that fail the ways users meet, each shown by
+// failedWaiting are the reasons of a launcher that waited for a worker in
+// vain: its name never resolved (mpi-operator publishes only Ready pods),
+// or it never answered.
+const failedWaiting = "WorkersNotResolved|SlotsUnknown|ProbeFailedUnreachable"
+
+// mpiJobFailures: MPIJobs that fail the ways users meet, each shown by
 // kubectl describe mpijob as a podmpi Warning naming the host, the cause
 // and the fix: a worker whose image does not exist and a worker that
-// cannot be scheduled (mpi-operator starts the launcher at once, so it
-// waits, and says why), a rank's SIGSEGV. The launcher fails once
-// (restartPolicy Never, backoffLimit 0) and its pod stays.
-func TestMPIJobEvents(t *testing.T) {
-	need(t)
-	defer tool(t, "controllers", "--trainer", "none", "--mpi-operator", e.pins.MPIOperator[0])
-	for _, v := range e.pins.MPIOperator {
-		t.Run(v, func(t *testing.T) {
-			tool(t, "controllers", "--trainer", "none", "--mpi-operator", v)
-			ns := namespace(t, "mjevents", true)
-			applyRBAC(t, ns)
-			// mpi-operator's default: the launcher starts at once, and
-			// waits for workers that may never come.
-			waitTimeout := func(job *unstructured.Unstructured) {
-				setNested(t, job, "AtStartup", "spec", "launcherCreationPolicy")
-				setLauncherEnv(t, job, "PODMPI_DISCOVERY_TIMEOUT", "45s")
+// cannot be scheduled (mpi-operator's default starts the launcher at once,
+// so it waits, and says why), a rank's SIGSEGV. The launcher fails once
+// (restartPolicy Never, backoffLimit 0) and its pod stays. In ns, which has
+// examples/rbac.
+func mpiJobFailures(t *testing.T, ns string) {
+	waitTimeout := func(job *unstructured.Unstructured) {
+		setNested(t, job, "AtStartup", "spec", "launcherCreationPolicy")
+		setLauncherEnv(t, job, "PODMPI_DISCOVERY_TIMEOUT", "45s")
+	}
+	for _, tc := range []struct {
+		name    string
+		mutate  func(*unstructured.Unstructured)
+		reasons []string // the Warnings describe must show, each with want
+		want    []string
+	}{
+		{"image-missing", func(j *unstructured.Unstructured) {
+			waitTimeout(j)
+			setWorkerImage(t, j, "localhost/podmpi/does-not-exist:0")
+		}, []string{"WorkerNotReady", failedWaiting}, []string{"worker-1", "ErrImagePull|ImagePullBackOff", "hint:"}},
+		{"unschedulable", func(j *unstructured.Unstructured) {
+			waitTimeout(j)
+			setCPURequest(t, j, "Worker", "64")
+		}, []string{"WorkerNotReady", failedWaiting}, []string{"worker-1", "Insufficient cpu", "hint:"}},
+		{"segfault", func(j *unstructured.Unstructured) {
+			args := []string{"mpirun", "-np", "4"}
+			for _, a := range segfault1[1:] {
+				args = append(args, a.(string))
 			}
-			for _, tc := range []struct {
-				name    string
-				mutate  func(*unstructured.Unstructured)
-				reasons []string // the Warnings describe must show, each with want
-				want    []string
-			}{
-				{"image-missing", func(j *unstructured.Unstructured) {
-					waitTimeout(j)
-					setWorkerImage(t, j, "localhost/podmpi/does-not-exist:0")
-				}, []string{"WorkerNotReady", failedWaiting}, []string{"worker-1", "ErrImagePull|ImagePullBackOff", "hint:"}},
-				{"unschedulable", func(j *unstructured.Unstructured) {
-					waitTimeout(j)
-					setCPURequest(t, j, "Worker", "64")
-				}, []string{"WorkerNotReady", failedWaiting}, []string{"worker-1", "Insufficient cpu", "hint:"}},
-				{"segfault", func(j *unstructured.Unstructured) {
-					setLauncherArgs(t, j, "mpirun", "-np", "4", "bash", "-c", `[ "$OMPI_COMM_WORLD_RANK" = 1 ] && kill -SEGV $$; sleep 5`)
-				}, []string{"RankCrashed"}, []string{"rank 1", "SIGSEGV", "hint:"}},
-			} {
-				t.Run(tc.name, func(t *testing.T) {
-					job := mpiJob(t, "openmpi", tc.mutate)
-					r := runMPIJob(t, ns, job, 4*time.Minute)
-					if r.ok {
-						t.Fatalf("MPIJob %s succeeded", r.name)
-					}
-					if r.launcher == nil {
-						t.Fatalf("no launcher pod left after the failure (restartPolicy Never keeps it)")
-					}
-					if st := r.launcher.Status.ContainerStatuses; len(st) != 1 || st[0].RestartCount != 0 {
-						t.Errorf("the launcher restarted: %+v", st)
-					}
-					for _, reason := range tc.reasons {
-						describeShows(t, ns, "mpijob", r.name, reason, tc.want...)
-					}
-				})
+			setLauncherArgs(t, j, args...)
+		}, []string{"RankCrashed"}, []string{"rank 1", "SIGSEGV", "hint:"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			job := mpiJob(t, "openmpi", tc.mutate)
+			r := runMPIJob(t, ns, job, 4*time.Minute)
+			if r.ok {
+				t.Fatalf("MPIJob %s succeeded; launcher log:\n%s", r.name, lastLines(r.log, 30))
+			}
+			if r.launcher == nil {
+				t.Fatalf("no launcher pod left after the failure (restartPolicy Never keeps it)")
+			}
+			if st := r.launcher.Status.ContainerStatuses; len(st) != 1 || st[0].RestartCount != 0 {
+				t.Errorf("the launcher restarted: %+v", st)
+			}
+			for _, reason := range tc.reasons {
+				describeShows(t, ns, "mpijob", r.name, reason, tc.want...)
 			}
 		})
 	}

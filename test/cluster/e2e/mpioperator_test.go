@@ -140,6 +140,7 @@ func TestMPIOperator(t *testing.T) {
 		t.Run(v, func(t *testing.T) {
 			tool(t, "controllers", "--trainer", "none", "--mpi-operator", v)
 			ns := namespace(t, "mpijob", true)
+			applyRBAC(t, ns)
 			for _, mpi := range []string{"openmpi", "mpich"} {
 				t.Run(mpi, func(t *testing.T) {
 					r := runMPIJobOnce(t, ns, func() *unstructured.Unstructured { return mpiJob(t, mpi, nil) })
@@ -157,6 +158,7 @@ func TestMPIOperator(t *testing.T) {
 					t.Logf("MPIJob %s Succeeded in %s; 4 ranks on %v", r.name, r.took.Round(100*time.Millisecond), hosts)
 				})
 			}
+			mpiJobFailures(t, ns)
 		})
 	}
 }

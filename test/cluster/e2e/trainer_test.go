@@ -142,6 +142,7 @@ func TestTrainer(t *testing.T) {
 			tool(t, "controllers", "--trainer", v, "--mpi-operator", "none")
 			installRuntimes(t, nil)
 			ns := namespace(t, "trainer", true)
+			applyRBAC(t, ns)
 
 			// Item 4: a runtime rendered by the real Trainer must give the
 			// launcher job exactly one pod.
@@ -156,13 +157,19 @@ func TestTrainer(t *testing.T) {
 			t.Run("openmpi", func(t *testing.T) {
 				r := runTrainJob(t, ns, trainJob(t, "podmpi-openmpi"), 4*time.Minute)
 				checkTrainJob(t, ns, r, 3, 6)
+				// A healthy job says so where users look.
+				if !hasEvent(t, ns, "TrainJob", r.name, corev1.EventTypeNormal, "Initialized", "init done in") {
+					t.Errorf("a successful TrainJob has no Normal Initialized Event from podmpi")
+				}
 			})
 			t.Run("mpich", func(t *testing.T) {
 				r := runTrainJob(t, ns, trainJob(t, "podmpi-mpich"), 4*time.Minute)
 				checkTrainJob(t, ns, r, 3, 6)
 			})
+			trainJobFailures(t, ns)
 		})
 	}
+	t.Run("no-rbac", trainJobWithoutRBAC)
 }
 
 // checkTrainJob checks a finished TrainJob: Complete, one launcher pod,
