@@ -617,7 +617,7 @@ func copyTree(src, dst string) error {
 // installed), for down.
 func (c *Cluster) stopControllers() error {
 	var errs []error
-	for _, n := range []string{"trainer", "jobset", "mpi-operator"} {
+	for _, n := range []string{"kueue", "trainer", "jobset", "mpi-operator", "kube-router"} {
 		p := &Process{Name: n, Dir: c.ctrlDir(n), StopTimeout: 10 * time.Second}
 		if err := p.Stop(); err != nil {
 			errs = append(errs, err)

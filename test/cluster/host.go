@@ -461,6 +461,9 @@ func (l Layout) Traces() []string {
 			}
 		}
 	}
+	for _, set := range clusterIPSets(context.Background()) {
+		out = append(out, "ipset "+set)
+	}
 	for _, cg := range cgroupRoots() {
 		out = append(out, "cgroup "+cg)
 	}
