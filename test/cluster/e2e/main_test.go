@@ -117,8 +117,9 @@ func randSuffix() string {
 }
 
 // namespace creates a namespace that enforces the restricted Pod Security
-// Standard (or none when restricted is false) and deletes it after the test,
-// logging its pods and events first when the test failed.
+// Standard and examples/networkpolicy (or neither when restricted is false)
+// and deletes it after the test, logging its pods and events first when the
+// test failed.
 func namespace(t *testing.T, prefix string, restricted bool) string {
 	t.Helper()
 	ctx := ctxT(t, time.Minute)
@@ -142,6 +143,10 @@ func namespace(t *testing.T, prefix string, restricted bool) string {
 		}
 		_ = e.cs.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
 	})
+	if restricted {
+		// Every example runs under the shipped NetworkPolicy, enforced.
+		isolate(t, ns.Name)
+	}
 	return ns.Name
 }
 

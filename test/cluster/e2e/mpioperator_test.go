@@ -157,6 +157,10 @@ func TestMPIOperator(t *testing.T) {
 					t.Logf("MPIJob %s Succeeded in %s; 4 ranks on %v", r.name, r.took.Round(100*time.Millisecond), hosts)
 				})
 			}
+			// The isolation drills on this mpi-operator's pods.
+			t.Run("networkpolicy", mpiOperatorNetworkPolicy)
+			t.Run("openshift-restricted-v2", mpiOperatorOpenShift)
+			t.Run("kueue", mpiOperatorKueue)
 		})
 	}
 }

@@ -161,6 +161,10 @@ func TestTrainer(t *testing.T) {
 				r := runTrainJob(t, ns, trainJob(t, "podmpi-mpich"), 4*time.Minute)
 				checkTrainJob(t, ns, r, 3, 6)
 			})
+			// The isolation drills on this Trainer's pods.
+			t.Run("networkpolicy", trainerNetworkPolicy)
+			t.Run("openshift-restricted-v2", trainerOpenShift)
+			t.Run("kueue", trainerKueue)
 		})
 	}
 }
