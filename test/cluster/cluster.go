@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -31,6 +32,9 @@ type Cluster struct {
 	pki  *PKI
 	// times are the durations of up's steps.
 	times stepTimes
+	// importMu guards the record of imported images (imports run side by
+	// side).
+	importMu sync.Mutex
 }
 
 // New returns the cluster of this machine (it may or may not run).

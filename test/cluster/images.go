@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	_ "embed"
 	"encoding/json"
 	"fmt"
@@ -115,6 +116,9 @@ func (c *Cluster) ImportImage(ctx context.Context, ref string) error {
 	if _, err := c.ctr(ctx, "images", "import", tmp.Name()); err != nil {
 		return err
 	}
+	c.importMu.Lock()
+	defer c.importMu.Unlock()
+	m = c.readImported()
 	m[ref] = id
 	b, _ := json.MarshalIndent(m, "", "  ")
 	if err := writeFileAtomic(c.importedFile(), b, 0o644); err != nil {
@@ -217,12 +221,18 @@ func (c *Cluster) buildPodmpiImages(ctx context.Context) (map[string]string, err
 	return refs, nil
 }
 
-// importImages copies the podmpi images into the cluster's containerd.
+// importImages copies the podmpi images into the cluster's containerd, side
+// by side.
 func (c *Cluster) importImages(ctx context.Context, refs map[string]string) error {
+	errs := make(chan error, len(refs))
 	for _, ref := range refs {
-		if err := c.ImportImage(ctx, ref); err != nil {
-			return err
+		go func() { errs <- c.ImportImage(ctx, ref) }()
+	}
+	var all []error
+	for range refs {
+		if err := <-errs; err != nil {
+			all = append(all, err)
 		}
 	}
-	return nil
+	return errors.Join(all...)
 }
