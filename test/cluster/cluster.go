@@ -192,46 +192,53 @@ func (c *Cluster) Up(ctx context.Context, opts UpOptions) (Info, error) {
 		Kubeconfig: c.L.AdminKubeconfig(), Kubectl: c.L.Kubectl(c.Pins), Kubernetes: c.Pins.Kubernetes,
 		CoreDNS: c.Pins.CoreDNS, Debian: debianVersions(ctx), Node: NodeName, Gateway: Gateway,
 	}
-	if err := c.step("restricted-v2 admission", func() error { return c.EnsureSCCEmulation(ctx) }); err != nil {
-		return Info{}, err
+	// The controllers are independent of each other (Kueue only wants the
+	// job CRDs there first): each starts as soon as its build is done.
+	controllers := []func() error{
+		func() error { return c.step("restricted-v2 admission", func() error { return c.EnsureSCCEmulation(ctx) }) },
+		func() error {
+			if err := b.wait(ctx, "kube-router "+c.Pins.KubeRouter); err != nil {
+				return err
+			}
+			return c.step("kube-router", func() error { return c.EnsureKubeRouter(ctx) })
+		},
+		func() error {
+			if opts.Trainer != "none" {
+				if err := b.wait(ctx, "trainer "+opts.Trainer, "jobset "+jobset); err != nil {
+					return err
+				}
+				if err := c.step("trainer", func() error { return c.EnsureTrainer(ctx, opts.Trainer) }); err != nil {
+					return err
+				}
+			}
+			if opts.MPIOperator != "none" {
+				if err := b.wait(ctx, "mpi-operator "+opts.MPIOperator); err != nil {
+					return err
+				}
+				if err := c.step("mpi-operator", func() error { return c.EnsureMPIOperator(ctx, opts.MPIOperator) }); err != nil {
+					return err
+				}
+			}
+			if err := b.wait(ctx, "kueue "+c.Pins.Kueue); err != nil {
+				return err
+			}
+			return c.step("kueue", func() error { return c.EnsureKueue(ctx) })
+		},
 	}
-	if err := b.wait(ctx, "kube-router "+c.Pins.KubeRouter); err != nil {
-		return Info{}, err
+	if !opts.NoImages {
+		controllers = append(controllers, func() error {
+			if err := b.wait(ctx, "podmpi images"); err != nil {
+				return err
+			}
+			return c.step("import images", func() error { return c.importImages(ctx, refs) })
+		})
 	}
-	if err := c.step("kube-router", func() error { return c.EnsureKubeRouter(ctx) }); err != nil {
-		return Info{}, err
-	}
-	if opts.Trainer != "none" {
-		if err := b.wait(ctx, "trainer "+opts.Trainer, "jobset "+jobset); err != nil {
-			return Info{}, err
-		}
-		if err := c.step("trainer", func() error { return c.EnsureTrainer(ctx, opts.Trainer) }); err != nil {
-			return Info{}, err
-		}
-	}
-	if opts.MPIOperator != "none" {
-		if err := b.wait(ctx, "mpi-operator "+opts.MPIOperator); err != nil {
-			return Info{}, err
-		}
-		if err := c.step("mpi-operator", func() error { return c.EnsureMPIOperator(ctx, opts.MPIOperator) }); err != nil {
-			return Info{}, err
-		}
-	}
-	if err := b.wait(ctx, "kueue "+c.Pins.Kueue); err != nil {
-		return Info{}, err
-	}
-	if err := c.step("kueue", func() error { return c.EnsureKueue(ctx) }); err != nil {
+	if err := parallel(controllers...); err != nil {
 		return Info{}, err
 	}
 	info.Trainer, info.JobSet, info.MPIOperator = c.InstalledVersion("trainer"), c.InstalledVersion("jobset"), c.InstalledVersion("mpi-operator")
 	info.Kueue, info.KubeRouter = c.InstalledVersion("kueue"), c.InstalledVersion("kube-router")
 	if !opts.NoImages {
-		if err := b.wait(ctx, "podmpi images"); err != nil {
-			return Info{}, err
-		}
-		if err := c.step("import images", func() error { return c.importImages(ctx, refs) }); err != nil {
-			return Info{}, err
-		}
 		info.Images = refs
 		if info.Trainer != "" {
 			if err := c.InstallRuntimes(ctx, refs); err != nil {

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	_ "embed"
 	"encoding/json"
 	"fmt"
@@ -224,15 +223,9 @@ func (c *Cluster) buildPodmpiImages(ctx context.Context) (map[string]string, err
 // importImages copies the podmpi images into the cluster's containerd, side
 // by side.
 func (c *Cluster) importImages(ctx context.Context, refs map[string]string) error {
-	errs := make(chan error, len(refs))
+	var fns []func() error
 	for _, ref := range refs {
-		go func() { errs <- c.ImportImage(ctx, ref) }()
+		fns = append(fns, func() error { return c.ImportImage(ctx, ref) })
 	}
-	var all []error
-	for range refs {
-		if err := <-errs; err != nil {
-			all = append(all, err)
-		}
-	}
-	return errors.Join(all...)
+	return parallel(fns...)
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -152,4 +153,19 @@ func (c *Cluster) BuildAll(ctx context.Context, all bool) error {
 		names = append(names, s.name)
 	}
 	return c.startBuilds(ctx, buildLanes, steps).wait(ctx, names...)
+}
+
+// parallel runs fns side by side and returns their errors joined.
+func parallel(fns ...func() error) error {
+	errs := make(chan error, len(fns))
+	for _, fn := range fns {
+		go func() { errs <- fn() }()
+	}
+	var all []error
+	for range fns {
+		if err := <-errs; err != nil {
+			all = append(all, err)
+		}
+	}
+	return errors.Join(all...)
 }
