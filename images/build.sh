@@ -77,12 +77,29 @@ if [[ -z "$prebuilt" ]]; then
 	ensure_base "$go_image"
 	ensure_base "$build_image"
 fi
+bases=()
 for w in "${want[@]}"; do
 	case "$w" in
-	openmpi | horovod) ensure_base docker.io/library/debian:bookworm-slim ;;
-	mpich) ensure_base docker.io/library/debian:trixie-slim ;;
+	openmpi | horovod) bases+=(docker.io/library/debian:bookworm-slim) ;;
+	mpich) bases+=(docker.io/library/debian:trixie-slim) ;;
 	esac
 done
+mapfile -t bases < <(printf '%s\n' "${bases[@]}" | sort -u | sed '/^$/d')
+if [[ "${PODMPI_PARALLEL:-0}" == 1 ]]; then
+	# Each stand-in is a debootstrap: network and dpkg, side by side.
+	base_pids=()
+	for b in "${bases[@]}"; do
+		ensure_base "$b" &
+		base_pids+=($!)
+	done
+	for p in "${base_pids[@]}"; do
+		wait "$p" || die "a base image could not be had (see above)"
+	done
+else
+	for b in "${bases[@]}"; do
+		ensure_base "$b"
+	done
+fi
 
 common_args=(--network=host "${ULIMITS[@]}"
 	--build-arg GO_IMAGE="$go_image" --build-arg BUILD_IMAGE="$build_image"

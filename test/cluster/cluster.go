@@ -195,7 +195,9 @@ func (c *Cluster) Up(ctx context.Context, opts UpOptions) (Info, error) {
 	// The controllers are independent of each other (Kueue only wants the
 	// job CRDs there first): each starts as soon as its build is done.
 	controllers := []func() error{
-		func() error { return c.step("restricted-v2 admission", func() error { return c.EnsureSCCEmulation(ctx) }) },
+		func() error {
+			return c.step("restricted-v2 admission", func() error { return c.EnsureSCCEmulation(ctx) })
+		},
 		func() error {
 			if err := b.wait(ctx, "kube-router "+c.Pins.KubeRouter); err != nil {
 				return err

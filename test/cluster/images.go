@@ -211,7 +211,8 @@ func (c *Cluster) buildPodmpiImages(ctx context.Context) (map[string]string, err
 	c.logf("== podmpi binaries built in %s", time.Since(start).Round(time.Second))
 	cmd := exec.CommandContext(ctx, filepath.Join(src, "images", "build.sh"), "openmpi", "mpich")
 	cmd.Dir = src
-	cmd.Env = append(os.Environ(), "PODMPI_TAG="+tag, "PODMPI_IMAGE_PREFIX=podmpi", "PODMPI_PREBUILT="+bin, "PODMPI_PARALLEL=1")
+	cmd.Env = append(os.Environ(), "PODMPI_TAG="+tag, "PODMPI_IMAGE_PREFIX=podmpi", "PODMPI_PREBUILT="+bin, "PODMPI_PARALLEL=1",
+		"PODMPI_BUILD_LOGS="+filepath.Join(c.L.Src(), "image-logs"))
 	cmd.Stdout, cmd.Stderr = lf, lf
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("images/build.sh openmpi mpich: %w (log %s:\n%s)", err, logFile, tail(logFile, 30))

@@ -42,7 +42,9 @@ func queues(t *testing.T, ns, quota string) string {
 			}}},
 	}
 	apply(t, "", objs...)
-	t.Cleanup(func() { _, _ = kubectl(context.Background(), nil, "delete", "clusterqueue", cq, "--ignore-not-found", "--wait=false") })
+	t.Cleanup(func() {
+		_, _ = kubectl(context.Background(), nil, "delete", "clusterqueue", cq, "--ignore-not-found", "--wait=false")
+	})
 	apply(t, ns, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
 		"metadata": map[string]any{"name": "podmpi"}, "spec": map[string]any{"clusterQueue": cq}}})
 	return cq
