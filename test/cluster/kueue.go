@@ -42,19 +42,8 @@ func (c *Cluster) EnsureKueue(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		objs, sas := withoutDeployments(objs)
-		objs = kueueObjects(objs)
-		if objs, err = exposeOnHost(objs, kueueNS, "kueue-webhook-service", map[string]int{"": KueueWebhookPort, "webhook": KueueWebhookPort, "webhook-server": KueueWebhookPort, "https": KueueWebhookPort}); err != nil {
-			return err
-		}
-		if err := c.saveRendered("kueue", objs); err != nil {
-			return err
-		}
-		if err := c.applyObjects(ctx, objs, "podmpi-cluster"); err != nil {
-			return err
-		}
-		ns, name, _ := strings.Cut(sas["kueue-controller-manager"], "/")
-		if err := c.serviceAccountKubeconfig(ctx, filepath.Join(dir, "kubeconfig"), ns, name); err != nil {
+		hook := &hostWebhook{kueueNS, "kueue-webhook-service", map[string]int{"": KueueWebhookPort, "webhook": KueueWebhookPort, "webhook-server": KueueWebhookPort, "https": KueueWebhookPort}}
+		if err := c.installRendered(ctx, "kueue", kueueObjects(objs), hook, "kueue-controller-manager"); err != nil {
 			return err
 		}
 		cfg := fmt.Sprintf(`apiVersion: config.kueue.x-k8s.io/v1beta2
