@@ -192,7 +192,7 @@ func trainerKueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !strings.Contains(crd, "runtimePatches:") {
-		t.Skipf("this Trainer's TrainJob has no spec.runtimePatches, where Kueue 0.17 records an admission: a queued TrainJob is admitted but never unsuspended (Kueue logs \"kueue runtime patch not found\"); Kueue's TrainJob integration needs a newer Trainer")
+		t.Skip("this Trainer's TrainJob has no spec.runtimePatches, where Kueue 0.17 records an admission: a queued TrainJob is admitted but never unsuspended (Kueue logs \"kueue runtime patch not found\"); Kueue's TrainJob integration needs a newer Trainer")
 	}
 	ns := namespace(t, "kueue", true)
 	kueueDrill(t, ns, queuedJob{
