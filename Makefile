@@ -90,8 +90,10 @@ cluster-tool:
 
 ## cluster-up: a single-node Kubernetes (etcd, API server, controller-manager,
 ## scheduler, kubelet, containerd, CNI bridge, CoreDNS) with Trainer + JobSet,
-## mpi-operator, the podmpi images and runtimes; reuses what runs; the last
-## line is KUBECONFIG=<path> (root; TRAINER_VERSION=v2.0.0 for the old Trainer;
+## mpi-operator, Kueue, kube-router's NetworkPolicy firewall, the restricted-v2
+## admission emulation, the podmpi images and runtimes; builds side by side and
+## prints each step's time; reuses what runs; the last line is
+## KUBECONFIG=<path> (root; TRAINER_VERSION=v2.0.0 for the old Trainer;
 ## docs/cluster.md)
 cluster-up: cluster-tool
 	./scripts/cluster-deps.sh
@@ -103,7 +105,9 @@ cluster-down: cluster-tool
 	$(CLUSTER_TOOL) down
 
 ## cluster-test: every example on the cluster under every pinned Trainer and
-## mpi-operator, the failure drills and metrics, then the leak check (root;
+## mpi-operator (under the shipped NetworkPolicy), the NetworkPolicy,
+## restricted-v2 and Kueue drills, the failure drills and metrics, then the
+## leak check (root;
 ## starts the cluster when none runs and takes it down afterwards)
 cluster-test: cluster-tool
 	./scripts/cluster-deps.sh

@@ -16,6 +16,14 @@
 #                         list in the registry (build.sh prints how). No
 #                         emulation is needed: the build stage cross-compiles.
 #                         The MPI images are built for this machine's platform.
+#   PODMPI_PREBUILT       a folder laid out as "make build" lays out ./bin
+#                         (scripts/build.sh: launcher, worker-agent linked
+#                         against Debian bullseye's glibc, the symlinks): the
+#                         podmpi image is made from those binaries (SBOM
+#                         written here) instead of compiling them in a build
+#                         container, and no Go or bullseye base is needed.
+#                         This machine's platform only.
+#   PODMPI_PARALLEL       1: build the MPI images side by side
 # Builds use the host network (RUN apt-get, go mod download). Base images that
 # cannot be pulled are replaced by local stand-ins (see standin.sh) for Debian
 # and Go; the Intel MPI image needs Intel's apt repository and the Horovod
@@ -56,15 +64,42 @@ IFS=, read -r -a platforms <<<"${PODMPI_PLATFORMS:-linux/$hostarch}"
 logdir=${PODMPI_BUILD_LOGS:-${TMPDIR:-/tmp}/podmpi-image-logs}
 mkdir -p "$logdir"
 
+prebuilt=${PODMPI_PREBUILT:-}
+if [[ -n "$prebuilt" ]]; then
+	for b in launcher worker-agent; do
+		[[ -x "$prebuilt/$b" ]] || die "PODMPI_PREBUILT=$prebuilt has no $b (make build BIN=$prebuilt makes both)"
+	done
+	[[ "${platforms[*]}" == "linux/$hostarch" ]] || die "PODMPI_PREBUILT builds this machine's platform only (linux/$hostarch), not ${platforms[*]}"
+fi
+
 # Bases of the images asked for (FROM lines after ARG defaults).
-ensure_base "$go_image"
-ensure_base "$build_image"
+if [[ -z "$prebuilt" ]]; then
+	ensure_base "$go_image"
+	ensure_base "$build_image"
+fi
+bases=()
 for w in "${want[@]}"; do
 	case "$w" in
-	openmpi | horovod) ensure_base docker.io/library/debian:bookworm-slim ;;
-	mpich) ensure_base docker.io/library/debian:trixie-slim ;;
+	openmpi | horovod) bases+=(docker.io/library/debian:bookworm-slim) ;;
+	mpich) bases+=(docker.io/library/debian:trixie-slim) ;;
 	esac
 done
+mapfile -t bases < <(printf '%s\n' "${bases[@]}" | sort -u | sed '/^$/d')
+if [[ "${PODMPI_PARALLEL:-0}" == 1 ]]; then
+	# Each stand-in is a debootstrap: network and dpkg, side by side.
+	base_pids=()
+	for b in "${bases[@]}"; do
+		ensure_base "$b" &
+		base_pids+=($!)
+	done
+	for p in "${base_pids[@]}"; do
+		wait "$p" || die "a base image could not be had (see above)"
+	done
+else
+	for b in "${bases[@]}"; do
+		ensure_base "$b"
+	done
+fi
 
 common_args=(--network=host "${ULIMITS[@]}"
 	--build-arg GO_IMAGE="$go_image" --build-arg BUILD_IMAGE="$build_image"
@@ -87,6 +122,35 @@ build_one() {
 	return 1
 }
 
+# build_prebuilt NAME LOG TAGS...: the podmpi image from PODMPI_PREBUILT:
+# /opt/podmpi laid out as the build stage of podmpi.Dockerfile lays it out
+# (bin, sbom, LICENSE, NOTICE), copied into the same final stage.
+build_prebuilt() {
+	local what=$1 log=$2 ctx start
+	shift 2
+	start=$(date +%s)
+	note "building $what from the binaries in $prebuilt (log: $log)"
+	ctx=$(mktemp -d "${TMPDIR:-/tmp}/podmpi-prebuilt.XXXXXX")
+	# shellcheck disable=SC2064 # expand now: the path is fixed
+	trap "rm -rf '$ctx'" RETURN
+	mkdir -p "$ctx/out/opt/podmpi/sbom"
+	cp -a "$prebuilt/." "$ctx/out/opt/podmpi/bin/"
+	if ! {
+		(cd "$ctx/out/opt/podmpi/bin" && for b in launcher worker-agent; do go version -m "$b" >"../sbom/$b.go-version-m.txt"; done) &&
+			(cd "$root" && go run ./images/sbom -created "$created" -version "$version" \
+				-o "$ctx/out/opt/podmpi/sbom/podmpi.spdx.json" "$ctx/out/opt/podmpi/bin/launcher" "$ctx/out/opt/podmpi/bin/worker-agent") &&
+			cp "$root/LICENSE" "$root/NOTICE" "$ctx/out/opt/podmpi/" &&
+			chmod -R a+rX,go-w "$ctx/out/opt/podmpi" &&
+			sed -n '/^FROM scratch/,$p' "$here/podmpi.Dockerfile" | sed 's|^COPY --from=build /out/opt/podmpi|COPY out/opt/podmpi|' >"$ctx/Containerfile" &&
+			"${ENGINE[@]}" build "${common_args[@]}" "$@" -f "$ctx/Containerfile" "$ctx"
+	} >"$log" 2>&1; then
+		tail -25 "$log" >&2
+		note "FAILED $what after $(($(date +%s) - start)) s (last lines above, full log: $log)"
+		return 1
+	fi
+	note "built $what in $(($(date +%s) - start)) s"
+}
+
 # The podmpi image, for every platform asked for.
 name="$prefix/podmpi"
 podmpi_ref=
@@ -96,6 +160,15 @@ for p in "${platforms[@]}"; do
 	tags=(-t "$name:$tag-$arch")
 	if [[ "$arch" == "$hostarch" ]]; then
 		tags+=(-t "$name:$tag" -t "$name:latest")
+	fi
+	if [[ -n "$prebuilt" ]]; then
+		if build_prebuilt "$name:$tag-$arch" "$logdir/podmpi-$arch.log" "${tags[@]}"; then
+			built+=("$name:$tag-$arch")
+			podmpi_ref=$(local_ref "$name:$tag-$arch")
+		else
+			ok=0
+		fi
+		continue
 	fi
 	# BUILDPLATFORM explicitly: podman 4.3 leaves it unset, and the build
 	# stage would then run (emulated) on the target platform.
@@ -115,7 +188,9 @@ if [[ $ok -eq 1 && ${#platforms[@]} -gt 1 ]]; then
 fi
 [[ $ok -eq 1 ]] || failed+=(podmpi)
 
-# The MPI images, from the podmpi image of this machine's platform.
+# The MPI images, from the podmpi image of this machine's platform (side by
+# side with PODMPI_PARALLEL=1: each waits mostly on apt, not on the CPU).
+declare -A pids=()
 for w in "${want[@]}"; do
 	[[ "$w" == podmpi ]] && continue
 	name="$prefix/$w"
@@ -124,9 +199,19 @@ for w in "${want[@]}"; do
 		failed+=("$w")
 		continue
 	fi
-	if build_one "$name:$tag" "$here/$w.Dockerfile" "$logdir/$w.log" \
-		--build-arg PODMPI_IMAGE="$podmpi_ref" -t "$name:$tag" -t "$name:latest"; then
+	args=("$name:$tag" "$here/$w.Dockerfile" "$logdir/$w.log" --build-arg PODMPI_IMAGE="$podmpi_ref" -t "$name:$tag" -t "$name:latest")
+	if [[ "${PODMPI_PARALLEL:-0}" == 1 ]]; then
+		build_one "${args[@]}" &
+		pids[$w]=$!
+	elif build_one "${args[@]}"; then
 		built+=("$name:$tag")
+	else
+		failed+=("$w")
+	fi
+done
+for w in "${!pids[@]}"; do
+	if wait "${pids[$w]}"; then
+		built+=("$prefix/$w:$tag")
 	else
 		failed+=("$w")
 	fi

@@ -240,6 +240,8 @@ const (
 	JobSetModule      = "sigs.k8s.io/jobset"
 	MPIOperatorModule = "github.com/kubeflow/mpi-operator"
 	CoreDNSModule     = "github.com/coredns/coredns"
+	KueueModule       = "sigs.k8s.io/kueue"
+	KubeRouterModule  = "github.com/cloudnativelabs/kube-router/v2"
 )
 
 // CoreDNS builds coredns as released (all its default plugins).
@@ -260,4 +262,15 @@ func (b *Builder) JobSet(ctx context.Context, v string) (string, error) {
 // MPIOperator builds mpi-operator.
 func (b *Builder) MPIOperator(ctx context.Context, v string) (string, error) {
 	return b.Module(ctx, "mpi-operator", MPIOperatorModule, v, "./cmd/mpi-operator", "mpi-operator", "")
+}
+
+// Kueue builds Kueue's controller manager.
+func (b *Builder) Kueue(ctx context.Context, v string) (string, error) {
+	return b.Module(ctx, "kueue", KueueModule, v, "./cmd/kueue", "kueue", "-X sigs.k8s.io/kueue/pkg/version.GitVersion="+v)
+}
+
+// KubeRouter builds kube-router (the cluster runs only its NetworkPolicy
+// firewall).
+func (b *Builder) KubeRouter(ctx context.Context, v string) (string, error) {
+	return b.Module(ctx, "kube-router", KubeRouterModule, v, "./cmd/kube-router", "kube-router", "-X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version="+v)
 }

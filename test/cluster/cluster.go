@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -29,6 +30,11 @@ type Cluster struct {
 	// Self is the podmpi-cluster binary (the mount-namespace helper).
 	Self string
 	pki  *PKI
+	// times are the durations of up's steps.
+	times stepTimes
+	// importMu guards the record of imported images (imports run side by
+	// side).
+	importMu sync.Mutex
 }
 
 // New returns the cluster of this machine (it may or may not run).
@@ -56,11 +62,16 @@ type Info struct {
 	Trainer     string            `json:"trainer,omitempty"`
 	JobSet      string            `json:"jobset,omitempty"`
 	MPIOperator string            `json:"mpiOperator,omitempty"`
+	Kueue       string            `json:"kueue,omitempty"`
+	KubeRouter  string            `json:"kubeRouter,omitempty"`
 	Debian      map[string]string `json:"debian"`
 	Images      map[string]string `json:"images,omitempty"`
 	Node        string            `json:"node"`
 	Gateway     string            `json:"gateway"`
 	UpSeconds   float64           `json:"upSeconds"`
+	// Steps are the seconds each step of the last up took (builds ran side
+	// by side, so they add up to more than UpSeconds when cold).
+	Steps map[string]float64 `json:"steps,omitempty"`
 }
 
 // ReadInfo reads cluster.json.
@@ -90,6 +101,7 @@ func Preflight() error {
 	for cmd, pkg := range map[string]string{
 		"etcd": "etcd-server", "containerd": "containerd", "ctr": "containerd", "runc": "runc",
 		"ip": "iproute2", "podman": "podman", "gcc": "gcc", "go": "Go (https://go.dev/dl/)", "iptables": "iptables",
+		"ipset": "ipset",
 	} {
 		if _, err := exec.LookPath(cmd); err != nil {
 			missing = append(missing, cmd+" ("+pkg+")")
@@ -140,74 +152,95 @@ func (c *Cluster) Up(ctx context.Context, opts UpOptions) (Info, error) {
 		}
 	}
 
-	// Binaries (cached by version).
-	if _, err := c.B.Kubernetes(ctx, c.Pins.Kubernetes); err != nil {
-		return Info{}, err
+	// Every binary and image the run uses, built side by side (cached by
+	// version; the images by tag): the control plane starts once Kubernetes
+	// and CoreDNS are there, while the rest still builds.
+	jobset := ""
+	if opts.Trainer != "none" {
+		if err := c.Pins.CheckTrainer(opts.Trainer); err != nil {
+			return Info{}, err
+		}
+		v, err := c.B.RequiredVersion(ctx, TrainerModule, opts.Trainer, JobSetModule)
+		if err != nil {
+			return Info{}, err
+		}
+		jobset = v
 	}
-	if _, err := c.B.CoreDNS(ctx, c.Pins.CoreDNS); err != nil {
-		return Info{}, err
+	if opts.MPIOperator != "none" {
+		if err := c.Pins.CheckMPIOperator(opts.MPIOperator); err != nil {
+			return Info{}, err
+		}
 	}
+	bctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var refs map[string]string
+	b := c.startBuilds(bctx, buildLanes, c.upBuilds(opts, jobset, &refs))
 
+	if err := b.wait(ctx, "kubernetes "+c.Pins.Kubernetes, "coredns "+c.Pins.CoreDNS); err != nil {
+		return Info{}, err
+	}
 	for _, d := range []string{c.L.State, c.L.Run, c.L.Logs()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return Info{}, err
 		}
 	}
-	if err := c.pki.Ensure(certs()); err != nil {
+	if err := c.step("control plane", func() error { return c.startCore(ctx) }); err != nil {
 		return Info{}, err
 	}
-	if err := c.writeKubeconfigs(); err != nil {
-		return Info{}, err
-	}
-	if err := c.writeConfigs(); err != nil {
-		return Info{}, err
-	}
-	if err := ensureBridge(ctx); err != nil {
-		return Info{}, err
-	}
-
-	t0 := time.Now()
-	for _, p := range core {
-		if p.Name == "coredns" {
-			if _, err := c.Kubectl(ctx, []byte(corednsRBAC), "apply", "--server-side", "--force-conflicts", "--field-manager", "podmpi-cluster", "-f", "-"); err != nil {
-				return Info{}, err
-			}
-		}
-		if p.Name == "kubelet" {
-			// The sandbox image must be there before the first pod.
-			if err := c.ensurePause(ctx); err != nil {
-				return Info{}, err
-			}
-		}
-		if err := p.Start(ctx); err != nil {
-			return Info{}, err
-		}
-	}
-	if err := c.waitReady(ctx, 90*time.Second); err != nil {
-		return Info{}, err
-	}
-	c.logf("== node %s Ready, default ServiceAccount there (%s after the first daemon)", NodeName, time.Since(t0).Round(100*time.Millisecond))
 
 	info := Info{
 		Kubeconfig: c.L.AdminKubeconfig(), Kubectl: c.L.Kubectl(c.Pins), Kubernetes: c.Pins.Kubernetes,
 		CoreDNS: c.Pins.CoreDNS, Debian: debianVersions(ctx), Node: NodeName, Gateway: Gateway,
 	}
-	if opts.Trainer != "none" {
-		if err := c.EnsureTrainer(ctx, opts.Trainer); err != nil {
-			return Info{}, err
-		}
+	// The controllers are independent of each other (Kueue only wants the
+	// job CRDs there first): each starts as soon as its build is done.
+	controllers := []func() error{
+		func() error {
+			return c.step("restricted-v2 admission", func() error { return c.EnsureSCCEmulation(ctx) })
+		},
+		func() error {
+			if err := b.wait(ctx, "kube-router "+c.Pins.KubeRouter); err != nil {
+				return err
+			}
+			return c.step("kube-router", func() error { return c.EnsureKubeRouter(ctx) })
+		},
+		func() error {
+			if opts.Trainer != "none" {
+				if err := b.wait(ctx, "trainer "+opts.Trainer, "jobset "+jobset); err != nil {
+					return err
+				}
+				if err := c.step("trainer", func() error { return c.EnsureTrainer(ctx, opts.Trainer) }); err != nil {
+					return err
+				}
+			}
+			if opts.MPIOperator != "none" {
+				if err := b.wait(ctx, "mpi-operator "+opts.MPIOperator); err != nil {
+					return err
+				}
+				if err := c.step("mpi-operator", func() error { return c.EnsureMPIOperator(ctx, opts.MPIOperator) }); err != nil {
+					return err
+				}
+			}
+			if err := b.wait(ctx, "kueue "+c.Pins.Kueue); err != nil {
+				return err
+			}
+			return c.step("kueue", func() error { return c.EnsureKueue(ctx) })
+		},
 	}
-	if opts.MPIOperator != "none" {
-		if err := c.EnsureMPIOperator(ctx, opts.MPIOperator); err != nil {
-			return Info{}, err
-		}
+	if !opts.NoImages {
+		controllers = append(controllers, func() error {
+			if err := b.wait(ctx, "podmpi images"); err != nil {
+				return err
+			}
+			return c.step("import images", func() error { return c.importImages(ctx, refs) })
+		})
+	}
+	if err := parallel(controllers...); err != nil {
+		return Info{}, err
 	}
 	info.Trainer, info.JobSet, info.MPIOperator = c.InstalledVersion("trainer"), c.InstalledVersion("jobset"), c.InstalledVersion("mpi-operator")
+	info.Kueue, info.KubeRouter = c.InstalledVersion("kueue"), c.InstalledVersion("kube-router")
 	if !opts.NoImages {
-		refs, err := c.ensurePodmpiImages(ctx)
-		if err != nil {
-			return Info{}, err
-		}
 		info.Images = refs
 		if info.Trainer != "" {
 			if err := c.InstallRuntimes(ctx, refs); err != nil {
@@ -215,9 +248,11 @@ func (c *Cluster) Up(ctx context.Context, opts UpOptions) (Info, error) {
 			}
 		}
 	}
+	info.Steps = c.times.snapshot()
 	info.UpSeconds = time.Since(start).Seconds()
-	b, _ := json.MarshalIndent(info, "", "  ")
-	if err := writeFileAtomic(c.L.InfoFile(), b, 0o644); err != nil {
+	c.logf("== up in %s", time.Since(start).Round(100*time.Millisecond))
+	js, _ := json.MarshalIndent(info, "", "  ")
+	if err := writeFileAtomic(c.L.InfoFile(), js, 0o644); err != nil {
 		return Info{}, err
 	}
 	return info, nil
@@ -336,6 +371,7 @@ func (c *Cluster) Down(ctx context.Context) error {
 	note(removeNetns())
 	note(removeLinks(ctx))
 	note(removeRules(ctx))
+	note(removeIPSets(ctx))
 	note(removeCgroups())
 	for _, d := range []string{c.L.State, c.L.Run} {
 		if err := os.RemoveAll(d); err != nil {
@@ -377,4 +413,72 @@ func (c *Cluster) killContainers(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// buildLanes is how many builds run at once: on 2 cores a third keeps the
+// CPU busy while one build downloads modules or links.
+const buildLanes = 3
+
+// upBuilds are the builds of up, longest first: Kubernetes, CoreDNS (both
+// needed before anything starts), the podmpi images (mostly apt and podman),
+// then the controllers. refs receives the images' references.
+func (c *Cluster) upBuilds(opts UpOptions, jobset string, refs *map[string]string) []buildStep {
+	steps := []buildStep{
+		moduleStep("kubernetes", c.Pins.Kubernetes, c.B.Kubernetes),
+		moduleStep("coredns", c.Pins.CoreDNS, c.B.CoreDNS),
+	}
+	if !opts.NoImages {
+		steps = append(steps, buildStep{name: "podmpi images", run: func(ctx context.Context) error {
+			r, err := c.buildPodmpiImages(ctx)
+			*refs = r
+			return err
+		}})
+	}
+	steps = append(steps, moduleStep("kueue", c.Pins.Kueue, c.B.Kueue))
+	if opts.Trainer != "none" {
+		steps = append(steps, moduleStep("trainer", opts.Trainer, c.B.Trainer), moduleStep("jobset", jobset, c.B.JobSet))
+	}
+	if opts.MPIOperator != "none" {
+		steps = append(steps, moduleStep("mpi-operator", opts.MPIOperator, c.B.MPIOperator))
+	}
+	return append(steps, moduleStep("kube-router", c.Pins.KubeRouter, c.B.KubeRouter))
+}
+
+// startCore writes the PKI and configuration and starts the control plane,
+// containerd, CoreDNS and the kubelet, then waits for a usable node.
+func (c *Cluster) startCore(ctx context.Context) error {
+	if err := c.pki.Ensure(certs()); err != nil {
+		return err
+	}
+	if err := c.writeKubeconfigs(); err != nil {
+		return err
+	}
+	if err := c.writeConfigs(); err != nil {
+		return err
+	}
+	if err := ensureBridge(ctx); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	for _, p := range c.corePlane() {
+		if p.Name == "coredns" {
+			if _, err := c.Kubectl(ctx, []byte(corednsRBAC), "apply", "--server-side", "--force-conflicts", "--field-manager", "podmpi-cluster", "-f", "-"); err != nil {
+				return err
+			}
+		}
+		if p.Name == "kubelet" {
+			// The sandbox image must be there before the first pod.
+			if err := c.ensurePause(ctx); err != nil {
+				return err
+			}
+		}
+		if err := p.Start(ctx); err != nil {
+			return err
+		}
+	}
+	if err := c.waitReady(ctx, 90*time.Second); err != nil {
+		return err
+	}
+	c.logf("== node %s Ready, default ServiceAccount there (%s after the first daemon)", NodeName, time.Since(t0).Round(100*time.Millisecond))
+	return nil
 }

@@ -56,6 +56,15 @@ func TestSplitRule(t *testing.T) {
 	}
 }
 
+func TestSplitRuleEscapedQuote(t *testing.T) {
+	// kube-router's comments hold quotes, which iptables-save escapes.
+	got := splitRule(`-A KUBE-POD-FW-X -d 10.244.0.2/32 -m comment --comment "traffic when source is the pod\'s local node" -j ACCEPT`)
+	want := []string{"-A", "KUBE-POD-FW-X", "-d", "10.244.0.2/32", "-m", "comment", "--comment", "traffic when source is the pod's local node", "-j", "ACCEPT"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("splitRule = %q, want %q", got, want)
+	}
+}
+
 func TestRuleLinesAndChains(t *testing.T) {
 	save := `*mangle
 :PREROUTING ACCEPT [0:0]

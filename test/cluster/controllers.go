@@ -189,6 +189,36 @@ func (c *Cluster) saveRendered(name string, objs []*unstructured.Unstructured) e
 	return os.WriteFile(filepath.Join(c.ctrlDir(name), "rendered.yaml"), b, 0o644)
 }
 
+// hostWebhook names the webhook Service of a controller's manifests and the
+// host port behind each of its port names (see exposeOnHost).
+type hostWebhook struct {
+	ns, svc string
+	ports   map[string]int
+}
+
+// installRendered installs a controller's rendered manifests without their
+// Deployments: the webhook Service (when hook is set) points at the host,
+// the objects are saved and applied (CRDs first, established), and the
+// controller gets a kubeconfig of the ServiceAccount its Deployment deploy
+// would have run as.
+func (c *Cluster) installRendered(ctx context.Context, name string, objs []*unstructured.Unstructured, hook *hostWebhook, deploy string) error {
+	objs, sas := withoutDeployments(objs)
+	if hook != nil {
+		var err error
+		if objs, err = exposeOnHost(objs, hook.ns, hook.svc, hook.ports); err != nil {
+			return err
+		}
+	}
+	if err := c.saveRendered(name, objs); err != nil {
+		return err
+	}
+	if err := c.applyObjects(ctx, objs, "podmpi-cluster"); err != nil {
+		return err
+	}
+	ns, sa, _ := strings.Cut(sas[deploy], "/")
+	return c.serviceAccountKubeconfig(ctx, filepath.Join(c.ctrlDir(name), "kubeconfig"), ns, sa)
+}
+
 // uninstall stops a controller and deletes what its manifests created
 // (CRDs with their objects, webhook configurations, RBAC, namespace).
 func (c *Cluster) uninstall(ctx context.Context, name string) error {
@@ -301,19 +331,8 @@ func (c *Cluster) installJobSet(ctx context.Context, v string) error {
 		if err != nil {
 			return err
 		}
-		objs, sas := withoutDeployments(objs)
-		if objs, err = exposeOnHost(objs, jobsetNS, "jobset-webhook-service", map[string]int{"": JobSetWebhookPort, "webhook": JobSetWebhookPort, "webhook-server": JobSetWebhookPort}); err != nil {
-			return err
-		}
-		if err := c.saveRendered("jobset", objs); err != nil {
-			return err
-		}
-		if err := c.applyObjects(ctx, objs, "podmpi-cluster"); err != nil {
-			return err
-		}
-		sa := sas["jobset-controller-manager"]
-		ns, name, _ := strings.Cut(sa, "/")
-		if err := c.serviceAccountKubeconfig(ctx, filepath.Join(dir, "kubeconfig"), ns, name); err != nil {
+		hook := &hostWebhook{jobsetNS, "jobset-webhook-service", map[string]int{"": JobSetWebhookPort, "webhook": JobSetWebhookPort, "webhook-server": JobSetWebhookPort}}
+		if err := c.installRendered(ctx, "jobset", objs, hook, "jobset-controller-manager"); err != nil {
 			return err
 		}
 		cfg := fmt.Sprintf(`apiVersion: config.jobset.x-k8s.io/v1alpha1
@@ -455,19 +474,9 @@ func (c *Cluster) installTrainer(ctx context.Context, v string) error {
 		if err != nil {
 			return err
 		}
-		objs, sas := withoutDeployments(objs)
 		ports := map[string]int{"webhook-server": TrainerWebhookPort, "monitoring-port": TrainerMetricsPort, "status-server": TrainerStatusPort}
-		if objs, err = exposeOnHost(objs, trainerNS, "kubeflow-trainer-controller-manager", ports); err != nil {
-			return err
-		}
-		if err := c.saveRendered("trainer", objs); err != nil {
-			return err
-		}
-		if err := c.applyObjects(ctx, objs, "podmpi-cluster"); err != nil {
-			return err
-		}
-		ns, name, _ := strings.Cut(sas["kubeflow-trainer-controller-manager"], "/")
-		if err := c.serviceAccountKubeconfig(ctx, filepath.Join(dir, "kubeconfig"), ns, name); err != nil {
+		hook := &hostWebhook{trainerNS, "kubeflow-trainer-controller-manager", ports}
+		if err := c.installRendered(ctx, "trainer", objs, hook, "kubeflow-trainer-controller-manager"); err != nil {
 			return err
 		}
 		if newConfig {
@@ -559,17 +568,9 @@ func (c *Cluster) EnsureMPIOperator(ctx context.Context, v string) error {
 		if err != nil {
 			return err
 		}
-		objs, sas := withoutDeployments(objs)
-		if err := c.saveRendered("mpi-operator", objs); err != nil {
-			return err
-		}
 		// The CRD must be established before the operator starts (it
 		// exits with "CRD doesn't exist" otherwise); applyObjects waits.
-		if err := c.applyObjects(ctx, objs, "podmpi-cluster"); err != nil {
-			return err
-		}
-		ns, name, _ := strings.Cut(sas["mpi-operator"], "/")
-		if err := c.serviceAccountKubeconfig(ctx, filepath.Join(dir, "kubeconfig"), ns, name); err != nil {
+		if err := c.installRendered(ctx, "mpi-operator", objs, nil, "mpi-operator"); err != nil {
 			return err
 		}
 	}
@@ -617,7 +618,7 @@ func copyTree(src, dst string) error {
 // installed), for down.
 func (c *Cluster) stopControllers() error {
 	var errs []error
-	for _, n := range []string{"trainer", "jobset", "mpi-operator"} {
+	for _, n := range []string{"kueue", "trainer", "jobset", "mpi-operator", "kube-router"} {
 		p := &Process{Name: n, Dir: c.ctrlDir(n), StopTimeout: 10 * time.Second}
 		if err := p.Stop(); err != nil {
 			errs = append(errs, err)

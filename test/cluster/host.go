@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -269,15 +270,22 @@ func removeRules(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
+		chains := clusterChains(save)
 		for _, l := range ruleLines(save) {
 			f := strings.Fields(l)
 			table := f[0]
+			// A rule in one of the cluster's own chains goes with the
+			// flush below; only jumps and rules in other chains are
+			// deleted one by one.
+			if len(f) > 2 && slices.Contains(chains[table], f[2]) {
+				continue
+			}
 			args := append([]string{"-w", "-t", table, "-D"}, splitRule(strings.Join(f[2:], " "))...)
 			if _, err := run(ctx, tool, args...); err != nil {
 				errs = append(errs, err)
 			}
 		}
-		for table, chains := range clusterChains(save) {
+		for table, chains := range chains {
 			for _, ch := range chains {
 				_, _ = run(ctx, tool, "-w", "-t", table, "-F", ch)
 			}
@@ -300,6 +308,11 @@ func splitRule(s string) []string {
 	for i := 0; i < len(s); i++ {
 		ch := s[i]
 		switch {
+		case ch == '\\' && i+1 < len(s):
+			// iptables-save escapes quotes inside a comment (pod\'s).
+			i++
+			cur.WriteByte(s[i])
+			have = true
 		case ch == '"':
 			inQ = !inQ
 			have = true
@@ -479,6 +492,9 @@ func (l Layout) Traces() []string {
 				out = append(out, tool+" chain "+table+" "+ch)
 			}
 		}
+	}
+	for _, set := range clusterIPSets(context.Background()) {
+		out = append(out, "ipset "+set)
 	}
 	for _, cg := range cgroupRoots() {
 		out = append(out, "cgroup "+cg)

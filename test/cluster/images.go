@@ -115,6 +115,9 @@ func (c *Cluster) ImportImage(ctx context.Context, ref string) error {
 	if _, err := c.ctr(ctx, "images", "import", tmp.Name()); err != nil {
 		return err
 	}
+	c.importMu.Lock()
+	defer c.importMu.Unlock()
+	m = c.readImported()
 	m[ref] = id
 	b, _ := json.MarshalIndent(m, "", "  ")
 	if err := writeFileAtomic(c.importedFile(), b, 0o644); err != nil {
@@ -164,10 +167,13 @@ func (c *Cluster) imageSource(ctx context.Context) (string, string, error) {
 	return dir, sha, nil
 }
 
-// ensurePodmpiImages builds the Open MPI and MPICH images with
-// images/build.sh (layer cache: seconds when nothing changed) and imports
-// them.
-func (c *Cluster) ensurePodmpiImages(ctx context.Context) (map[string]string, error) {
+// buildPodmpiImages builds the Open MPI and MPICH images unless podman has
+// them under this tree's tag (a dirty tree is rebuilt: the layer cache makes
+// that quick). The binaries come from make build (scripts/build.sh on this
+// machine, with its Go build cache: seconds when warm), not from a compile in
+// a build container that starts with an empty cache; both MPI images build
+// side by side.
+func (c *Cluster) buildPodmpiImages(ctx context.Context) (map[string]string, error) {
 	src, tag, err := c.imageSource(ctx)
 	if err != nil {
 		return nil, err
@@ -179,24 +185,48 @@ func (c *Cluster) ensurePodmpiImages(ctx context.Context) (map[string]string, er
 			need = true
 		}
 	}
-	// A dirty tree may have changed since the image was built under the
-	// same tag: rebuild (the layer cache makes it quick).
-	if need || strings.HasSuffix(tag, "-dirty") {
-		start := time.Now()
-		c.logf("== building the podmpi images (images/build.sh openmpi mpich in %s, tag %s)", src, tag)
-		cmd := exec.CommandContext(ctx, filepath.Join(src, "images", "build.sh"), "openmpi", "mpich")
-		cmd.Dir = src
-		cmd.Env = append(os.Environ(), "PODMPI_TAG="+tag, "PODMPI_IMAGE_PREFIX=podmpi")
-		cmd.Stdout, cmd.Stderr = c.Log, c.Log
-		if err := cmd.Run(); err != nil {
-			return nil, fmt.Errorf("images/build.sh openmpi mpich: %w", err)
-		}
-		c.logf("== podmpi images ready in %s", time.Since(start).Round(time.Second))
+	if !need && !strings.HasSuffix(tag, "-dirty") {
+		return refs, nil
 	}
-	for _, ref := range refs {
-		if err := c.ImportImage(ctx, ref); err != nil {
-			return nil, err
-		}
+	start := time.Now()
+	bin := filepath.Join(src, "bin")
+	commit, _ := run(ctx, "git", "-C", c.L.Repo, "rev-parse", "--short=12", "HEAD")
+	logFile := filepath.Join(c.L.Src(), "podmpi-images.log")
+	if err := os.MkdirAll(c.L.Src(), 0o755); err != nil {
+		return nil, err
 	}
+	lf, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer lf.Close()
+	c.logf("== building the podmpi images: make build (scripts/build.sh %s), then images/build.sh openmpi mpich from those binaries (tag %s; log %s)", bin, tag, logFile)
+	build := exec.CommandContext(ctx, filepath.Join(src, "scripts", "build.sh"), bin)
+	build.Dir = src
+	build.Env = append(os.Environ(), "VERSION="+tag, "COMMIT="+strings.TrimSpace(commit))
+	build.Stdout, build.Stderr = lf, lf
+	if err := build.Run(); err != nil {
+		return nil, fmt.Errorf("scripts/build.sh %s: %w (log %s:\n%s)", bin, err, logFile, tail(logFile, 20))
+	}
+	c.logf("== podmpi binaries built in %s", time.Since(start).Round(time.Second))
+	cmd := exec.CommandContext(ctx, filepath.Join(src, "images", "build.sh"), "openmpi", "mpich")
+	cmd.Dir = src
+	cmd.Env = append(os.Environ(), "PODMPI_TAG="+tag, "PODMPI_IMAGE_PREFIX=podmpi", "PODMPI_PREBUILT="+bin, "PODMPI_PARALLEL=1",
+		"PODMPI_BUILD_LOGS="+filepath.Join(c.L.Src(), "image-logs"))
+	cmd.Stdout, cmd.Stderr = lf, lf
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("images/build.sh openmpi mpich: %w (log %s:\n%s)", err, logFile, tail(logFile, 30))
+	}
+	c.logf("== podmpi images ready in %s", time.Since(start).Round(time.Second))
 	return refs, nil
+}
+
+// importImages copies the podmpi images into the cluster's containerd, side
+// by side.
+func (c *Cluster) importImages(ctx context.Context, refs map[string]string) error {
+	var fns []func() error
+	for _, ref := range refs {
+		fns = append(fns, func() error { return c.ImportImage(ctx, ref) })
+	}
+	return parallel(fns...)
 }

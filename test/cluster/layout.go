@@ -51,6 +51,10 @@ const (
 	TrainerMetricsPort = 18084
 	TrainerStatusPort  = 18085
 	MPIOperatorPort    = 18086 // --monitoring-port (v0.6.0 also hard-codes health on 8080)
+	KubeRouterHealth   = 18087 // kube-router's health server (all addresses: it takes no host)
+	KueueWebhookPort   = 19445
+	KueueHealthPort    = 18090
+	KueueMetricsPort   = 18091
 )
 
 // Layout holds the cluster's folders: state (removed by down), run (sockets,

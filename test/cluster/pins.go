@@ -18,6 +18,8 @@ type Pins struct {
 	Trainer     []string
 	JobSet      []string
 	MPIOperator []string
+	Kueue       string
+	KubeRouter  string
 	Debian      map[string]string // etcd, containerd, cni-plugins, docker-compose: the Debian major.minor
 	Why         map[string]string // "component version" -> why
 }
@@ -49,16 +51,20 @@ func parsePins(text string) (Pins, error) {
 			p.JobSet = append(p.JobSet, v)
 		case "mpi-operator":
 			p.MPIOperator = append(p.MPIOperator, v)
+		case "kueue":
+			p.Kueue = v
+		case "kube-router":
+			p.KubeRouter = v
 		case "etcd", "containerd", "cni-plugins", "docker-compose":
 			p.Debian[name] = v
 		default:
 			return Pins{}, fmt.Errorf("versions.txt:%d: unknown component %q", n+1, name)
 		}
 	}
-	if p.Kubernetes == "" || p.CoreDNS == "" || len(p.Trainer) == 0 || len(p.MPIOperator) == 0 {
-		return Pins{}, fmt.Errorf("versions.txt: need kubernetes, coredns, trainer and mpi-operator lines")
+	if p.Kubernetes == "" || p.CoreDNS == "" || len(p.Trainer) == 0 || len(p.MPIOperator) == 0 || p.Kueue == "" || p.KubeRouter == "" {
+		return Pins{}, fmt.Errorf("versions.txt: need kubernetes, coredns, trainer, mpi-operator, kueue and kube-router lines")
 	}
-	for _, v := range append(append([]string{p.Kubernetes, p.CoreDNS}, p.Trainer...), append(p.JobSet, p.MPIOperator...)...) {
+	for _, v := range append(append([]string{p.Kubernetes, p.CoreDNS, p.Kueue, p.KubeRouter}, p.Trainer...), append(p.JobSet, p.MPIOperator...)...) {
 		if !strings.HasPrefix(v, "v") || strings.Count(v, ".") != 2 {
 			return Pins{}, fmt.Errorf("versions.txt: %q is not a module version like v1.2.3", v)
 		}

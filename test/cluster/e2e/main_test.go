@@ -52,8 +52,8 @@ var e env
 func TestMain(m *testing.M) {
 	e = setup()
 	if e.skip == "" {
-		fmt.Printf("cluster: Kubernetes %s, CoreDNS %s, Trainer %s + JobSet %s, mpi-operator %s; debian: etcd %s, containerd %s, runc %s, cni-plugins %s, podman %s, docker-compose %s; images %s %s\n",
-			e.info.Kubernetes, e.info.CoreDNS, e.info.Trainer, e.info.JobSet, e.info.MPIOperator,
+		fmt.Printf("cluster: Kubernetes %s, CoreDNS %s, Trainer %s + JobSet %s, mpi-operator %s, Kueue %s, kube-router %s; debian: etcd %s, containerd %s, runc %s, cni-plugins %s, podman %s, docker-compose %s; images %s %s\n",
+			e.info.Kubernetes, e.info.CoreDNS, e.info.Trainer, e.info.JobSet, e.info.MPIOperator, e.info.Kueue, e.info.KubeRouter,
 			e.info.Debian["etcd"], e.info.Debian["containerd"], e.info.Debian["runc"], e.info.Debian["cni-plugins"],
 			e.info.Debian["podman"], e.info.Debian["docker-compose"], e.info.Images["openmpi"], e.info.Images["mpich"])
 	}
@@ -117,8 +117,9 @@ func randSuffix() string {
 }
 
 // namespace creates a namespace that enforces the restricted Pod Security
-// Standard (or none when restricted is false) and deletes it after the test,
-// logging its pods and events first when the test failed.
+// Standard and examples/networkpolicy (or neither when restricted is false)
+// and deletes it after the test, logging its pods and events first when the
+// test failed.
 func namespace(t *testing.T, prefix string, restricted bool) string {
 	t.Helper()
 	ctx := ctxT(t, time.Minute)
@@ -142,6 +143,10 @@ func namespace(t *testing.T, prefix string, restricted bool) string {
 		}
 		_ = e.cs.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
 	})
+	if restricted {
+		// Every example runs under the shipped NetworkPolicy, enforced.
+		isolate(t, ns.Name)
+	}
 	return ns.Name
 }
 

@@ -159,6 +159,10 @@ func TestMPIOperator(t *testing.T) {
 				})
 			}
 			mpiJobFailures(t, ns)
+			// The isolation drills on this mpi-operator's pods.
+			t.Run("networkpolicy", mpiOperatorNetworkPolicy)
+			t.Run("openshift-restricted-v2", mpiOperatorOpenShift)
+			t.Run("kueue", mpiOperatorKueue)
 		})
 	}
 }

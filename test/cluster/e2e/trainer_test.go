@@ -167,6 +167,10 @@ func TestTrainer(t *testing.T) {
 				checkTrainJob(t, ns, r, 3, 6)
 			})
 			trainJobFailures(t, ns)
+			// The isolation drills on this Trainer's pods.
+			t.Run("networkpolicy", trainerNetworkPolicy)
+			t.Run("openshift-restricted-v2", trainerOpenShift)
+			t.Run("kueue", trainerKueue)
 		})
 	}
 	t.Run("no-rbac", trainJobWithoutRBAC)

@@ -145,7 +145,8 @@ func run(args []string) int {
 }
 
 func printInfo(info cluster.Info) {
-	fmt.Printf("kubernetes %s, coredns %s, trainer %s, jobset %s, mpi-operator %s\n", info.Kubernetes, info.CoreDNS, orNone(info.Trainer), orNone(info.JobSet), orNone(info.MPIOperator))
+	fmt.Printf("kubernetes %s, coredns %s, trainer %s, jobset %s, mpi-operator %s, kueue %s, kube-router %s\n", info.Kubernetes, info.CoreDNS,
+		orNone(info.Trainer), orNone(info.JobSet), orNone(info.MPIOperator), orNone(info.Kueue), orNone(info.KubeRouter))
 	var deb []string
 	for _, k := range []string{"etcd", "containerd", "runc", "cni-plugins", "podman", "docker-compose"} {
 		deb = append(deb, k+" "+info.Debian[k])
@@ -167,32 +168,8 @@ func orNone(s string) string {
 }
 
 func buildAll(ctx context.Context, c *cluster.Cluster, all bool, fail func(error) int) int {
-	trainers, mpiops := c.Pins.Trainer[:1], c.Pins.MPIOperator[:1]
-	if all {
-		trainers, mpiops = c.Pins.Trainer, c.Pins.MPIOperator
-	}
-	if _, err := c.B.Kubernetes(ctx, c.Pins.Kubernetes); err != nil {
+	if err := c.BuildAll(ctx, all); err != nil {
 		return fail(err)
-	}
-	if _, err := c.B.CoreDNS(ctx, c.Pins.CoreDNS); err != nil {
-		return fail(err)
-	}
-	for _, v := range trainers {
-		if _, err := c.B.Trainer(ctx, v); err != nil {
-			return fail(err)
-		}
-		jsv, err := c.B.RequiredVersion(ctx, cluster.TrainerModule, v, cluster.JobSetModule)
-		if err != nil {
-			return fail(err)
-		}
-		if _, err := c.B.JobSet(ctx, jsv); err != nil {
-			return fail(err)
-		}
-	}
-	for _, v := range mpiops {
-		if _, err := c.B.MPIOperator(ctx, v); err != nil {
-			return fail(err)
-		}
 	}
 	return 0
 }

@@ -1,0 +1,171 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// A step of `up` is timed: its duration is printed when it ends ("== step
+// NAME: 1m2s") and kept in cluster.json, so that a slow start names its slow
+// part.
+type stepTimes struct {
+	mu sync.Mutex
+	d  map[string]float64 // seconds, by step name
+}
+
+func (s *stepTimes) record(name string, d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.d == nil {
+		s.d = map[string]float64{}
+	}
+	s.d[name] = d.Round(100 * time.Millisecond).Seconds()
+}
+
+func (s *stepTimes) snapshot() map[string]float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]float64, len(s.d))
+	for k, v := range s.d {
+		out[k] = v
+	}
+	return out
+}
+
+// step runs fn as the named step of up, printing and recording its time.
+func (c *Cluster) step(name string, fn func() error) error {
+	start := time.Now()
+	err := fn()
+	d := time.Since(start)
+	c.times.record(name, d)
+	if err != nil {
+		c.logf("== step %s: failed after %s", name, d.Round(100*time.Millisecond))
+		return err
+	}
+	c.logf("== step %s: %s", name, d.Round(100*time.Millisecond))
+	return nil
+}
+
+// buildStep is one independent build of up: a Go binary from the module
+// proxy, or the podmpi images.
+type buildStep struct {
+	name string
+	run  func(context.Context) error
+}
+
+// moduleStep is the build step of one binary (or set of binaries) of a
+// version.
+func moduleStep(name, v string, fn func(context.Context, string) (string, error)) buildStep {
+	return buildStep{name: name + " " + v, run: func(ctx context.Context) error { _, err := fn(ctx, v); return err }}
+}
+
+// builds runs independent build steps side by side, lanes at a time, in the
+// order given (put the longest first), and lets up wait for each by name
+// while the others go on: the control plane starts as soon as Kubernetes and
+// CoreDNS are built, while the controllers still build.
+type builds struct {
+	done map[string]chan struct{}
+	mu   sync.Mutex
+	errs map[string]error
+}
+
+func (c *Cluster) startBuilds(ctx context.Context, lanes int, steps []buildStep) *builds {
+	b := &builds{done: map[string]chan struct{}{}, errs: map[string]error{}}
+	queue := make(chan buildStep, len(steps))
+	for _, s := range steps {
+		b.done[s.name] = make(chan struct{})
+		queue <- s
+	}
+	close(queue)
+	for i := 0; i < lanes; i++ {
+		go func() {
+			for s := range queue {
+				err := ctx.Err()
+				if err == nil {
+					err = c.step("build "+s.name, func() error { return s.run(ctx) })
+				}
+				b.mu.Lock()
+				b.errs[s.name] = err
+				b.mu.Unlock()
+				close(b.done[s.name])
+			}
+		}()
+	}
+	return b
+}
+
+// wait blocks until the named builds have ended and returns their errors.
+func (b *builds) wait(ctx context.Context, names ...string) error {
+	var errs []string
+	for _, n := range names {
+		ch, ok := b.done[n]
+		if !ok {
+			return fmt.Errorf("no build step %q", n)
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		b.mu.Lock()
+		if err := b.errs[n]; err != nil {
+			errs = append(errs, fmt.Sprintf("%s: %v", n, err))
+		}
+		b.mu.Unlock()
+	}
+	if len(errs) > 0 {
+		sort.Strings(errs)
+		return fmt.Errorf("build failed: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// BuildAll builds (or finds cached) every binary of the defaults, or with
+// all of every pinned version, side by side.
+func (c *Cluster) BuildAll(ctx context.Context, all bool) error {
+	trainers, mpiops := c.Pins.Trainer[:1], c.Pins.MPIOperator[:1]
+	if all {
+		trainers, mpiops = c.Pins.Trainer, c.Pins.MPIOperator
+	}
+	steps := []buildStep{
+		moduleStep("kubernetes", c.Pins.Kubernetes, c.B.Kubernetes),
+		moduleStep("coredns", c.Pins.CoreDNS, c.B.CoreDNS),
+		moduleStep("kueue", c.Pins.Kueue, c.B.Kueue),
+	}
+	var names []string
+	for _, v := range trainers {
+		jsv, err := c.B.RequiredVersion(ctx, TrainerModule, v, JobSetModule)
+		if err != nil {
+			return err
+		}
+		steps = append(steps, moduleStep("trainer", v, c.B.Trainer), moduleStep("jobset", jsv, c.B.JobSet))
+	}
+	for _, v := range mpiops {
+		steps = append(steps, moduleStep("mpi-operator", v, c.B.MPIOperator))
+	}
+	steps = append(steps, moduleStep("kube-router", c.Pins.KubeRouter, c.B.KubeRouter))
+	for _, s := range steps {
+		names = append(names, s.name)
+	}
+	return c.startBuilds(ctx, buildLanes, steps).wait(ctx, names...)
+}
+
+// parallel runs fns side by side and returns their errors joined.
+func parallel(fns ...func() error) error {
+	errs := make(chan error, len(fns))
+	for _, fn := range fns {
+		go func() { errs <- fn() }()
+	}
+	var all []error
+	for range fns {
+		if err := <-errs; err != nil {
+			all = append(all, err)
+		}
+	}
+	return errors.Join(all...)
+}
