@@ -102,17 +102,27 @@ func (p *Process) Start(ctx context.Context) error {
 	// exits, init adopts it.
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	died := func(err error) error {
+		_ = os.Remove(p.pidFile())
+		return fmt.Errorf("%s exited while starting (%v); last lines of %s:\n%s", p.Name, err, p.LogFile(), tail(p.LogFile(), 25))
+	}
 	if err := writePidFile(p.pidFile(), pid); err != nil {
+		// The daemon may have exited (and been reaped by Wait) before its
+		// start time could be read: that is a daemon that exits at once.
 		_ = cmd.Process.Kill()
-		return err
+		select {
+		case werr := <-exited:
+			return died(werr)
+		case <-time.After(p.StopTimeout + time.Second):
+			return err
+		}
 	}
 	hctx, cancel := context.WithTimeout(ctx, p.StartTimeout)
 	defer cancel()
 	for {
 		select {
 		case err := <-exited:
-			_ = os.Remove(p.pidFile())
-			return fmt.Errorf("%s exited while starting (%v); last lines of %s:\n%s", p.Name, err, p.LogFile(), tail(p.LogFile(), 25))
+			return died(err)
 		default:
 		}
 		herr := p.Health(hctx)
@@ -123,8 +133,7 @@ func (p *Process) Start(ctx context.Context) error {
 		case <-hctx.Done():
 			return fmt.Errorf("%s not healthy after %s: %v; last lines of %s:\n%s", p.Name, p.StartTimeout, herr, p.LogFile(), tail(p.LogFile(), 25))
 		case err := <-exited:
-			_ = os.Remove(p.pidFile())
-			return fmt.Errorf("%s exited while starting (%v); last lines of %s:\n%s", p.Name, err, p.LogFile(), tail(p.LogFile(), 25))
+			return died(err)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
