@@ -173,10 +173,11 @@ func trainJobFailures(t *testing.T, ns string) {
 }
 
 // The ranks of the failure drills: rank 3 exits 7 after a second; rank 1
-// sends itself SIGSEGV.
+// sends itself SIGSEGV. Not $$: Kubernetes turns "$$" in a container's args
+// into "$" (the escape of its $(VAR) expansion); $BASHPID is the same shell.
 var (
 	exit7     = []any{"mpirun", "bash", "-c", `sleep 1; [ "$OMPI_COMM_WORLD_RANK" = 3 ] && exit 7; sleep 2`}
-	segfault1 = []any{"mpirun", "bash", "-c", `sleep 1; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && kill -SEGV $$; sleep 5`}
+	segfault1 = []any{"mpirun", "bash", "-c", `sleep 1; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && kill -SEGV $BASHPID; sleep 5`}
 )
 
 // trainJobWithoutRBAC: the same failure in a namespace without
