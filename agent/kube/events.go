@@ -3,7 +3,9 @@ package kube
 import (
 	"context"
 	"os"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -49,9 +51,7 @@ func (c *Client) Event(ctx context.Context, typ, reason, message string) bool {
 	if c == nil {
 		return false
 	}
-	if len(message) > maxMessage {
-		message = message[:maxMessage-3] + "..."
-	}
+	message = shorten(message, maxMessage)
 	c.mu.Lock()
 	refs := []*corev1.ObjectReference{c.job, c.self}
 	c.mu.Unlock()
@@ -104,4 +104,24 @@ func (r *recorder) write(ctx context.Context, ref *corev1.ObjectReference, typ, 
 	}
 	r.corr.UpdateState(out)
 	return true
+}
+
+// shorten bounds message to max bytes (on a UTF-8 boundary). A trailing
+// "; hint: ..." is kept whole when it fits in half of max: the fix matters
+// more than the middle of a long list of hosts.
+func shorten(message string, max int) string {
+	if len(message) <= max {
+		return message
+	}
+	const ell = "..."
+	tail := ""
+	if i := strings.LastIndex(message, "; hint: "); i > 0 && len(message)-i <= max/2 {
+		tail = message[i:]
+		message = message[:i]
+	}
+	cut := max - len(ell) - len(tail)
+	for cut > 0 && !utf8.RuneStart(message[cut]) {
+		cut--
+	}
+	return message[:cut] + ell + tail
 }

@@ -164,24 +164,27 @@ func (l *Launcher) refreshPods(ctx context.Context) {
 
 // explain is what Kubernetes last said about host's pod, "" when nothing
 // (no API, no such pod, or it runs and is ready): the waits' progress lines
-// and deadline failures add it.
+// add it.
 func (l *Launcher) explain(host string) string {
-	l.kv.mu.Lock()
-	defer l.kv.mu.Unlock()
-	if !l.kv.listed {
-		return ""
-	}
-	s, ok := l.kv.pods.For(host)
+	n, ok := l.kubeNote(host)
 	if !ok {
 		return ""
 	}
-	if s.Why == "" {
-		return ""
+	return strings.TrimPrefix(n.String(), n.Host+": ")
+}
+
+// kubeNote is what Kubernetes last said about host's pod, if anything.
+func (l *Launcher) kubeNote(host string) (KubeNote, bool) {
+	l.kv.mu.Lock()
+	defer l.kv.mu.Unlock()
+	if !l.kv.listed {
+		return KubeNote{}, false
 	}
-	if s.Hint != "" {
-		return "pod " + s.Name + " " + s.Why + " (" + s.Hint + ")"
+	s, ok := l.kv.pods.For(host)
+	if !ok || s.Why == "" {
+		return KubeNote{}, false
 	}
-	return "pod " + s.Name + " " + s.Why
+	return KubeNote{Host: host, Pod: s.Name, Why: s.Why, Hint: s.Hint}, true
 }
 
 // podsNow is the last list of the job's pods, and whether there is one.
@@ -191,19 +194,16 @@ func (l *Launcher) podsNow() (kube.Pods, bool) {
 	return l.kv.pods, l.kv.listed
 }
 
-// kubeNotes lists what Kubernetes says about the hosts, one "host: pod X
-// why" per host with something to say, for a deadline failure.
-func (l *Launcher) kubeNotes(hosts []string) string {
-	var notes []string
+// kubeNotes lists what Kubernetes says about the hosts that it has
+// something to say about, for a deadline failure.
+func (l *Launcher) kubeNotes(hosts []string) []KubeNote {
+	var notes []KubeNote
 	for _, h := range hosts {
-		if e := l.explain(h); e != "" {
-			notes = append(notes, h+": "+e)
+		if n, ok := l.kubeNote(h); ok {
+			notes = append(notes, n)
 		}
 	}
-	if len(notes) == 0 {
-		return ""
-	}
-	return "Kubernetes says: " + strings.Join(notes, "; ")
+	return notes
 }
 
 // event records an Event in the background (init done, a warning while

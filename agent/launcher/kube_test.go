@@ -110,13 +110,14 @@ func runJobWithAPI(t *testing.T, api *fakeAPI, cfg Config) (exitcode.Code, strin
 // with an Event as soon as it knows, and at the deadline the termination
 // message's first line (also the failure Event's message) says it.
 func TestWaitNamesWhatKubernetesSays(t *testing.T) {
-	api := newFakeAPI(t, jobPod("tj-node-0-1-bb", "tj-node-0-1", func(p *corev1.Pod) {
+	unschedulable := func(p *corev1.Pod) {
 		p.Status.Phase = corev1.PodPending
 		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable",
 			Message: "0/1 nodes are available: 1 Insufficient cpu."}}
-	}))
+	}
+	api := newFakeAPI(t, jobPod("tj-node-0-1-bb", "tj-node-0-1", unschedulable), jobPod("tj-node-0-2-cc", "tj-node-0-2", unschedulable))
 	cfg := Defaults()
-	cfg.Discovery = discovery.Spec{Workers: []string{"tj-node-0-1.tj.invalid"}, Self: "tj-launcher-0-0"}
+	cfg.Discovery = discovery.Spec{Workers: []string{"tj-node-0-1.tj.invalid", "tj-node-0-2.tj.invalid"}, Self: "tj-launcher-0-0"}
 	cfg.Resolver = newNames(nil) // nothing resolves
 	cfg.DiscoveryTimeout = 3 * time.Second
 	cfg.Implementation = "openmpi4"
@@ -130,14 +131,21 @@ func TestWaitNamesWhatKubernetesSays(t *testing.T) {
 		t.Errorf("no progress line names Kubernetes' reason:\n%s", logs)
 	}
 	first, _, _ := strings.Cut(msg, "\n")
-	if !strings.Contains(first, "Kubernetes says: tj-node-0-1.tj.invalid: pod tj-node-0-1-bb "+why) {
+	// One sentence: the first worker's reason, a count of the others, and
+	// the fix (the pod's, as the wait's own has none).
+	if !strings.Contains(first, "Kubernetes says: tj-node-0-1.tj.invalid: pod tj-node-0-1-bb "+why+" (and 1 more); hint: no node has room") {
 		t.Errorf("termination message's first line: %s", first)
+	}
+	if !strings.Contains(msg, "tj-node-0-2.tj.invalid: pod tj-node-0-2-cc "+why) {
+		t.Errorf("the termination message does not name the second worker's pod:\n%s", msg)
 	}
 	var waiting, failed *corev1.Event
 	for _, e := range api.events(t) {
 		switch e.Reason {
 		case "WorkerNotReady":
-			waiting = &e
+			if strings.Contains(e.Message, "tj-node-0-1-bb") {
+				waiting = &e
+			}
 		case "WorkersNotResolved":
 			failed = &e
 		}

@@ -44,16 +44,33 @@ type Failure struct {
 	// launcher could tell (package postmortem); it goes first in the
 	// termination message.
 	Diagnosis *postmortem.Diagnosis
-	// Kube is what Kubernetes says of the workers the failure is about
-	// ("Kubernetes says: tj-node-0-2.tj: pod ... is Pending, ..."), when
-	// the launcher may ask it.
-	Kube string
+	// Kube is what Kubernetes says of each worker the failure is about,
+	// when the launcher may ask it.
+	Kube []KubeNote
+}
+
+// KubeNote is what Kubernetes says of one worker's pod: "tj-node-0-2.tj:
+// pod tj-node-0-2-x is Pending, not scheduled: ...", and the fix.
+type KubeNote struct {
+	Host, Pod, Why, Hint string
+}
+
+func (n KubeNote) String() string {
+	s := n.Host + ": pod " + n.Pod + " " + n.Why
+	if n.Hint != "" {
+		s += " (" + n.Hint + ")"
+	}
+	return s
 }
 
 func (f *Failure) Error() string {
 	s := fmt.Sprintf("%s: %v", f.Phase, f.Err)
-	if f.Kube != "" {
-		s += "\n" + f.Kube
+	if len(f.Kube) > 0 {
+		notes := make([]string, len(f.Kube))
+		for i, n := range f.Kube {
+			notes[i] = n.String()
+		}
+		s += "\nKubernetes says: " + strings.Join(notes, "; ")
 	}
 	if f.Hint != "" {
 		s += "\nhint: " + f.Hint
@@ -81,8 +98,17 @@ func (f *Failure) Summary() string {
 			s += fmt.Sprintf(" (and %d more)", more)
 		}
 	}
-	if f.Kube != "" {
-		s += "; " + f.Kube
+	if len(f.Kube) > 0 {
+		// The first worker's word, and its fix when the failure has none:
+		// the others usually say the same.
+		n := f.Kube[0]
+		s += "; Kubernetes says: " + n.Host + ": pod " + n.Pod + " " + n.Why
+		if len(f.Kube) > 1 {
+			s += fmt.Sprintf(" (and %d more)", len(f.Kube)-1)
+		}
+		if hint == "" {
+			hint = n.Hint
+		}
 	}
 	if hint != "" {
 		s += "; hint: " + hint
