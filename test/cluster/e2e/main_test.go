@@ -255,9 +255,28 @@ func apply(t *testing.T, ns string, objs ...*unstructured.Unstructured) {
 	if ns != "" {
 		args = append([]string{"-n", ns}, args...)
 	}
-	if _, err := kubectl(ctxT(t, 2*time.Minute), buf.Bytes(), args...); err != nil {
-		t.Fatal(err)
+	// Trainer's TrainJob webhook looks runtimes up in its informer's
+	// cache, which may not have a runtime created a moment ago yet: that
+	// refusal is retried for a while, every other error is final.
+	ctx := ctxT(t, 2*time.Minute)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := kubectl(ctx, buf.Bytes(), args...)
+		if err == nil {
+			return
+		}
+		if !runtimeNotCachedYet(err) || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
 	}
+}
+
+// runtimeNotCachedYet: Trainer's webhook refused a TrainJob whose runtime it
+// does not see (yet).
+func runtimeNotCachedYet(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "denied the request: runtime '") && strings.Contains(s, "' not found")
 }
 
 // waitFor polls cond every 250 ms until it is true, fails, or d passes.
