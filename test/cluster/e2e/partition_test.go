@@ -145,8 +145,8 @@ type drillResult struct {
 }
 
 // partitionDrill runs a TrainJob (3 pods x 2 ranks) whose ranks sleep past
-// the fault, then allreduce; applies f to node pod 0 once mpirun has
-// started its daemons, undoes it after f.d, and waits for the job's end.
+// the fault, then allreduce; applies f to node pod 0 once the ranks run,
+// undoes it after f.d, and waits for the job's end.
 func partitionDrill(t *testing.T, runtime string, f fault) drillResult {
 	t.Helper()
 	ns := namespace(t, "part", runtime == "podmpi")
@@ -164,7 +164,12 @@ func partitionDrill(t *testing.T, runtime string, f fault) drillResult {
 	apply(t, ns, tj)
 	sel := "jobset.sigs.k8s.io/jobset-name=" + tj.GetName()
 	var node corev1.Pod
-	waitFor(t, 3*time.Minute, "mpirun's daemons running on every node pod", func() (bool, error) {
+	// The fault starts once the ranks run on every node pod (their sleep):
+	// a partition mid-job. A cut while a daemon is still calling back to
+	// mpirun is a start-up fault: the daemon's connection attempts to
+	// mpirun give up, it exits, and mpirun reports that it could not
+	// start its daemons, whatever started them.
+	waitFor(t, 3*time.Minute, "the ranks running on every node pod", func() (bool, error) {
 		launchers, err := podsWith(ctx, ns, sel+","+launcherSel)
 		if err != nil || len(launchers) == 0 || launchers[0].Status.Phase != corev1.PodRunning {
 			return false, err
@@ -174,7 +179,7 @@ func partitionDrill(t *testing.T, runtime string, f fault) drillResult {
 			return false, err
 		}
 		for _, n := range nodes {
-			if !hasProcess(t, n, "orted") {
+			if !hasProcess(t, n, "sleep") {
 				return false, nil
 			}
 			if strings.HasSuffix(n.Spec.Hostname, "-node-0-0") {
