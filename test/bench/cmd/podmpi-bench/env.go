@@ -79,6 +79,7 @@ func newEnv(ctx context.Context, binDir string) (*env, error) {
 	}
 	for _, c := range []struct{ src, dst string }{
 		{filepath.Join(binDir, "launcher"), e.launcher},
+		{filepath.Join(binDir, "podmpi-rsh"), filepath.Join(bin, "podmpi-rsh")},
 		{filepath.Join(binDir, "worker-agent"), e.agent},
 		{self, e.self},
 	} {
