@@ -27,7 +27,8 @@ const maxPicks = 8
 // identity (sshclient.Config.Identity): the probe's, handed over when it
 // ends, and those dialed on first use. A connection the worker refuses
 // another session on (its MaxSessions) is passed over while it is full; one
-// that fails is closed and dropped. Each session runs in its own channel
+// a session cannot open on (the worker restarted, the network dropped it)
+// is closed and dropped. Each session runs in its own channel
 // with its own flow-control window, so a slow reader of one never holds up
 // another on the same connection.
 type Pool struct {
@@ -65,10 +66,8 @@ func (p *Pool) add(key string, c *ssh.Client) bool {
 	}
 	p.hosts[key] = append(p.hosts[key], pc)
 	p.mu.Unlock()
-	go func() {
-		_ = c.Wait()
-		p.drop(key, pc)
-	}()
+	// A connection that dies is found when a session cannot open on it
+	// (Session drops it then): no goroutine per connection waits for it.
 	return true
 }
 

@@ -108,6 +108,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -118,6 +119,7 @@ import (
 	"github.com/podmpi/podmpi/agent/rsh/relay"
 	"github.com/podmpi/podmpi/agent/signals"
 	"github.com/podmpi/podmpi/agent/sshclient"
+	"github.com/podmpi/podmpi/agent/stream"
 	"github.com/podmpi/podmpi/agent/version"
 	"github.com/podmpi/podmpi/jobkey"
 	"github.com/podmpi/podmpi/mpi"
@@ -488,21 +490,53 @@ func (r *runner) dial(ctx context.Context, opts Options, port int, cfg sshclient
 // socket) cannot hold the client past it.
 const abortWait = 5 * time.Second
 
+// A session's streams are copied with a buffer of streamSmall while they
+// trickle (an MPI daemon's few lines: the launcher serves one session per
+// worker for the whole job) and streamLarge, x/crypto's packet size, once
+// they stream.
+const (
+	streamSmall = 4 << 10
+	streamLarge = 32 << 10
+)
+
 // session runs the command in s and returns the status to exit with. abort
 // cuts the session short (after the signal grace, or when ctx ends).
 func (r *runner) session(ctx context.Context, s *ssh.Session, opts Options, port int, abort func()) int {
 	host := opts.Host
-	s.Stdout = r.stdout
-	s.Stderr = r.stderr
+	outs, f := sessionOutputs(s, host, port)
+	if f != nil {
+		return r.fail(f)
+	}
+	var in io.WriteCloser
 	if !opts.NoStdin && r.stdin != nil {
-		s.Stdin = r.stdin
+		var err error
+		if in, err = s.StdinPipe(); err != nil {
+			return r.fail(sshclient.Classify(host, port, sshclient.PhaseRemoteCommand, fmt.Errorf("opening the session's stdin: %w", err)))
+		}
 	}
 	if err := s.Start(opts.Command); err != nil {
 		return r.fail(&sshclient.Failure{Host: host, Port: port, Phase: sshclient.PhaseRemoteCommand,
 			Cause: errors.New("the worker refused the exec request"), Hint: "worker-agent may be shutting down, or the server is not worker-agent; see its log"})
 	}
+	var copiers sync.WaitGroup
+	for i, w := range []io.Writer{r.stdout, r.stderr} {
+		copiers.Go(func() { drain(w, outs[i]) })
+	}
+	if in != nil {
+		// Not waited for: it ends at the client's end of input, or when
+		// the client's stdin closes (the process exits; the launcher
+		// closes a relay's).
+		go func() {
+			_ = stream.Copy(in, r.stdin, streamSmall, streamLarge)
+			_ = in.Close() // EOF to the remote command
+		}()
+	}
 	waitErr := make(chan error, 1)
-	go func() { waitErr <- s.Wait() }()
+	go func() {
+		err := s.Wait()
+		copiers.Wait() // every byte of output is written before the status
+		waitErr <- err
+	}()
 	// cut ends the session and waits (bounded) until its stdout and stderr
 	// copiers are done, so that nothing writes after the client returns.
 	cut := func() {
@@ -540,6 +574,28 @@ func (r *runner) session(ctx context.Context, s *ssh.Session, opts Options, port
 			return r.fail(&sshclient.Failure{Host: host, Port: port, Phase: sshclient.PhaseRemoteCommand,
 				Cause: fmt.Errorf("interrupted: %w", context.Cause(ctx)), Hint: "the session was closed; worker-agent stops the remote command"})
 		}
+	}
+}
+
+// sessionOutputs are the readers of the session's stdout and stderr.
+func sessionOutputs(s *ssh.Session, host string, port int) ([2]io.Reader, *sshclient.Failure) {
+	var outs [2]io.Reader
+	var err error
+	if outs[0], err = s.StdoutPipe(); err == nil {
+		outs[1], err = s.StderrPipe()
+	}
+	if err != nil {
+		return outs, sshclient.Classify(host, port, sshclient.PhaseRemoteCommand, fmt.Errorf("opening the session's output: %w", err))
+	}
+	return outs, nil
+}
+
+// drain copies one of the session's outputs to w. When w fails (its reader
+// went away), the rest is read and dropped, so that the remote command is
+// never blocked on a window nobody empties.
+func drain(w io.Writer, r io.Reader) {
+	if err := stream.Copy(w, r, streamSmall, streamLarge); err != nil {
+		_ = stream.Copy(io.Discard, r, streamSmall, streamLarge)
 	}
 }
 

@@ -27,6 +27,7 @@ func main() {
 		// Before anything opens a file: what mpirun's other children left
 		// open is not ours to keep (see relay.CloseInheritedFDs).
 		_, _ = relay.CloseInheritedFDs()
+		rsh.TuneProcess()
 	}
 	os.Exit(int(run(context.Background(), os.Args, os.Stdin, os.Stdout, os.Stderr)))
 }

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"os/user"
 	"path/filepath"
+
 	"strconv"
 	"strings"
 	"syscall"
@@ -44,6 +45,7 @@ func main() {
 		// Before anything opens a file: what mpirun's other children left
 		// open is not ours to keep (see relay.CloseInheritedFDs).
 		_, _ = relay.CloseInheritedFDs()
+		rsh.TuneProcess()
 	}
 	os.Exit(int(run(context.Background(), os.Args, os.LookupEnv, os.Stdin, os.Stdout, os.Stderr)))
 }

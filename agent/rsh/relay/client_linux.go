@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 
@@ -93,36 +94,38 @@ func (c *Client) Run() (int, error) {
 	return c.wait(sock, conn)
 }
 
-// wait forwards signals until the launcher sends the exit status or goes
-// away.
+// wait reads until the launcher sends the exit status or goes away, while
+// a goroutine forwards the signals the relay receives. The reading stays on
+// the calling goroutine, so that the status reaches the caller without a
+// hand-off between threads.
 func (c *Client) wait(sock int, conn io.Reader) (int, error) {
-	type end struct {
-		code int
-		err  error
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	if c.Signals != nil {
+		wg.Go(func() {
+			for {
+				select {
+				case sig := <-c.Signals:
+					if s, ok := sig.(syscall.Signal); ok && s > 0 && s < 256 {
+						// A launcher that is gone shows in the reader.
+						_ = sendAll(sock, AppendFrame(nil, FrameSignal, []byte{byte(s)}), nil)
+					}
+				case <-stop:
+					return
+				}
+			}
+		})
 	}
-	done := make(chan end, 1)
-	go func() {
-		for {
-			typ, p, err := ReadFrame(conn)
-			switch {
-			case err != nil:
-				done <- end{255, fmt.Errorf("%w (%v)", ErrLost, err)}
-				return
-			case typ == FrameExit && len(p) == 1:
-				done <- end{int(p[0]), nil}
-				return
-			}
-		}
-	}()
+	// The forwarder ends before the caller closes the socket.
+	defer wg.Wait()
+	defer close(stop)
 	for {
-		select {
-		case sig := <-c.Signals:
-			if s, ok := sig.(syscall.Signal); ok && s > 0 && s < 256 {
-				// A launcher that is gone shows in the reader.
-				_ = sendAll(sock, AppendFrame(nil, FrameSignal, []byte{byte(s)}), nil)
-			}
-		case e := <-done:
-			return e.code, e.err
+		typ, p, err := ReadFrame(conn)
+		switch {
+		case err != nil:
+			return 255, fmt.Errorf("%w (%v)", ErrLost, err)
+		case typ == FrameExit && len(p) == 1:
+			return int(p[0]), nil
 		}
 	}
 }

@@ -39,6 +39,10 @@ func main() {
 	if env, again := relay.Procs(os.Environ(), runtime.GOMAXPROCS(0)); again && selfErr == nil {
 		_ = syscall.Exec(self, os.Args, env) // on failure, go on as we are
 	}
+	// One processor from here on: the relay mostly waits, and with more
+	// every goroutine that wakes starts another thread (half the context
+	// switches of a session with one).
+	runtime.GOMAXPROCS(1)
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	c := relay.Client{
