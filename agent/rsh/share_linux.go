@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -46,6 +45,7 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	wg     sync.WaitGroup
+	pipes  pipes
 }
 
 // Serve listens on path (which must not exist; its directory should be the
@@ -139,7 +139,7 @@ func (s *Server) serve(c *net.UnixConn) {
 		return
 	}
 	_ = c.SetDeadline(time.Now().Add(relay.DefaultTimeout))
-	open, st, err := readOpen(c)
+	open, st, err := readOpen(c, &s.pipes)
 	if err != nil {
 		s.log.Debug("podmpi-rsh request refused", "pid", cred.Pid, "err", err)
 		refuse(c, err.Error())
@@ -215,7 +215,7 @@ func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
 
 // readOpen reads the relay's Open frame and the descriptors that come with
 // it (the first read carries them).
-func readOpen(c *net.UnixConn) (relay.Open, *stdio, error) {
+func readOpen(c *net.UnixConn, pipes *pipes) (relay.Open, *stdio, error) {
 	buf := make([]byte, 16<<10)
 	oob := make([]byte, unix.CmsgSpace(3*4))
 	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
@@ -223,7 +223,7 @@ func readOpen(c *net.UnixConn) (relay.Open, *stdio, error) {
 		return relay.Open{}, nil, err
 	}
 	fds, ferr := parseRights(oob[:oobn])
-	st := &stdio{}
+	st := &stdio{pipes: pipes}
 	fail := func(err error) (relay.Open, *stdio, error) {
 		for _, fd := range fds {
 			_ = unix.Close(fd)
@@ -310,104 +310,4 @@ func lookupIn(env []string) func(string) (string, bool) {
 		v, ok := m[k]
 		return v, ok
 	}
-}
-
-// stdio are a relay's streams as the launcher holds them.
-type stdio struct {
-	mu     sync.Mutex
-	files  []*os.File
-	in     *os.File
-	out    io.Writer
-	err    io.Writer
-	closed bool
-}
-
-// adopt takes the relay's descriptors: a pipe is reopened as a description
-// of the launcher's own, non-blocking (so that closing it ends a blocked
-// read or write at once, and the relay's parent, which may share the
-// relay's description, never sees its flags change); anything else is used
-// as it is.
-func (st *stdio) adopt(modes [3]relay.Stream, fds []int) {
-	next := func(write bool, name string) *os.File {
-		fd := fds[0]
-		fds = fds[1:]
-		f := os.NewFile(uintptr(reopen(fd, write)), name)
-		st.files = append(st.files, f)
-		return f
-	}
-	st.out, st.err = io.Discard, io.Discard
-	if modes[0] == relay.StreamFD {
-		st.in = next(false, "podmpi-rsh stdin")
-	}
-	if modes[1] == relay.StreamFD {
-		st.out = next(true, "podmpi-rsh stdout")
-	}
-	switch modes[2] {
-	case relay.StreamFD:
-		st.err = next(true, "podmpi-rsh stderr")
-	case relay.StreamStdout:
-		st.err = st.out
-	}
-}
-
-// streams are the client's stdin (nil: nothing to read), stdout and stderr.
-func (st *stdio) streams() (io.Reader, io.Writer, io.Writer) {
-	if st.in == nil {
-		return nil, st.out, st.err
-	}
-	return st.in, st.out, st.err
-}
-
-// interrupt is for a session cut short: stdin is closed (its reader
-// returns), and writes to stdout and stderr get abortWait to finish, so
-// that a copier blocked on a pipe nobody drains returns. (A socket or file
-// taken as it is has no deadline: its copier returns when its reader
-// drains it or goes away.)
-func (st *stdio) interrupt() {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.closed {
-		return
-	}
-	if st.in != nil {
-		_ = st.in.Close()
-	}
-	for _, f := range st.files {
-		if f != st.in {
-			_ = f.SetWriteDeadline(time.Now().Add(abortWait))
-		}
-	}
-}
-
-// close closes the streams once; a copier blocked on one of them returns.
-func (st *stdio) close() {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.closed {
-		return
-	}
-	st.closed = true
-	for _, f := range st.files {
-		_ = f.Close()
-	}
-}
-
-// reopen returns a non-blocking descriptor of the launcher's own for the
-// pipe fd (and closes fd), or fd itself when it is not a pipe or cannot be
-// reopened.
-func reopen(fd int, write bool) int {
-	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
-		return fd
-	}
-	mode := unix.O_RDONLY
-	if write {
-		mode = unix.O_WRONLY
-	}
-	nfd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(fd), mode|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fd
-	}
-	_ = unix.Close(fd)
-	return nfd
 }

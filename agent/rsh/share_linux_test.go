@@ -512,3 +512,90 @@ func TestPoolSessionContext(t *testing.T) {
 		t.Fatalf("got %v", f)
 	}
 }
+
+// pipeFDs counts this process's descriptors on the pipe of f.
+func pipeFDs(t *testing.T, f *os.File) int {
+	t.Helper()
+	var want syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &want); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		var st syscall.Stat_t
+		if syscall.Stat("/proc/self/fd/"+e.Name(), &st) == nil && st.Ino == want.Ino && st.Dev == want.Dev {
+			n++
+		}
+	}
+	return n
+}
+
+// TestSessionsShareAnOutputPipe: sessions whose relays write to the same
+// pipe (Open MPI's daemons all inherit mpirun's stdout) share one
+// descriptor of the launcher's on it, closed with the last of them; both
+// outputs arrive.
+func TestSessionsShareAnOutputPipe(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	sh := startShare(t)
+	outR, outW := pipe(t)
+	errR, errW := pipe(t)
+	lines := make(chan string, 4)
+	go func() {
+		rd := bufio.NewReader(outR)
+		for {
+			l, err := rd.ReadString('\n')
+			if err != nil {
+				return
+			}
+			lines <- l
+		}
+	}()
+	go func() { _, _ = io.Copy(io.Discard, errR) }()
+	before := pipeFDs(t, outW)
+	releases := make([]*io.PipeWriter, 2)
+	done := make(chan error, 2)
+	for i := range 2 {
+		hold, release := io.Pipe()
+		releases[i] = release
+		inR, inW := pipe(t)
+		go func() { _, _ = io.Copy(inW, hold); inW.Close() }()
+		c := relay.Client{Socket: sh.srv.Path(), Args: []string{"-p", f.port(), "127.0.0.1", "echo session-" + strconv.Itoa(i) + "; cat"},
+			Env: f.shareEnv(), Stdio: [3]int{int(inR.Fd()), int(outW.Fd()), int(errW.Fd())}}
+		go func() {
+			code, err := c.Run()
+			if err == nil && code != 0 {
+				err = errors.New("exit " + strconv.Itoa(code))
+			}
+			done <- err
+		}()
+	}
+	got := map[string]bool{}
+	for range 2 {
+		select {
+		case l := <-lines:
+			got[l] = true
+		case <-time.After(10 * time.Second):
+			t.Fatal("the sessions did not start")
+		}
+	}
+	if !got["session-0\n"] || !got["session-1\n"] {
+		t.Fatalf("outputs %v", got)
+	}
+	if n := pipeFDs(t, outW); n != before+1 {
+		t.Fatalf("the launcher holds %d descriptors on the pipe both sessions write to, want 1", n-before)
+	}
+	for _, r := range releases {
+		r.Close()
+	}
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	sshtest.Eventually(t, 5*time.Second, "the shared descriptor closed", func() bool { return pipeFDs(t, outW) == before })
+}
