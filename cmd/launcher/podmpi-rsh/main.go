@@ -32,36 +32,34 @@ import (
 )
 
 func main() {
+	// One processor from here on: the relay mostly waits, and with more
+	// every goroutine that wakes starts another thread (half the context
+	// switches of a session with one).
+	procs := runtime.GOMAXPROCS(1)
 	// Before anything opens a file: what mpirun's other children left open
 	// is not ours to keep.
 	_, _ = relay.CloseInheritedFDs()
 	self, selfErr := os.Executable()
-	if env, again := relay.Procs(os.Environ(), runtime.GOMAXPROCS(0)); again && selfErr == nil {
+	if env, again := relay.Procs(os.Environ(), procs); again && selfErr == nil {
 		_ = syscall.Exec(self, os.Args, env) // on failure, go on as we are
 	}
-	// One processor from here on: the relay mostly waits, and with more
-	// every goroutine that wakes starts another thread (half the context
-	// switches of a session with one).
-	runtime.GOMAXPROCS(1)
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	c := relay.Client{
 		Socket: os.Getenv(relay.EnvSocket), Args: os.Args[1:], Env: os.Environ(),
-		Stdio: [3]int{0, 1, 2}, Signals: sigs, Release: releaseStdio,
+		Stdio: [3]int{0, 1, 2}, Signals: sigs,
+		Release: func() {
+			releaseStdio()
+			// Signals are taken from here on, once the launcher holds the
+			// session: before, one ends the relay as it would end any
+			// program, and nothing has run. os/signal starts threads of its
+			// own, which a relay that falls back never needs.
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+		},
 	}
 	code, err := c.Run()
 	var u *relay.Unserved
 	if !errors.As(err, &u) {
 		os.Exit(code)
-	}
-	signal.Stop(sigs)
-	select {
-	case sig := <-sigs:
-		// Asked to stop before anything ran: do not start it now.
-		if s, ok := sig.(syscall.Signal); ok {
-			os.Exit(128 + int(s))
-		}
-	default:
 	}
 	if selfErr == nil {
 		selfErr = relay.Fallback(self, os.Args, os.Environ(), u.Reason)
