@@ -203,6 +203,9 @@ type runner struct {
 	pid   int
 	gone  func() bool
 	abort func()
+	// load reads the job configuration (sshclient.LoadJobConfig when nil;
+	// the launcher's cache of it).
+	load func(authDir, home, identity string) (sshclient.Config, error)
 }
 
 // relay has the launcher serve the command when it offers its connections
@@ -227,9 +230,12 @@ func (r *runner) relay(args []string, own bool) (code int, ok bool) {
 		}}
 	code, err := c.Run()
 	var u *relay.Unserved
-	if errors.As(err, &u) {
+	switch {
+	case errors.As(err, &u):
 		r.unshared = u.Reason
 		return 0, false
+	case errors.Is(err, relay.ErrNoAnswer):
+		r.line("%v", err) // the streams are still the process's
 	}
 	return code, true
 }
@@ -372,7 +378,11 @@ func (r *runner) config(opts Options, port int) (sshclient.Config, *sshclient.Fa
 		}
 		return &sshclient.Failure{Host: opts.Host, Port: port, Phase: sshclient.PhaseConfig, Cause: err, Hint: hint}
 	}
-	cfg, err := sshclient.LoadJobConfig(r.lookup(EnvAuthDir), r.lookup("HOME"), opts.Identity)
+	load := r.load
+	if load == nil {
+		load = sshclient.LoadJobConfig
+	}
+	cfg, err := load(r.lookup(EnvAuthDir), r.lookup("HOME"), opts.Identity)
 	if err != nil {
 		return cfg, cfgFail(err)
 	}

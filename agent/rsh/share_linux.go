@@ -37,15 +37,16 @@ var (
 // the relay's variables, waiting for a late worker, the exit status,
 // signals, failure lines and records) on the relay's behalf.
 type Server struct {
-	ln     *net.UnixListener
-	path   string
-	pool   *Pool
-	log    *slog.Logger
-	uid    int
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	wg     sync.WaitGroup
-	pipes  pipes
+	ln      *net.UnixListener
+	path    string
+	pool    *Pool
+	log     *slog.Logger
+	uid     int
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	wg      sync.WaitGroup
+	pipes   pipes
+	configs configs
 }
 
 // Serve listens on path (which must not exist; its directory should be the
@@ -151,10 +152,7 @@ func (s *Server) serve(c *net.UnixConn) {
 		return
 	}
 	if _, err := c.Write(relay.AppendFrame(nil, relay.FrameAccept, nil)); err != nil {
-		return
-	}
-	if typ, _, err := relay.ReadFrame(c); err != nil || typ != relay.FrameGo {
-		return // the relay gave up before it let go of its streams: nothing ran
+		return // the relay is gone: nothing ran
 	}
 	_ = c.SetDeadline(time.Time{})
 
@@ -179,7 +177,7 @@ func (s *Server) serve(c *net.UnixConn) {
 		}
 	}()
 	r := &runner{env: lookupIn(open.Env), sigs: sigs, grace: SignalGrace, retryDelay: retryDelay, progressEvery: progressEvery,
-		pool: s.pool, pid: int(cred.Pid), abort: st.interrupt,
+		pool: s.pool, pid: int(cred.Pid), abort: st.interrupt, load: s.configs.load,
 		gone: func() bool { return errors.Is(context.Cause(ctx), errRelayGone) }}
 	r.stdin, r.stdout, r.stderr = st.streams()
 	code := r.run(ctx, open.Args)

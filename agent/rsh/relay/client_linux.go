@@ -36,6 +36,9 @@ type Client struct {
 	// before the command runs: the relay binary closes its own copies
 	// there, so that it keeps no descriptor but the socket.
 	Release func()
+	// Started, when set, is called once the command may run, off the
+	// command's path (the relay binary subscribes to signals there).
+	Started func()
 	// Timeout bounds the handshake; DefaultTimeout when zero.
 	Timeout time.Duration
 }
@@ -50,8 +53,14 @@ func (u *Unserved) Error() string { return "not served by the launcher: " + u.Re
 // the session, after the command had started.
 var ErrLost = errors.New("the launcher closed the shared session without an exit status")
 
+// ErrNoAnswer is returned (with status 255) when the launcher took the
+// request but gave no answer within the handshake's timeout: it may run the
+// command still, so the relay cannot run it on its own connection.
+var ErrNoAnswer = errors.New("the launcher took the command but did not answer")
+
 // Run has the launcher run the command and returns the status to exit
-// with. An *Unserved error means nothing ran; ErrLost comes with 255.
+// with. An *Unserved error means nothing ran; ErrLost and ErrNoAnswer come
+// with 255.
 func (c *Client) Run() (int, error) {
 	modes, fds, err := Classify(c.Stdio)
 	if err != nil {
@@ -70,26 +79,31 @@ func (c *Client) Run() (int, error) {
 	if err := sendAll(sock, AppendFrame(nil, FrameOpen, EncodeOpen(open)), syscall.UnixRights(fds...)); err != nil {
 		return 0, &Unserved{Reason: fmt.Sprintf("sending the request to %s: %v", c.Socket, err)}
 	}
+	// The launcher answers Refuse (nothing ran) or Accept, after which it
+	// runs the command; if it closes the socket first, nothing ran.
 	conn := fdConn(sock)
 	typ, p, err := ReadFrame(conn)
 	switch {
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET):
+		return 0, &Unserved{Reason: fmt.Sprintf("%s closed before it answered", c.Socket)}
 	case err != nil:
-		return 0, &Unserved{Reason: fmt.Sprintf("no answer from %s: %v", c.Socket, err)}
+		// Whether the command runs is not known: it must not run twice.
+		return 255, fmt.Errorf("%w (%s: %v)", ErrNoAnswer, c.Socket, err)
 	case typ == FrameRefuse:
 		return 0, &Unserved{Reason: "the launcher refused: " + printable(string(p))}
 	case typ != FrameAccept:
-		return 0, &Unserved{Reason: fmt.Sprintf("unexpected answer (frame %d) from %s", typ, c.Socket)}
+		return 255, fmt.Errorf("%w: unexpected frame %d from %s", ErrNoAnswer, typ, c.Socket)
 	}
+	// From here on the command is the launcher's to run, and any failure
+	// is the session's.
 	if c.Release != nil {
 		c.Release()
 	}
-	// From here on the relay is committed: the launcher runs the command
-	// once it reads Go, and a failure is the session's.
 	if err := setTimeout(sock, 0); err != nil {
 		return 255, fmt.Errorf("%w (%v)", ErrLost, err)
 	}
-	if err := sendAll(sock, AppendFrame(nil, FrameGo, nil), nil); err != nil {
-		return 255, fmt.Errorf("%w (%v)", ErrLost, err)
+	if c.Started != nil {
+		c.Started()
 	}
 	return c.wait(sock, conn)
 }

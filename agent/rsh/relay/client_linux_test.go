@@ -2,10 +2,13 @@ package relay
 
 import (
 	"errors"
+	"net"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -115,5 +118,61 @@ func TestFallbackCommand(t *testing.T) {
 	}
 	if p := fullClientPaths("/opt/podmpi/bin/podmpi-rsh"); !reflect.DeepEqual(p, []string{"/opt/podmpi/bin/launcher", "/opt/podmpi/bin/worker-agent"}) {
 		t.Fatalf("full clients %q", p)
+	}
+}
+
+// fakeLauncher listens on a socket and handles each connection with h.
+func fakeLauncher(t *testing.T, h func(*net.UnixConn)) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "rsh.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.AcceptUnix()
+			if err != nil {
+				return
+			}
+			h(c)
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	return path
+}
+
+// TestRelayAnswers: a launcher that closes the socket before it answers ran
+// nothing (the relay falls back); one that takes the request and does not
+// answer in time may run it still, so the relay fails (255) rather than
+// run it a second time on its own connection.
+func TestRelayAnswers(t *testing.T) {
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	stdio := [3]int{int(null.Fd()), int(null.Fd()), int(null.Fd())}
+	closing := fakeLauncher(t, func(c *net.UnixConn) {
+		_, _, _ = ReadFrame(c)
+		c.Close()
+	})
+	c := Client{Socket: closing, Args: []string{"h", "true"}, Stdio: stdio}
+	var u *Unserved
+	if _, err := c.Run(); !errors.As(err, &u) {
+		t.Fatalf("a launcher that closed before answering: %v, want *Unserved", err)
+	}
+	release := make(chan struct{})
+	silent := fakeLauncher(t, func(c *net.UnixConn) {
+		_, _, _ = ReadFrame(c)
+		<-release
+		c.Close()
+	})
+	defer close(release)
+	c = Client{Socket: silent, Args: []string{"h", "true"}, Stdio: stdio, Timeout: 200 * time.Millisecond}
+	if code, err := c.Run(); code != 255 || !errors.Is(err, ErrNoAnswer) {
+		t.Fatalf("a launcher that did not answer: %d, %v; want 255, ErrNoAnswer", code, err)
 	}
 }

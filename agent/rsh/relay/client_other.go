@@ -18,6 +18,7 @@ type Client struct {
 	Stdio   [3]int
 	Signals <-chan os.Signal
 	Release func()
+	Started func()
 	Timeout time.Duration
 }
 

@@ -11,18 +11,17 @@ import (
 // The frames of the protocol: one type byte, a big-endian uint32 payload
 // length, the payload. A session is
 //
-//	relay -> launcher  Open (with the descriptors), then Go
-//	launcher -> relay  Accept (or Refuse: nothing ran)
+//	relay -> launcher  Open (with the descriptors)
+//	launcher -> relay  Accept, and the command runs (or Refuse: nothing ran)
 //	relay -> launcher  Signal, any number of times
 //	launcher -> relay  Exit
 //
-// The relay sends Go only after Accept and after letting go of its own
-// stdio, so that the command runs only once the relay is committed: a relay
-// that gave up waiting for Accept and fell back never has its command run
-// twice.
+// A relay falls back to a connection of its own only when it knows nothing
+// ran: it could not send Open, the launcher refused, or closed the socket
+// before it answered. One that gets no answer in time exits 255 instead, so
+// that a command never runs twice.
 const (
 	FrameOpen   byte = 1  // relay: the request (EncodeOpen), descriptors attached
-	FrameGo     byte = 2  // relay: stdio handed over; run the command
 	FrameSignal byte = 3  // relay: one byte, the number of a signal it received
 	FrameAccept byte = 11 // launcher: the descriptors are taken
 	FrameRefuse byte = 12 // launcher: not served, the payload says why; nothing ran

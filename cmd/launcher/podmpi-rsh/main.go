@@ -46,19 +46,20 @@ func main() {
 	sigs := make(chan os.Signal, 4)
 	c := relay.Client{
 		Socket: os.Getenv(relay.EnvSocket), Args: os.Args[1:], Env: os.Environ(),
-		Stdio: [3]int{0, 1, 2}, Signals: sigs,
-		Release: func() {
-			releaseStdio()
-			// Signals are taken from here on, once the launcher holds the
-			// session: before, one ends the relay as it would end any
-			// program, and nothing has run. os/signal starts threads of its
-			// own, which a relay that falls back never needs.
-			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-		},
+		Stdio: [3]int{0, 1, 2}, Signals: sigs, Release: releaseStdio,
+		// Signals are taken once the command may run: before, one ends the
+		// relay as it would end any program, and the launcher, seeing it
+		// go, runs nothing or closes the session. os/signal starts threads
+		// of its own, which a relay that falls back never needs, and which
+		// are best started off the command's path.
+		Started: func() { signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP) },
 	}
 	code, err := c.Run()
 	var u *relay.Unserved
 	if !errors.As(err, &u) {
+		if errors.Is(err, relay.ErrNoAnswer) {
+			_, _ = os.Stderr.WriteString("podmpi-rsh: " + err.Error() + "\n")
+		}
 		os.Exit(code)
 	}
 	if selfErr == nil {
