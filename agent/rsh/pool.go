@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -196,36 +197,26 @@ func (p *Pool) Session(ctx context.Context, host string, port int, cfg sshclient
 		fmt.Errorf("opening a session: %w (after %d connections)", last, maxPicks))
 }
 
-// openSession opens a session on c within OpenTimeout. A connection that
-// does not answer in time is closed (it is of no use to anyone); a session
-// given up on because ctx ended is closed when it comes.
+// openSession opens a session on c within OpenTimeout: a connection that
+// does not answer in time is closed (it is of no use to anyone), which
+// ends the request. It runs on the caller's goroutine, the command's path:
+// a client that goes away meanwhile has its session closed by the caller.
 func openSession(ctx context.Context, c *ssh.Client) (*ssh.Session, error) {
-	type opened struct {
-		s   *ssh.Session
-		err error
-	}
-	ch := make(chan opened, 1)
-	go func() {
-		s, err := c.NewSession()
-		ch <- opened{s, err}
-	}()
-	t := time.NewTimer(OpenTimeout)
-	defer t.Stop()
-	select {
-	case o := <-ch:
-		return o.s, o.err
-	case <-t.C:
+	var expired atomic.Bool
+	t := time.AfterFunc(OpenTimeout, func() {
+		expired.Store(true)
 		_ = c.Close()
-		if o := <-ch; o.s != nil {
-			_ = o.s.Close()
+	})
+	s, err := c.NewSession()
+	if !t.Stop() && expired.Load() {
+		if s != nil {
+			_ = s.Close()
 		}
 		return nil, fmt.Errorf("no answer to a session request within %s", OpenTimeout)
-	case <-ctx.Done():
-		go func() {
-			if o := <-ch; o.s != nil {
-				_ = o.s.Close()
-			}
-		}()
+	}
+	if err == nil && ctx.Err() != nil {
+		_ = s.Close()
 		return nil, context.Cause(ctx)
 	}
+	return s, err
 }

@@ -36,23 +36,26 @@ func main() {
 	// every goroutine that wakes starts another thread (half the context
 	// switches of a session with one).
 	procs := runtime.GOMAXPROCS(1)
-	// Before anything opens a file: what mpirun's other children left open
-	// is not ours to keep.
-	_, _ = relay.CloseInheritedFDs()
-	self, selfErr := os.Executable()
-	if env, again := relay.Procs(os.Environ(), procs); again && selfErr == nil {
-		_ = syscall.Exec(self, os.Args, env) // on failure, go on as we are
+	if env, again := relay.Procs(os.Environ(), procs); again {
+		if self, err := os.Executable(); err == nil {
+			_ = syscall.Exec(self, os.Args, env) // on failure, go on as we are
+		}
 	}
 	sigs := make(chan os.Signal, 4)
 	c := relay.Client{
 		Socket: os.Getenv(relay.EnvSocket), Args: os.Args[1:], Env: os.Environ(),
 		Stdio: [3]int{0, 1, 2}, Signals: sigs, Release: releaseStdio,
-		// Signals are taken once the command may run: before, one ends the
-		// relay as it would end any program, and the launcher, seeing it
-		// go, runs nothing or closes the session. os/signal starts threads
-		// of its own, which a relay that falls back never needs, and which
-		// are best started off the command's path.
-		Started: func() { signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP) },
+		Started: func() {
+			// Off the command's path, once the launcher runs it: what
+			// mpirun's other children left open is not ours to keep (the
+			// socket, opened close-on-exec, stays).
+			_, _ = relay.CloseInheritedFDs()
+			// Signals are taken from here on: before, one ends the relay
+			// as it would end any program, and the launcher, seeing it go,
+			// runs nothing or closes the session. os/signal starts threads
+			// of its own, which a relay that falls back never needs.
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+		},
 	}
 	code, err := c.Run()
 	var u *relay.Unserved
@@ -62,10 +65,12 @@ func main() {
 		}
 		os.Exit(code)
 	}
-	if selfErr == nil {
-		selfErr = relay.Fallback(self, os.Args, os.Environ(), u.Reason)
+	// The full client closes what it inherited first thing.
+	self, err := os.Executable()
+	if err == nil {
+		err = relay.Fallback(self, os.Args, os.Environ(), u.Reason)
 	}
-	_, _ = os.Stderr.WriteString("podmpi-rsh: cannot run the ssh client: " + selfErr.Error() + "\n")
+	_, _ = os.Stderr.WriteString("podmpi-rsh: cannot run the ssh client: " + err.Error() + "\n")
 	os.Exit(255)
 }
 
