@@ -129,6 +129,7 @@ func (s *Server) accept() {
 // serve runs one relay's session.
 func (s *Server) serve(c *net.UnixConn) {
 	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(relay.DefaultTimeout))
 	cred, err := peerCred(c)
 	if err != nil || int(cred.Uid) != s.uid {
 		uid := -1
@@ -136,10 +137,10 @@ func (s *Server) serve(c *net.UnixConn) {
 			uid = int(cred.Uid)
 		}
 		s.log.Warn("refused a connection to the podmpi-rsh socket from another user", "uid", uid, "err", err)
+		discardOpen(c) // so that the relay's request is sent whole and it reads why
 		refuse(c, "not the launcher's user")
 		return
 	}
-	_ = c.SetDeadline(time.Now().Add(relay.DefaultTimeout))
 	open, st, err := readOpen(c, &s.pipes)
 	if err != nil {
 		s.log.Debug("podmpi-rsh request refused", "pid", cred.Pid, "err", err)
@@ -271,6 +272,21 @@ func readOpen(c *net.UnixConn, pipes *pipes) (relay.Open, *stdio, error) {
 	}
 	st.adopt(open.Stdio, fds)
 	return open, st, nil
+}
+
+// discardOpen reads what a relay that is not served sent first and closes
+// the descriptors that came with it.
+func discardOpen(c *net.UnixConn) {
+	buf := make([]byte, 16<<10)
+	oob := make([]byte, unix.CmsgSpace(3*4))
+	_, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return
+	}
+	fds, _ := parseRights(oob[:oobn])
+	for _, fd := range fds {
+		_ = unix.Close(fd)
+	}
 }
 
 func parseRights(oob []byte) ([]int, error) {
