@@ -26,9 +26,12 @@
 package relay
 
 import (
+	"errors"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 )
 
 // EnvSocket names the launcher's socket. The launcher sets it in mpirun's
@@ -80,3 +83,49 @@ func SentEnv(env []string) []string {
 	}
 	return out
 }
+
+// DefaultTimeout bounds a relay's handshake: connecting, sending its
+// request and descriptors, and the launcher's Accept. The launcher answers
+// from its accept loop, before any network work, so this is only reached
+// when it is stuck or gone.
+const DefaultTimeout = 10 * time.Second
+
+// Client is one relay's session.
+type Client struct {
+	// Socket is the launcher's socket (EnvSocket).
+	Socket string
+	// Args are the client's arguments, without argv[0].
+	Args []string
+	// Env is the process's environment; SentEnv picks what is sent.
+	Env []string
+	// Stdio are the descriptors of stdin, stdout and stderr (0, 1, 2 in the
+	// relay binary).
+	Stdio [3]int
+	// Signals are forwarded to the launcher (and by it to the remote
+	// command) during the session; nil forwards none.
+	Signals <-chan os.Signal
+	// Release, when set, is called once the launcher holds the stdio and
+	// before the command runs: the relay binary closes its own copies
+	// there, so that it keeps no descriptor but the socket.
+	Release func()
+	// Started, when set, is called once the command may run, off the
+	// command's path (the relay binary subscribes to signals there).
+	Started func()
+	// Timeout bounds the handshake; DefaultTimeout when zero.
+	Timeout time.Duration
+}
+
+// Unserved is why a relay was not served. Nothing ran: the caller falls
+// back to a connection of its own.
+type Unserved struct{ Reason string }
+
+func (u *Unserved) Error() string { return "not served by the launcher: " + u.Reason }
+
+// ErrLost is returned (with status 255) when the launcher went away during
+// the session, after the command had started.
+var ErrLost = errors.New("the launcher closed the shared session without an exit status")
+
+// ErrNoAnswer is returned (with status 255) when the launcher took the
+// request but gave no answer within the handshake's timeout: it may run the
+// command still, so the relay cannot run it on its own connection.
+var ErrNoAnswer = errors.New("the launcher took the command but did not answer")
