@@ -30,7 +30,7 @@ func noticeModules(notice string) []string {
 }
 
 // TestNoticeListsLinkedModules keeps NOTICE true: every third-party module
-// linked into the two binaries is in its table (and nothing else is), and
+// linked into the three binaries is in its table (and nothing else is), and
 // the NOTICE file of every such module that has one is reproduced, as the
 // Apache License's section 4(d) asks.
 func TestNoticeListsLinkedModules(t *testing.T) {
@@ -49,7 +49,7 @@ func TestNoticeListsLinkedModules(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	list := exec.CommandContext(ctx, goBin, "list", "-deps", "-f", "{{with .Module}}{{if not .Main}}{{.Path}}\t{{.Dir}}{{end}}{{end}}",
-		"./cmd/launcher", "./cmd/worker-agent")
+		"./cmd/launcher", "./cmd/launcher/podmpi-rsh", "./cmd/worker-agent")
 	list.Dir = root
 	out, err := list.Output()
 	if err != nil {
@@ -79,7 +79,7 @@ func TestNoticeListsLinkedModules(t *testing.T) {
 	}
 	for _, path := range listed {
 		if _, ok := dirs[path]; !ok {
-			t.Errorf("NOTICE: lists %s, which neither binary links any more", path)
+			t.Errorf("NOTICE: lists %s, which no binary links any more", path)
 		}
 	}
 }

@@ -7,11 +7,15 @@
 #   /opt/podmpi/bin/worker-agent     the worker container's command (cgo, NVML
 #                                    through dlopen); needs glibc 2.28 or later
 #   /opt/podmpi/bin/launcher         the launcher container's command (static)
-#   /opt/podmpi/bin/ssh, podmpi-rsh  -> launcher: the ssh-compatible client
+#   /opt/podmpi/bin/podmpi-rsh       the ssh-compatible client (static): a
+#                                    relay of the launcher's shared
+#                                    connections under its mpirun, else the
+#                                    launcher's full client
+#   /opt/podmpi/bin/ssh              -> podmpi-rsh
 #   /opt/podmpi/bin/mpirun, mpiexec, mpiexec.hydra
 #                                    -> launcher: the launcher's phases, then
 #                                    the real program after /opt/podmpi/bin
-#   /opt/podmpi/sbom/podmpi.spdx.json    SPDX 2.3 SBOM of both binaries
+#   /opt/podmpi/sbom/podmpi.spdx.json    SPDX 2.3 SBOM of the three binaries
 #   /opt/podmpi/sbom/<binary>.go-version-m.txt   "go version -m" of each
 #   /opt/podmpi/LICENSE, /opt/podmpi/NOTICE
 #
@@ -61,9 +65,9 @@ RUN set -eu; \
     GOARCH="$TARGETARCH" PODMPI_SYSROOT=system VERSION="$VERSION" COMMIT="$REVISION" \
         scripts/build.sh /out/opt/podmpi/bin; \
     mkdir -p /out/opt/podmpi/sbom; \
-    (cd /out/opt/podmpi/bin && for b in launcher worker-agent; do go version -m "$b" > "../sbom/$b.go-version-m.txt"; done); \
+    (cd /out/opt/podmpi/bin && for b in launcher podmpi-rsh worker-agent; do go version -m "$b" > "../sbom/$b.go-version-m.txt"; done); \
     go run ./images/sbom -created "$CREATED" -version "$VERSION" \
-        -o /out/opt/podmpi/sbom/podmpi.spdx.json /out/opt/podmpi/bin/launcher /out/opt/podmpi/bin/worker-agent; \
+        -o /out/opt/podmpi/sbom/podmpi.spdx.json /out/opt/podmpi/bin/launcher /out/opt/podmpi/bin/podmpi-rsh /out/opt/podmpi/bin/worker-agent; \
     cp LICENSE NOTICE /out/opt/podmpi/; \
     chmod -R a+rX,go-w /out/opt/podmpi
 

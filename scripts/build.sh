@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# make build: podmpi's two binaries in OUTDIR (default bin), laid out exactly
+# make build: podmpi's binaries in OUTDIR (default bin), laid out exactly
 # as /opt/podmpi/bin of the binaries-only image (images/podmpi.Dockerfile):
 #
 #   launcher       static (CGO_ENABLED=0): starts on any Linux
+#   podmpi-rsh     static: the ssh program mpirun starts once per worker, a
+#                  small relay of the launcher's shared connections that runs
+#                  the launcher's full client where no launcher shares
+#                  (cmd/launcher/podmpi-rsh)
 #   worker-agent   cgo (NVML through dlopen), linked against Debian bullseye's
 #                  glibc 2.31 as the C compiler's sysroot, so that it asks for
 #                  no glibc symbol newer than PODMPI_GLIBC_MAX (2.28) and
 #                  starts on UBI 8, Debian 11, Ubuntu 20.04 and later
-#   ssh, podmpi-rsh, mpirun, mpiexec, mpiexec.hydra
-#                  relative symlinks to launcher: every name it answers to
-#                  (`launcher names` lists them). With OUTDIR first on PATH,
+#   ssh            relative symlink to podmpi-rsh
+#   mpirun, mpiexec, mpiexec.hydra
+#                  relative symlinks to launcher (`launcher names` lists
+#                  every link and its target). With OUTDIR first on PATH,
 #                  ssh is podmpi's client and mpirun runs the launcher's
 #                  phases before the real mpirun found after it on PATH.
 #
@@ -48,22 +53,28 @@ export GOARCH=$goarch GOOS=linux
 
 echo "CGO_ENABLED=0 $go build -o $out/launcher ./cmd/launcher  ($goarch)"
 CGO_ENABLED=0 "$go" build -trimpath -ldflags "$ldflags" -o "$out/launcher" ./cmd/launcher
-
-# Every name the launcher answers to, linked to it: the launcher keeps the
-# one list of them. A cross-compiled launcher cannot run here, so a host one
-# is asked then.
-if [ "$goarch" = "$hostarch" ]; then
-  names=$("$out/launcher" names)
-else
-  names=$(GOARCH="$hostarch" CGO_ENABLED=0 "$go" run ./cmd/launcher names)
+echo "CGO_ENABLED=0 $go build -o $out/podmpi-rsh ./cmd/launcher/podmpi-rsh  ($goarch)"
+if [ -L "$out/podmpi-rsh" ]; then
+  rm -f "$out/podmpi-rsh" # a link to the launcher, from a build before the relay had its own binary
 fi
-for n in $names; do
+CGO_ENABLED=0 "$go" build -trimpath -ldflags "-s -w" -o "$out/podmpi-rsh" ./cmd/launcher/podmpi-rsh
+
+# Every link make build lays out, "name target": the launcher keeps the one
+# list of them. A cross-compiled launcher cannot run here, so a host one is
+# asked then.
+if [ "$goarch" = "$hostarch" ]; then
+  links=$("$out/launcher" names)
+else
+  links=$(GOARCH="$hostarch" CGO_ENABLED=0 "$go" run ./cmd/launcher names)
+fi
+while read -r n target; do
+  [ -n "$n" ] || continue
   if [ -e "$out/$n" ] && [ ! -L "$out/$n" ]; then
     echo "build: $out/$n exists and is not a symlink; not replacing it" >&2; exit 1
   fi
-  ln -sfn launcher "$out/$n"
-done
-echo "$out: $(echo $names | sed 's/ /, /g') -> launcher"
+  ln -sfn "$target" "$out/$n"
+  echo "$out/$n -> $target"
+done <<<"$links"
 
 # The C compiler and its sysroot for worker-agent.
 case "$goarch" in

@@ -17,9 +17,19 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/podmpi/podmpi/agent/signals"
+	"github.com/podmpi/podmpi/agent/stream"
 )
 
 const maxLoggedCommand = 256
+
+// A command's output is copied to the channel with a buffer of outputSmall
+// while it trickles (an MPI daemon's occasional line) and outputLarge once a
+// read fills that (a streaming command): fewer reads of the pipe, fewer
+// wakeups of the command per byte, several packets per channel write.
+const (
+	outputSmall = 4 << 10
+	outputLarge = 256 << 10
+)
 
 // session is one "session" channel (RFC 4254 §6).
 type session struct {
@@ -324,6 +334,8 @@ func (sess *session) start(shell bool, cmdline string) {
 		if err == nil {
 			cmd.Stdin, stdinW = files[0], files[1]
 			parentR = []*os.File{files[2], files[4]}
+			growPipe(files[2])
+			growPipe(files[4])
 			cmd.Stdout, cmd.Stderr = files[3], files[5]
 			childFiles = []*os.File{files[0], files[3], files[5]}
 		} else {
@@ -400,7 +412,7 @@ func (sess *session) wait(cmd *exec.Cmd, stdinW *os.File, outputs []*os.File, st
 		outWG.Add(1)
 		go func() {
 			defer outWG.Done()
-			_, _ = io.Copy(w, eioAsEOF{r})
+			_ = stream.Copy(w, eioAsEOF{r}, outputSmall, outputLarge)
 		}()
 	}
 	// Client -> command. Ends at the client's EOF or when the channel closes.

@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/tools/record/util"
 )
@@ -86,14 +85,13 @@ func (r *recorder) write(ctx context.Context, ref *corev1.ObjectReference, typ, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.c.timeout)
 	defer cancel()
-	events := r.c.core.Events(ref.Namespace)
 	var out *corev1.Event
 	if res.Event.Count > 1 {
-		out, err = events.Patch(ctx, res.Event.Name, types.StrategicMergePatchType, res.Patch, metav1.PatchOptions{})
+		out, err = r.c.core.PatchEvent(ctx, ref.Namespace, res.Event.Name, res.Patch)
 	}
 	if res.Event.Count <= 1 || apierrors.IsNotFound(err) {
 		res.Event.ResourceVersion = ""
-		out, err = events.Create(ctx, res.Event, metav1.CreateOptions{})
+		out, err = r.c.core.CreateEvent(ctx, ref.Namespace, res.Event)
 	}
 	if err != nil {
 		r.c.mu.Lock()

@@ -11,10 +11,12 @@
 // without the API. Every request has a deadline (Options.Timeout), and
 // nothing here is on the path to mpirun beyond one bounded lookup.
 //
-// It uses client-go: the in-cluster configuration, the typed core/v1
-// client for pods and Events, the metadata client for the owning object's
-// uid (a TrainJob, MPIJob or JobSet: only its metadata is read), and
-// client-go's event correlator for aggregation and rate limits.
+// It uses client-go: the in-cluster configuration, a REST client of
+// core/v1 for pods and Events (Core; not client-go's typed clientset, which
+// registers every API group in every process that links it), the metadata
+// client for the owning object's uid (a TrainJob, MPIJob or JobSet: only
+// its metadata is read), and client-go's event correlator for aggregation
+// and rate limits.
 package kube
 
 import (
@@ -33,7 +35,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 )
@@ -80,7 +81,7 @@ type Options struct {
 	Logger    *slog.Logger
 
 	// Tests set these instead of the in-cluster configuration.
-	Core      corev1client.CoreV1Interface
+	Core      Core
 	Metadata  metadata.Interface
 	Namespace string
 }
@@ -88,7 +89,7 @@ type Options struct {
 // Client is the launcher's view of the API. Its methods are safe for
 // concurrent use; a nil *Client does nothing (see Connect).
 type Client struct {
-	core    corev1client.CoreV1Interface
+	core    Core
 	meta    metadata.Interface
 	ns      string
 	timeout time.Duration
@@ -133,7 +134,7 @@ func Connect(opts Options) (*Client, string) {
 		cfg.Timeout = timeout
 		cfg.QPS, cfg.Burst = 5, 10
 		cfg.UserAgent = opts.UserAgent
-		core, err := corev1client.NewForConfig(cfg)
+		core, err := newRESTCore(cfg)
 		if err != nil {
 			return nil, "the Kubernetes API client: " + err.Error()
 		}
@@ -222,7 +223,7 @@ func (c *Client) ownPod(ctx context.Context) (*corev1.Pod, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	if c.podName != "" {
-		p, err := c.core.Pods(c.ns).Get(ctx, c.podName, metav1.GetOptions{})
+		p, err := c.core.GetPod(ctx, c.ns, c.podName)
 		if err != nil {
 			return nil, c.explain("get pods", err)
 		}
@@ -230,7 +231,7 @@ func (c *Client) ownPod(ctx context.Context) (*corev1.Pod, error) {
 	}
 	ips := localIPs()
 	for _, ip := range ips {
-		list, err := c.core.Pods(c.ns).List(ctx, metav1.ListOptions{FieldSelector: "status.podIP=" + ip})
+		list, err := c.core.ListPods(ctx, c.ns, metav1.ListOptions{FieldSelector: "status.podIP=" + ip})
 		if err != nil {
 			return nil, c.explain("list pods", err)
 		}

@@ -1,4 +1,4 @@
-package kube
+package kube_test
 
 import (
 	"bytes"
@@ -19,6 +19,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	metafake "k8s.io/client-go/metadata/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/podmpi/podmpi/agent/kube"
+	"github.com/podmpi/podmpi/agent/kube/kubetest"
 )
 
 const ns = "team-a"
@@ -41,9 +44,9 @@ func meta(gvr schema.GroupVersionResource, kind, name, uid string) *metav1.Parti
 	}
 }
 
-// client is a Client over fake API clients holding objs (core) and owners
+// client is a kube.Client over fake API clients holding objs (core) and owners
 // (metadata).
-func client(t *testing.T, podName string, objs []runtime.Object, owners ...runtime.Object) (*Client, *fake.Clientset, *bytes.Buffer) {
+func client(t *testing.T, podName string, objs []runtime.Object, owners ...runtime.Object) (*kube.Client, *fake.Clientset, *bytes.Buffer) {
 	t.Helper()
 	cs := fake.NewClientset(objs...)
 	scheme := metafake.NewTestScheme()
@@ -52,7 +55,7 @@ func client(t *testing.T, podName string, objs []runtime.Object, owners ...runti
 	}
 	mc := metafake.NewSimpleMetadataClient(scheme, owners...)
 	var logs bytes.Buffer
-	c, why := Connect(Options{PodName: podName, Core: cs.CoreV1(), Metadata: mc, Namespace: ns, Timeout: time.Second,
+	c, why := kube.Connect(kube.Options{PodName: podName, Core: kubetest.Core(cs.CoreV1()), Metadata: mc, Namespace: ns, Timeout: time.Second,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if c == nil {
 		t.Fatal(why)
@@ -61,18 +64,18 @@ func client(t *testing.T, podName string, objs []runtime.Object, owners ...runti
 }
 
 func TestConnectOff(t *testing.T) {
-	c, why := Connect(Options{Mode: "off"})
+	c, why := kube.Connect(kube.Options{Mode: "off"})
 	if c != nil || !strings.Contains(why, "--kube.api off") {
-		t.Fatalf("Connect(off) = %v, %q", c, why)
+		t.Fatalf("kube.Connect(off) = %v, %q", c, why)
 	}
 	// Outside a pod: no KUBERNETES_SERVICE_HOST.
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	c, why = Connect(Options{})
+	c, why = kube.Connect(kube.Options{})
 	if c != nil || !strings.Contains(why, "not in a Kubernetes pod") {
-		t.Fatalf("Connect outside Kubernetes = %v, %q", c, why)
+		t.Fatalf("kube.Connect outside Kubernetes = %v, %q", c, why)
 	}
 	// A nil client does nothing and says so by its results.
-	if c.Event(context.Background(), Warning, "X", "y") || c.Job() != nil || c.Resolve(context.Background()) != nil {
+	if c.Event(context.Background(), kube.Warning, "X", "y") || c.Job() != nil || c.Resolve(context.Background()) != nil {
 		t.Error("a nil client did something")
 	}
 	if _, ok := c.Pods(context.Background()); ok {
@@ -81,10 +84,10 @@ func TestConnectOff(t *testing.T) {
 }
 
 func TestResolveTrainJob(t *testing.T) {
-	lbl := map[string]string{LabelJobSetName: "tj"}
+	lbl := map[string]string{kube.LabelJobSetName: "tj"}
 	c, cs, _ := client(t, "tj-launcher-0-0-abcde",
 		[]runtime.Object{pod("tj-launcher-0-0-abcde", "tj-launcher-0-0", lbl)},
-		meta(TrainJobs, "TrainJob", "tj", "tj-uid"))
+		meta(kube.TrainJobs, "TrainJob", "tj", "tj-uid"))
 	if err := c.Resolve(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +97,7 @@ func TestResolveTrainJob(t *testing.T) {
 	}
 	// The Event goes on the TrainJob (by uid) and on the launcher's pod,
 	// with what the Kubeflow SDK needs (firstTimestamp) and a count.
-	if !c.Event(context.Background(), Warning, "ProbeFailed", "tj-node-0-1.tj:2222: auth: key rejected") {
+	if !c.Event(context.Background(), kube.Warning, "ProbeFailed", "tj-node-0-1.tj:2222: auth: key rejected") {
 		t.Fatal("no Event written")
 	}
 	evs, _ := cs.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
@@ -106,15 +109,15 @@ func TestResolveTrainJob(t *testing.T) {
 		kinds[e.InvolvedObject.Kind] = e
 	}
 	e := kinds["TrainJob"]
-	if e.InvolvedObject.UID != "tj-uid" || e.Type != Warning || e.Reason != "ProbeFailed" || e.FirstTimestamp.IsZero() ||
-		e.Count != 1 || e.Source.Component != ReportingComponent || e.ReportingController != ReportingComponent {
+	if e.InvolvedObject.UID != "tj-uid" || e.Type != kube.Warning || e.Reason != "ProbeFailed" || e.FirstTimestamp.IsZero() ||
+		e.Count != 1 || e.Source.Component != kube.ReportingComponent || e.ReportingController != kube.ReportingComponent {
 		t.Errorf("TrainJob Event = %+v", e)
 	}
 	if p := kinds["Pod"]; p.InvolvedObject.Name != "tj-launcher-0-0-abcde" || p.InvolvedObject.UID != "uid-tj-launcher-0-0-abcde" {
 		t.Errorf("pod Event on %+v", p.InvolvedObject)
 	}
 	// The same Event again is the same Event, counted.
-	c.Event(context.Background(), Warning, "ProbeFailed", "tj-node-0-1.tj:2222: auth: key rejected")
+	c.Event(context.Background(), kube.Warning, "ProbeFailed", "tj-node-0-1.tj:2222: auth: key rejected")
 	evs, _ = cs.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
 	if len(evs.Items) != 2 {
 		t.Fatalf("%d Events after a repeat, want 2", len(evs.Items))
@@ -132,8 +135,8 @@ func TestResolveTrainJob(t *testing.T) {
 
 func TestResolveMPIJobByAddressAndPlainJobSet(t *testing.T) {
 	c, _, _ := client(t, "pi-launcher-xyz",
-		[]runtime.Object{pod("pi-launcher-xyz", "", map[string]string{LabelMPIJobName: "pi"})},
-		meta(MPIJobs, "MPIJob", "pi", "pi-uid"))
+		[]runtime.Object{pod("pi-launcher-xyz", "", map[string]string{kube.LabelMPIJobName: "pi"})},
+		meta(kube.MPIJobs, "MPIJob", "pi", "pi-uid"))
 	if err := c.Resolve(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -141,8 +144,8 @@ func TestResolveMPIJobByAddressAndPlainJobSet(t *testing.T) {
 		t.Fatalf("job = %+v", j)
 	}
 	// A JobSet that no TrainJob owns.
-	c, _, _ = client(t, "js-a-0-0-x", []runtime.Object{pod("js-a-0-0-x", "js-a-0-0", map[string]string{LabelJobSetName: "js"})},
-		meta(JobSets, "JobSet", "js", "js-uid"))
+	c, _, _ = client(t, "js-a-0-0-x", []runtime.Object{pod("js-a-0-0-x", "js-a-0-0", map[string]string{kube.LabelJobSetName: "js"})},
+		meta(kube.JobSets, "JobSet", "js", "js-uid"))
 	if err := c.Resolve(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +165,7 @@ func TestForbidden(t *testing.T) {
 		t.Fatalf("Resolve = %v", err)
 	}
 	for range 3 {
-		if c.Event(context.Background(), Warning, "X", "y") {
+		if c.Event(context.Background(), kube.Warning, "X", "y") {
 			t.Fatal("an Event was written")
 		}
 		if _, ok := c.Pods(context.Background()); ok {
@@ -212,7 +215,7 @@ func TestDescribe(t *testing.T) {
 		{"not ready", func(p *corev1.Pod) { p.Status.Conditions[0].Status = corev1.ConditionFalse }, "is Running but not Ready"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := Describe(pod("w-1-abc", "w-1", nil, func(p *corev1.Pod) {
+			s := kube.Describe(pod("w-1-abc", "w-1", nil, func(p *corev1.Pod) {
 				if tc.mut != nil {
 					tc.mut(p)
 				}
@@ -228,19 +231,19 @@ func TestDescribe(t *testing.T) {
 }
 
 func TestPodsAndGone(t *testing.T) {
-	lbl := map[string]string{LabelJobSetName: "tj"}
+	lbl := map[string]string{kube.LabelJobSetName: "tj"}
 	objs := []runtime.Object{pod("tj-launcher-0-0-a", "tj-launcher-0-0", lbl), pod("tj-node-0-0-a", "tj-node-0-0", lbl),
-		pod("tj-node-0-1-a", "tj-node-0-1", lbl), pod("other", "other", map[string]string{LabelJobSetName: "x"})}
-	c, cs, _ := client(t, "tj-launcher-0-0-a", objs, meta(TrainJobs, "TrainJob", "tj", "u"))
+		pod("tj-node-0-1-a", "tj-node-0-1", lbl), pod("other", "other", map[string]string{kube.LabelJobSetName: "x"})}
+	c, cs, _ := client(t, "tj-launcher-0-0-a", objs, meta(kube.TrainJobs, "TrainJob", "tj", "u"))
 	ps, ok := c.Pods(context.Background())
 	if !ok || len(ps.ByHost) != 3 {
-		t.Fatalf("Pods = %v, %v; want the 3 of the job", ps.ByHost, ok)
+		t.Fatalf("kube.Pods = %v, %v; want the 3 of the job", ps.ByHost, ok)
 	}
 	before, ok := ps.For("tj-node-0-1.tj.team-a.svc.cluster.local.")
 	if !ok || before.Name != "tj-node-0-1-a" {
 		t.Fatalf("For = %+v, %v", before, ok)
 	}
-	if why, gone := Gone(before, ps); gone {
+	if why, gone := kube.Gone(before, ps); gone {
 		t.Fatalf("a running pod is gone: %s", why)
 	}
 	// Replaced: deleted and recreated under the same host name.
@@ -249,14 +252,14 @@ func TestPodsAndGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	ps, _ = c.Pods(ctx)
-	if why, gone := Gone(before, ps); !gone || !strings.Contains(why, "no longer exists") {
+	if why, gone := kube.Gone(before, ps); !gone || !strings.Contains(why, "no longer exists") {
 		t.Errorf("deleted: %q, %v", why, gone)
 	}
 	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod("tj-node-0-1-b", "tj-node-0-1", lbl), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	ps, _ = c.Pods(ctx)
-	if why, gone := Gone(before, ps); !gone || !strings.Contains(why, "replaced by tj-node-0-1-b") {
+	if why, gone := kube.Gone(before, ps); !gone || !strings.Contains(why, "replaced by tj-node-0-1-b") {
 		t.Errorf("replaced: %q, %v", why, gone)
 	}
 	// A restart of the worker's container took its daemon with it.
@@ -270,7 +273,7 @@ func TestPodsAndGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	ps, _ = c.Pods(ctx)
-	if why, gone := Gone(n0, ps); !gone || !strings.Contains(why, "container restarted (Error, exit 137)") {
+	if why, gone := kube.Gone(n0, ps); !gone || !strings.Contains(why, "container restarted (Error, exit 137)") {
 		t.Errorf("restarted: %q, %v", why, gone)
 	}
 }

@@ -172,7 +172,7 @@ func (c *Client) Pods(ctx context.Context) (Pods, bool) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	list, err := c.core.Pods(c.ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	list, err := c.core.ListPods(ctx, c.ns, metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
 		c.mu.Lock()
 		_ = c.explain("list pods", err)
@@ -222,7 +222,7 @@ func (c *Client) WhyRestarted(ctx context.Context, pod string) string {
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	list, err := c.core.Events(c.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
+	list, err := c.core.ListEvents(ctx, c.ns, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
 	if err != nil {
 		c.mu.Lock()
 		_ = c.explain("list events", err)

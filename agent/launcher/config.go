@@ -56,6 +56,12 @@ type Config struct {
 	// SSHWait is how long the rsh client mpirun runs waits for a worker that
 	// does not resolve or accept yet (PODMPI_SSH_WAIT, which it reads).
 	SSHWait time.Duration
+	// ShareConnections serves the sessions of the podmpi-rsh processes
+	// mpirun starts on the launcher's own connection to each worker (the
+	// probe's, or one opened on first use), over a socket in its private
+	// directory, as OpenSSH's ControlMaster does; false lets every
+	// podmpi-rsh connect on its own.
+	ShareConnections bool
 	// ProbeTimeout is the deadline by which every worker must have answered
 	// for its slots and passed the SSH probe, counted from the end of the
 	// DNS wait: the slots phase and the probe share it, so a late worker
@@ -130,6 +136,7 @@ func Defaults() Config {
 		Implementation:   "auto",
 		SSHPort:          2222,
 		SSHWait:          2 * time.Minute,
+		ShareConnections: true,
 		ProbeTimeout:     2 * time.Minute,
 		ProbeParallel:    64,
 		ProbeSSHSample:   128,
@@ -166,6 +173,7 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.IntVar(&c.SSHPort, "ssh.port", c.SSHPort, "SSH port of the worker-agents")
 	fs.StringVar(&c.SSHUser, "ssh.user", c.SSHUser, "user name sent to workers (worker-agent accepts any; default $USER or mpiuser)")
 	fs.BoolVar(&c.InsecureIgnoreHostKey, "ssh.insecure-ignore-host-key", c.InsecureIgnoreHostKey, "do not verify workers' host keys (INSECURE; the default pins them to id_rsa.pub)")
+	fs.BoolVar(&c.ShareConnections, "ssh.share-connections", c.ShareConnections, "serve the sessions of mpirun's ssh program (podmpi-rsh) on the launcher's own connection to each worker, the probe's or one opened on first use, as OpenSSH's ControlMaster (false: every podmpi-rsh connects on its own)")
 	fs.DurationVar(&c.SSHWait, "ssh.wait", c.SSHWait, "how long mpirun's ssh client (podmpi-rsh) waits for a worker that does not resolve or accept yet (0: OpenSSH's ConnectionAttempts only)")
 	fs.DurationVar(&c.ProbeTimeout, "probe.timeout", c.ProbeTimeout, "deadline, from the end of the DNS wait, for every worker-agent to give its slots and pass the SSH probe; transient failures are retried until it")
 	fs.IntVar(&c.ProbeParallel, "probe.parallel", c.ProbeParallel, "workers probed at once")

@@ -18,6 +18,7 @@ import (
 
 	"github.com/podmpi/podmpi/agent/exitcode"
 	"github.com/podmpi/podmpi/agent/kube"
+	"github.com/podmpi/podmpi/agent/kube/kubetest"
 	"github.com/podmpi/podmpi/agent/launcher/discovery"
 	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
 )
@@ -44,7 +45,7 @@ func newFakeAPI(t *testing.T, pods ...*corev1.Pod) *fakeAPI {
 	}
 	tj := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "trainer.kubeflow.org/v1alpha1", Kind: "TrainJob"},
 		ObjectMeta: metav1.ObjectMeta{Name: "tj", Namespace: kns, UID: "tj-uid"}}
-	c, why := kube.Connect(kube.Options{PodName: "tj-launcher-0-0-aa", Core: cs.CoreV1(), Metadata: metafake.NewSimpleMetadataClient(scheme, tj),
+	c, why := kube.Connect(kube.Options{PodName: "tj-launcher-0-0-aa", Core: kubetest.Core(cs.CoreV1()), Metadata: metafake.NewSimpleMetadataClient(scheme, tj),
 		Namespace: kns, Timeout: 2 * time.Second})
 	if c == nil {
 		t.Fatal(why)

@@ -21,12 +21,15 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/crypto/ssh"
+
 	"github.com/podmpi/podmpi/agent/exitcode"
 	"github.com/podmpi/podmpi/agent/launcher/discovery"
 	"github.com/podmpi/podmpi/agent/launcher/mpirun"
 	"github.com/podmpi/podmpi/agent/launcher/postmortem"
 	"github.com/podmpi/podmpi/agent/launcher/probe"
 	"github.com/podmpi/podmpi/agent/launcher/slots"
+	"github.com/podmpi/podmpi/agent/rsh"
 	"github.com/podmpi/podmpi/agent/sshclient"
 	"github.com/podmpi/podmpi/agent/worker/api"
 	"github.com/podmpi/podmpi/hostfile"
@@ -151,6 +154,9 @@ type Launcher struct {
 	m     *Metrics
 	start time.Time
 	kv    kubeView // the Kubernetes API, when the pod may use it (kube.go)
+	// pool holds the probe's connections for mpirun's sessions when the
+	// launcher shares its connections (Run sets it; run.go serves it).
+	pool *rsh.Pool
 }
 
 // New fills the zero settings of cfg from Defaults() and the missing
@@ -414,8 +420,11 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 		if err != nil {
 			return &Failure{Phase: PhaseProbe, Code: exitcode.Config, Err: err}
 		}
-		if cfg.SSHUser != "" {
-			client.User = cfg.SSHUser
+		// The login name podmpi-rsh will send (--ssh.user, else $USER, else
+		// mpiuser), so that mpirun's sessions may share these connections.
+		client.User = cfg.SSHUser
+		if client.User == "" {
+			client.User = os.Getenv("USER")
 		}
 		if cfg.InsecureIgnoreHostKey {
 			l.log.Warn("host keys are NOT verified (--ssh.insecure-ignore-host-key): anyone who can answer on a worker's address gets the job's commands")
@@ -431,7 +440,12 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 		// What the slots phase left of the deadline; every worker still
 		// gets one real attempt (probe.Run's floor) when that is little.
 		left := max(time.Until(readyBy), time.Millisecond)
+		var keep func(probe.Target, *ssh.Client) bool
+		if l.pool != nil {
+			keep = func(t probe.Target, c *ssh.Client) bool { return l.pool.Add(t.Host, t.Port, client, c) }
+		}
 		results := probe.Run(ctx, targets, probe.Options{
+			Keep:      keep,
 			Explain:   l.explainRefused,
 			Client:    client,
 			Daemons:   impl.Daemons(),

@@ -31,6 +31,10 @@ func (l *Launcher) Run(ctx context.Context) (exitcode.Code, error) {
 		return exitcode.Usage, &Failure{Phase: "run", Code: exitcode.Usage, Err: errors.New("no command given"),
 			Hint: "usage: launcher [flags] -- mpirun [mpirun flags] program"}
 	}
+	if l.cfg.ShareConnections {
+		l.pool = rsh.NewPool()
+		defer l.pool.Close()
+	}
 	p, err := l.Prepare(ctx, true)
 	if err != nil {
 		return codeOf(err), err
@@ -67,6 +71,16 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 			AuthDir: cfg.AuthDir, Port: cfg.SSHPort, User: cfg.SSHUser, Insecure: cfg.InsecureIgnoreHostKey, Wait: &cfg.SSHWait,
 		},
 		NoTreeSpawn: cfg.NoTreeSpawn,
+	}
+	if l.pool != nil {
+		srv, err := rsh.Serve(filepath.Join(rshDir, rsh.SocketName), l.pool, l.log)
+		if err != nil {
+			l.log.Warn("not sharing the launcher's SSH connections: every podmpi-rsh connects on its own", "err", err)
+		} else {
+			defer srv.Close()
+			w.Rsh.Socket = srv.Path()
+			l.log.Info("sharing the launcher's SSH connections with podmpi-rsh", "socket", srv.Path(), "connections", l.pool.Len())
+		}
 	}
 	// What happens after mpirun starts is watched (watch.go).
 	pm := l.newWatch(ctx, p, rshDir)

@@ -56,10 +56,11 @@ type FailureRecord struct {
 	PID  int    `json:"pid"`
 }
 
-// newFailureRecord describes f for the remote command cmd.
-func newFailureRecord(f *sshclient.Failure, cmd string, now time.Time) FailureRecord {
+// newFailureRecord describes f for the remote command cmd of the client
+// process pid.
+func newFailureRecord(f *sshclient.Failure, cmd string, pid int, now time.Time) FailureRecord {
 	r := FailureRecord{Time: now, Host: f.Host, Port: f.Port, Phase: string(f.Phase), Cause: f.CauseText(), Hint: f.Hint,
-		Line: f.Error(), PID: os.Getpid()}
+		Line: f.Error(), PID: pid}
 	r.Daemon = filepath.Base(mpi.CommandName(cmd))
 	if r.Daemon == "." {
 		r.Daemon = ""

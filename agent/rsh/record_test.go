@@ -166,7 +166,7 @@ func TestNewFailureRecordLaunch(t *testing.T) {
 		"hostname":                        {"hostname", false},
 		"":                                {"", false},
 	} {
-		r := newFailureRecord(f, cmd, time.Now())
+		r := newFailureRecord(f, cmd, os.Getpid(), time.Now())
 		if r.Daemon != want.daemon || r.Launch != want.launch {
 			t.Errorf("record of %q: daemon %q launch %t, want %q %t", cmd, r.Daemon, r.Launch, want.daemon, want.launch)
 		}

@@ -15,9 +15,20 @@
 //	podmpi-rsh: <host>:<port>: <phase>: <cause>; hint: <hint>
 //
 // It needs no passwd entry, no $HOME and no ~/.ssh, so it works under the
-// random UID of OpenShift's restricted SCC. Linked as ssh first on PATH
-// (make build lays out bin/ so), it is the ssh of horovodrun, of plain
-// mpirun and mpiexec, and of anyone who types ssh in a pod.
+// random UID of OpenShift's restricted SCC. As ssh first on PATH (make
+// build lays out bin/ so), it is the ssh of horovodrun, of plain mpirun and
+// mpiexec, and of anyone who types ssh in a pod.
+//
+// # Connection sharing
+//
+// Under the launcher's mpirun the client does not connect itself: the small
+// relay podmpi-rsh (package relay, cmd/launcher/podmpi-rsh) hands its
+// command line and its stdin, stdout and stderr to the launcher, whose
+// Server runs this same client logic on a connection from its Pool (the
+// probe's, or one dialed on first use, as OpenSSH's ControlMaster shares
+// one). Everything below holds there too: the lines, exit statuses,
+// signals, records and waiting are the same; cutting a session short closes
+// its channel instead of the connection.
 //
 // # Waiting for late workers
 //
@@ -81,9 +92,10 @@
 // remote command as SSH "signal" requests (worker-agent delivers them to the
 // command's process group) and the client keeps waiting for the exit
 // status. If the command has not exited SignalGrace after the first signal,
-// the connection is closed, which makes worker-agent kill the command's
-// process tree, and the client exits 128+signal. mpirun's final SIGKILL of
-// its ssh children drops the connection with the same effect.
+// the session is closed (the client's own connection with it), which makes
+// worker-agent kill the command's process tree, and the client exits
+// 128+signal. mpirun's final SIGKILL of its ssh children drops the
+// connection, or for a relay the launcher's session, with the same effect.
 package rsh
 
 import (
@@ -96,6 +108,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -103,8 +116,10 @@ import (
 
 	"github.com/podmpi/podmpi/agent/cli"
 	"github.com/podmpi/podmpi/agent/exitcode"
+	"github.com/podmpi/podmpi/agent/rsh/relay"
 	"github.com/podmpi/podmpi/agent/signals"
 	"github.com/podmpi/podmpi/agent/sshclient"
+	"github.com/podmpi/podmpi/agent/stream"
 	"github.com/podmpi/podmpi/agent/version"
 	"github.com/podmpi/podmpi/jobkey"
 	"github.com/podmpi/podmpi/mpi"
@@ -143,12 +158,21 @@ const prefix = "podmpi-rsh: "
 // Main runs the client with args (without argv[0]) and returns the exit
 // status. env looks up environment variables (os.LookupEnv when nil). stdin
 // may be nil (as with -n).
+//
+// When the process's own streams are the client's (a podmpi binary started
+// as the client) and PODMPI_RSH_SOCKET names a launcher's socket, the
+// launcher runs the command on the connection it holds to the worker
+// (package relay); otherwise, or when the launcher cannot serve it, the
+// client connects on its own.
 func Main(ctx context.Context, args []string, env func(string) (string, bool), stdin io.Reader, stdout, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 	r := runner{env: env, stdin: stdin, stdout: stdout, stderr: stderr, sigs: sigs, grace: SignalGrace, retryDelay: retryDelay,
 		progressEvery: progressEvery}
+	if code, ok := r.relay(args, stdin == os.Stdin && stdout == os.Stdout && stderr == os.Stderr); ok {
+		return code
+	}
 	return r.run(ctx, args)
 }
 
@@ -166,6 +190,54 @@ type runner struct {
 	// quiet and command are -q and the remote command of this run.
 	quiet   bool
 	command string
+	// unshared is why the launcher's connection is not used, for a debug
+	// line under -v ("" when no launcher offered one).
+	unshared string
+
+	// The launcher's side of a shared session (Server): pool holds the
+	// connections; pid is the relay's, for its failure records; gone
+	// reports that the relay went away (nothing is said to it then); and
+	// abort loosens the relay's streams so that no copier stays blocked on
+	// them once the session is cut short.
+	pool  *Pool
+	pid   int
+	gone  func() bool
+	abort func()
+	// load reads the job configuration (sshclient.LoadJobConfig when nil;
+	// the launcher's cache of it).
+	load func(authDir, home, identity string) (sshclient.Config, error)
+}
+
+// relay has the launcher serve the command when it offers its connections
+// (relay.EnvSocket) and the process's own streams are the client's (own):
+// ok reports that it did, with the status to exit with. Otherwise it notes
+// why in r.unshared and the client connects on its own.
+func (r *runner) relay(args []string, own bool) (code int, ok bool) {
+	sock := r.lookup(relay.EnvSocket)
+	r.unshared = r.lookup(relay.EnvUnshared)
+	if sock == "" {
+		return 0, false
+	}
+	if !own {
+		r.unshared = "the client's streams are not the process's"
+		return 0, false
+	}
+	c := relay.Client{Socket: sock, Args: args, Env: os.Environ(), Stdio: [3]int{0, 1, 2}, Signals: r.sigs,
+		Release: func() {
+			for fd := range 3 {
+				_ = syscall.Close(fd)
+			}
+		}}
+	code, err := c.Run()
+	var u *relay.Unserved
+	switch {
+	case errors.As(err, &u):
+		r.unshared = u.Reason
+		return 0, false
+	case errors.Is(err, relay.ErrNoAnswer):
+		r.line("%v", err) // the streams are still the process's
+	}
+	return code, true
 }
 
 func (r *runner) lookup(name string) string {
@@ -184,9 +256,18 @@ func (r *runner) line(format string, args ...any) {
 }
 
 func (r *runner) fail(f *sshclient.Failure) int {
+	if r.gone != nil && r.gone() {
+		// The relay was killed: like a killed client, it says nothing and
+		// leaves no record.
+		return int(exitcode.RemoteShell)
+	}
 	r.line("%s", f.Error())
 	if dir := r.lookup(EnvFailureDir); dir != "" {
-		if err := WriteFailureRecord(dir, newFailureRecord(f, r.command, time.Now())); err != nil {
+		pid := r.pid
+		if pid == 0 {
+			pid = os.Getpid()
+		}
+		if err := WriteFailureRecord(dir, newFailureRecord(f, r.command, pid, time.Now())); err != nil {
 			r.line("could not leave the failure record in %s (%s): %v", dir, EnvFailureDir, err)
 		}
 	}
@@ -206,6 +287,9 @@ func (r *runner) run(ctx context.Context, args []string) int {
 	if opts.Verbose > 0 {
 		for _, ig := range opts.Ignored {
 			r.line("debug: ignoring %s: no effect in podmpi's client", ig)
+		}
+		if r.unshared != "" {
+			r.line("debug: not using the launcher's shared connection (%s); connecting on its own", r.unshared)
 		}
 	}
 	if !opts.Quiet {
@@ -245,12 +329,42 @@ func (r *runner) run(ctx context.Context, args []string) int {
 	if f != nil {
 		return r.fail(f)
 	}
+	if r.pool != nil {
+		return r.shared(ctx, opts, port, cfg, retry)
+	}
 	client, f := r.dial(ctx, opts, port, cfg, retry)
 	if f != nil {
 		return r.fail(f)
 	}
 	defer client.Close()
-	return r.session(ctx, client, opts, port)
+	s, err := client.NewSession()
+	if err != nil {
+		return r.fail(sshclient.Classify(opts.Host, port, sshclient.PhaseRemoteCommand, fmt.Errorf("opening a session: %w", err)))
+	}
+	defer s.Close()
+	// Cutting the connection ends everything on it at once.
+	return r.session(ctx, s, opts, port, func() { client.Close() })
+}
+
+// shared runs the command in a session on the launcher's connection to
+// the worker (the pool's), dialing one as r.dial does when there is none.
+// Cutting the session short closes only its channel: worker-agent ends the
+// command's process group, and the connection's other sessions go on.
+func (r *runner) shared(ctx context.Context, opts Options, port int, cfg sshclient.Config, retry sshclient.Retry) int {
+	s, end, f := r.pool.Session(ctx, opts.Host, port, cfg, func(ctx context.Context) (*ssh.Client, *sshclient.Failure) {
+		return r.dial(ctx, opts, port, cfg, retry)
+	})
+	if f != nil {
+		return r.fail(f)
+	}
+	defer end()
+	defer s.Close()
+	return r.session(ctx, s, opts, port, func() {
+		s.Close()
+		if r.abort != nil {
+			r.abort()
+		}
+	})
 }
 
 // config builds the client configuration from options, environment and the
@@ -264,7 +378,11 @@ func (r *runner) config(opts Options, port int) (sshclient.Config, *sshclient.Fa
 		}
 		return &sshclient.Failure{Host: opts.Host, Port: port, Phase: sshclient.PhaseConfig, Cause: err, Hint: hint}
 	}
-	cfg, err := sshclient.LoadJobConfig(r.lookup(EnvAuthDir), r.lookup("HOME"), opts.Identity)
+	load := r.load
+	if load == nil {
+		load = sshclient.LoadJobConfig
+	}
+	cfg, err := load(r.lookup(EnvAuthDir), r.lookup("HOME"), opts.Identity)
 	if err != nil {
 		return cfg, cfgFail(err)
 	}
@@ -377,27 +495,69 @@ func (r *runner) dial(ctx context.Context, opts Options, port int, cfg sshclient
 	return client, f
 }
 
-func (r *runner) session(ctx context.Context, client *ssh.Client, opts Options, port int) int {
+// abortWait bounds the wait for a session's streams after it was cut
+// short: a stream the client's reader no longer drains (a full pipe, a
+// socket) cannot hold the client past it.
+const abortWait = 5 * time.Second
+
+// A session's streams are copied with a buffer of streamSmall while they
+// trickle (an MPI daemon's few lines: the launcher serves one session per
+// worker for the whole job) and streamLarge, x/crypto's packet size, once
+// they stream.
+const (
+	streamSmall = 4 << 10
+	streamLarge = 32 << 10
+)
+
+// session runs the command in s and returns the status to exit with. abort
+// cuts the session short (after the signal grace, or when ctx ends).
+func (r *runner) session(ctx context.Context, s *ssh.Session, opts Options, port int, abort func()) int {
 	host := opts.Host
-	remoteFail := func(err error) int {
-		return r.fail(sshclient.Classify(host, port, sshclient.PhaseRemoteCommand, err))
+	outs, f := sessionOutputs(s, host, port)
+	if f != nil {
+		return r.fail(f)
 	}
-	s, err := client.NewSession()
-	if err != nil {
-		return remoteFail(fmt.Errorf("opening a session: %w", err))
-	}
-	defer s.Close()
-	s.Stdout = r.stdout
-	s.Stderr = r.stderr
+	var in io.WriteCloser
 	if !opts.NoStdin && r.stdin != nil {
-		s.Stdin = r.stdin
+		var err error
+		if in, err = s.StdinPipe(); err != nil {
+			return r.fail(sshclient.Classify(host, port, sshclient.PhaseRemoteCommand, fmt.Errorf("opening the session's stdin: %w", err)))
+		}
 	}
 	if err := s.Start(opts.Command); err != nil {
 		return r.fail(&sshclient.Failure{Host: host, Port: port, Phase: sshclient.PhaseRemoteCommand,
 			Cause: errors.New("the worker refused the exec request"), Hint: "worker-agent may be shutting down, or the server is not worker-agent; see its log"})
 	}
+	var copiers sync.WaitGroup
+	for i, w := range []io.Writer{r.stdout, r.stderr} {
+		copiers.Go(func() { drain(w, outs[i]) })
+	}
+	if in != nil {
+		// Not waited for: it ends at the client's end of input, or when
+		// the client's stdin closes (the process exits; the launcher
+		// closes a relay's).
+		go func() {
+			_ = stream.Copy(in, r.stdin, streamSmall, streamLarge)
+			_ = in.Close() // EOF to the remote command
+		}()
+	}
 	waitErr := make(chan error, 1)
-	go func() { waitErr <- s.Wait() }()
+	go func() {
+		err := s.Wait()
+		copiers.Wait() // every byte of output is written before the status
+		waitErr <- err
+	}()
+	// cut ends the session and waits (bounded) until its stdout and stderr
+	// copiers are done, so that nothing writes after the client returns.
+	cut := func() {
+		abort()
+		t := time.NewTimer(abortWait)
+		defer t.Stop()
+		select {
+		case <-waitErr:
+		case <-t.C:
+		}
+	}
 	var grace <-chan time.Time
 	var first os.Signal
 	for {
@@ -415,17 +575,37 @@ func (r *runner) session(ctx context.Context, client *ssh.Client, opts Options, 
 				grace = t.C
 			}
 		case <-grace:
-			client.Close()
-			<-waitErr // the stdout/stderr copiers are done: nothing writes after us
+			cut()
 			ss, _ := first.(syscall.Signal)
-			r.line("%s: remote command still running %s after %s was forwarded; connection closed", net.JoinHostPort(host, strconv.Itoa(port)), r.grace, signals.Name(ss))
+			r.line("%s: remote command still running %s after %s was forwarded; session closed", net.JoinHostPort(host, strconv.Itoa(port)), r.grace, signals.Name(ss))
 			return 128 + int(ss)
 		case <-ctx.Done():
-			client.Close()
-			<-waitErr
+			cut()
 			return r.fail(&sshclient.Failure{Host: host, Port: port, Phase: sshclient.PhaseRemoteCommand,
-				Cause: fmt.Errorf("interrupted: %w", ctx.Err()), Hint: "the connection was closed; worker-agent stops the remote command"})
+				Cause: fmt.Errorf("interrupted: %w", context.Cause(ctx)), Hint: "the session was closed; worker-agent stops the remote command"})
 		}
+	}
+}
+
+// sessionOutputs are the readers of the session's stdout and stderr.
+func sessionOutputs(s *ssh.Session, host string, port int) ([2]io.Reader, *sshclient.Failure) {
+	var outs [2]io.Reader
+	var err error
+	if outs[0], err = s.StdoutPipe(); err == nil {
+		outs[1], err = s.StderrPipe()
+	}
+	if err != nil {
+		return outs, sshclient.Classify(host, port, sshclient.PhaseRemoteCommand, fmt.Errorf("opening the session's output: %w", err))
+	}
+	return outs, nil
+}
+
+// drain copies one of the session's outputs to w. When w fails (its reader
+// went away), the rest is read and dropped, so that the remote command is
+// never blocked on a window nobody empties.
+func drain(w io.Writer, r io.Reader) {
+	if err := stream.Copy(w, r, streamSmall, streamLarge); err != nil {
+		_ = stream.Copy(io.Discard, r, streamSmall, streamLarge)
 	}
 }
 

@@ -15,40 +15,36 @@ import (
 
 	"github.com/podmpi/podmpi/agent/environ"
 	"github.com/podmpi/podmpi/agent/execpath"
+	"github.com/podmpi/podmpi/agent/rsh/relay"
 )
 
 // Name is the file name under which a podmpi binary acts as this client:
 // the launcher gives mpirun the path of a symlink of that name (Setup) and
 // Open MPI's agent list names it, so that daemons started on workers find it
-// on their PATH too (OnPath).
-const Name = "podmpi-rsh"
+// on their PATH too (OnPath). It is the name of the small relay binary
+// (cmd/launcher/podmpi-rsh) that make build installs next to the launcher.
+const Name = relay.Name
 
 // Names are the program names (argv[0] without its directory) under which
 // the launcher and worker-agent binaries run Main instead of their own
-// command line: Name, and ssh. make build links both to the launcher in
-// bin/ (the images' /opt/podmpi/bin), so that with that directory first on
-// PATH every ssh that mpirun, Hydra, Intel MPI, horovodrun or a person
-// starts is this client. This is the one list of client names; the launcher
-// owns the list of its mpirun/mpiexec names.
-var Names = []string{Name, "ssh"}
+// command line: Name, and ssh. make build installs the relay binary as Name
+// and links ssh to it in bin/ (the images' /opt/podmpi/bin), so that with
+// that directory first on PATH every ssh that mpirun, Hydra, Intel MPI,
+// horovodrun or a person starts is podmpi's client; the relay runs the
+// launcher's full client when there is no launcher to share with. This is
+// the one list of client names (package relay holds it, for the relay
+// binary); the launcher owns the list of its mpirun/mpiexec names.
+var Names = relay.Names
 
-// binaries are the file names of podmpi's two programs (make build's bin/).
-var binaries = []string{"launcher", "worker-agent"}
+// binaries are the file names of podmpi's programs (make build's bin/).
+var binaries = []string{"launcher", "worker-agent", Name}
 
 // IsName reports whether argv0 is one of Names.
-func IsName(argv0 string) bool {
-	base := filepath.Base(argv0)
-	for _, n := range Names {
-		if base == n {
-			return true
-		}
-	}
-	return false
-}
+func IsName(argv0 string) bool { return relay.IsName(argv0) }
 
 // Invoked reports whether a process started with args (os.Args) runs the
 // client: by one of Names, or as the `rsh` subcommand of either binary. Such
-// a process calls CloseInheritedFDs first thing in main.
+// a process calls relay.CloseInheritedFDs first thing in main.
 func Invoked(args []string) bool {
 	if len(args) == 0 {
 		return false
@@ -73,15 +69,30 @@ func PrependPath(dir, path string) string {
 const unsafePathChars = " \t\r\n:;\"'`$\\"
 
 // Setup creates a private directory <tmpDir>/podmpi-XXXX (mode 0700) holding
-// a symlink Name pointing to self (the running binary, usually
-// os.Executable()). tmpDir "" means os.TempDir(). It returns the symlink's
-// absolute path, its directory, and a cleanup that removes both.
+// a symlink Name pointing to the client binary next to self (self is the
+// running launcher, usually os.Executable(); see ClientBinary). tmpDir ""
+// means os.TempDir(). It returns the symlink's absolute path, its
+// directory, and a cleanup that removes both.
 func Setup(self, tmpDir string) (rshPath, rshDir string, cleanup func(), err error) {
-	dir, cleanup, err := setup(self, tmpDir, []string{Name})
+	dir, cleanup, err := setup(ClientBinary(self), tmpDir, []string{Name})
 	if err != nil {
 		return "", "", nil, err
 	}
 	return filepath.Join(dir, Name), dir, cleanup, nil
+}
+
+// ClientBinary is the program the launcher gives mpirun as its ssh
+// program: the relay binary that make build installs next to the launcher
+// (bin/podmpi-rsh, a small program of its own), or self when there is none
+// (a launcher built or copied alone), whose client names run the full
+// client, which shares the launcher's connections too.
+func ClientBinary(self string) string {
+	p := filepath.Join(filepath.Dir(self), Name)
+	fi, err := os.Stat(p)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 || execpath.SameFile(p, self) {
+		return self
+	}
+	return p
 }
 
 // setup is Setup for every name of names.
@@ -187,6 +198,9 @@ type Settings struct {
 	// FailureDir is where the client leaves a record of each remote
 	// command it cannot run (EnvFailureDir); "" leaves it unset.
 	FailureDir string
+	// Socket is the launcher's socket for connection sharing
+	// (relay.EnvSocket); "" leaves it unset.
+	Socket string
 }
 
 // Env returns the variables that carry s, in a fixed order, leaving out
@@ -210,6 +224,9 @@ func (s Settings) Env() [][2]string {
 	}
 	if s.FailureDir != "" {
 		out = append(out, [2]string{EnvFailureDir, s.FailureDir})
+	}
+	if s.Socket != "" {
+		out = append(out, [2]string{relay.EnvSocket, s.Socket})
 	}
 	return out
 }

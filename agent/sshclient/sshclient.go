@@ -299,6 +299,33 @@ func (c Config) ClientConfig() *ssh.ClientConfig {
 	return cc
 }
 
+// Identity names what a connection made with c authenticates as and
+// accepts from the server: the login name (DefaultUser when empty), the
+// client keys in the order they are offered, and the pinned host keys, or
+// that any is accepted. Two configurations with the same Identity make
+// interchangeable connections to one host; the launcher's connection
+// sharing serves a session only on a connection of the same Identity.
+func (c Config) Identity() string {
+	user := c.User
+	if user == "" {
+		user = DefaultUser
+	}
+	var b strings.Builder
+	b.WriteString("user=" + strconv.Quote(user))
+	for _, s := range append([]ssh.Signer{c.Derived, c.Signer}, c.ExtraSigners...) {
+		if s != nil {
+			b.WriteString(" key=" + ssh.FingerprintSHA256(s.PublicKey()))
+		}
+	}
+	switch {
+	case c.InsecureIgnoreHostKey:
+		b.WriteString(" host=any")
+	case c.HostKey != nil:
+		b.WriteString(" host=" + ssh.FingerprintSHA256(c.HostKey))
+	}
+	return b.String()
+}
+
 // pinnedHostKey accepts the pinned job key, or the key derived from the
 // job's private key (which only holders of id_rsa can present).
 func pinnedHostKey(want, derived ssh.PublicKey, source string) ssh.HostKeyCallback {

@@ -40,6 +40,7 @@
 //	--ssh.user                      PODMPI_SSH_USER                      user name sent to workers
 //	--ssh.insecure-ignore-host-key  PODMPI_SSH_INSECURE_IGNORE_HOST_KEY  skip host-key pinning (insecure)
 //	--ssh.wait                      PODMPI_SSH_WAIT                      how long mpirun's ssh client waits for a late worker (2m)
+//	--ssh.share-connections         PODMPI_SSH_SHARE_CONNECTIONS         serve mpirun's ssh sessions on the launcher's own connection to each worker (true)
 //	--probe.timeout                 PODMPI_PROBE_TIMEOUT                 deadline for every worker's slots and SSH probe, from the end of the DNS wait (2m)
 //	--probe.parallel                PODMPI_PROBE_PARALLEL                workers probed at once (64)
 //	--probe.ssh-sample              PODMPI_PROBE_SSH_SAMPLE              full SSH probe for at most N workers, banner check for the rest (128; 0: all); also the agents asked for slots when the hostfile counts every worker
@@ -68,9 +69,17 @@
 // PODMPI_SSH_INSECURE_IGNORE_HOST_KEY, PODMPI_SSH_WAIT and
 // PODMPI_SSH_CONNECT_TIMEOUT, which the launcher sets for mpirun's children.
 //
-// make build links ssh, podmpi-rsh, mpirun, mpiexec and mpiexec.hydra to this
-// binary in bin/ (the images' /opt/podmpi/bin). Started as ssh or podmpi-rsh
-// it is the ssh-compatible client. Started as mpirun, mpiexec or
+// By default (--ssh.share-connections) the launcher keeps the connection its
+// probe made to each worker and serves the sessions of mpirun's podmpi-rsh on
+// it, over the unix socket rsh.sock in its private directory (mode 0700; only
+// its own UID is served), named for mpirun in PODMPI_RSH_SOCKET.
+//
+// make build puts the small relay podmpi-rsh (cmd/launcher/podmpi-rsh) next
+// to this binary in bin/ (the images' /opt/podmpi/bin), links ssh to it, and
+// links mpirun, mpiexec and mpiexec.hydra to this binary (`launcher names`
+// lists the links). Started as ssh or podmpi-rsh this binary is the full
+// ssh-compatible client, which the relay runs where no launcher shares.
+// Started as mpirun, mpiexec or
 // mpiexec.hydra (the Kubeflow SDK's command, a plain mpirun in a script) it
 // takes its settings from the PODMPI_* twins above (there are no flags to
 // give), runs every phase with the workers of the hostfile the command names

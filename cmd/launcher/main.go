@@ -9,7 +9,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
-	"slices"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -19,14 +18,16 @@ import (
 	"github.com/podmpi/podmpi/agent/exitcode"
 	"github.com/podmpi/podmpi/agent/launcher"
 	"github.com/podmpi/podmpi/agent/rsh"
+	"github.com/podmpi/podmpi/agent/rsh/relay"
 	"github.com/podmpi/podmpi/agent/version"
 )
 
 func main() {
 	if rsh.Invoked(os.Args) {
 		// Before anything opens a file: what mpirun's other children left
-		// open is not ours to keep (see rsh.CloseInheritedFDs).
-		_, _ = rsh.CloseInheritedFDs()
+		// open is not ours to keep (see relay.CloseInheritedFDs).
+		_, _ = relay.CloseInheritedFDs()
+		rsh.TuneProcess()
 	}
 	os.Exit(int(run(context.Background(), os.Args, os.Stdin, os.Stdout, os.Stderr)))
 }
@@ -169,12 +170,12 @@ docs/troubleshooting.md.`,
 		newJobCmd(a, "discover-hosts", "Print host:slots for every worker that resolves now (Horovod --host-discovery-script)", cmds.discoverHosts),
 		&cobra.Command{
 			Use:    "names",
-			Short:  "Print every program name this binary answers to, one per line (make build links them to it)",
+			Short:  "Print every link make build lays out next to the binaries, one \"name target\" per line",
 			Args:   cobra.NoArgs,
 			Hidden: true,
 			Run: func(*cobra.Command, []string) {
-				for _, n := range append(slices.Clone(rsh.Names), launcher.ShimNames...) {
-					fmt.Fprintln(a.stdout, n)
+				for _, l := range links() {
+					fmt.Fprintln(a.stdout, l[0], l[1])
 				}
 			},
 		},
@@ -188,6 +189,24 @@ docs/troubleshooting.md.`,
 		},
 	)
 	return root
+}
+
+// links are the symlinks make build lays out in bin/ (the images'
+// /opt/podmpi/bin), each {name, target}: the client names other than the
+// relay binary's own (rsh.Name, cmd/launcher/podmpi-rsh) link to it, the
+// MPI launcher names to the launcher. The launcher binary answers to all of
+// them too (a launcher copied alone still works as ssh and mpirun).
+func links() [][2]string {
+	var out [][2]string
+	for _, n := range rsh.Names {
+		if n != rsh.Name {
+			out = append(out, [2]string{n, rsh.Name})
+		}
+	}
+	for _, n := range launcher.ShimNames {
+		out = append(out, [2]string{n, "launcher"})
+	}
+	return out
 }
 
 // newJobCmd is a subcommand that takes no arguments and runs runF over the

@@ -24,7 +24,7 @@ import (
 	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
 )
 
-var launcherBin, agentBin string
+var launcherBin, agentBin, relayBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "launcher-test-")
@@ -34,7 +34,8 @@ func TestMain(m *testing.M) {
 	}
 	launcherBin = filepath.Join(dir, "launcher")
 	agentBin = filepath.Join(dir, "worker-agent")
-	for bin, pkg := range map[string]string{launcherBin: ".", agentBin: "../worker-agent"} {
+	relayBin = filepath.Join(dir, "podmpi-rsh")
+	for bin, pkg := range map[string]string{launcherBin: ".", agentBin: "../worker-agent", relayBin: "./podmpi-rsh"} {
 		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, out)
 			os.RemoveAll(dir)
@@ -61,7 +62,14 @@ func freePort(t *testing.T) int {
 // answers 200.
 func startAgent(t *testing.T, authDir string) (sshPort int) {
 	t.Helper()
-	a := sshtest.StartAgent(t, exec.Command(agentBin,
+	_, sshPort = startAgentWithLog(t, authDir)
+	return sshPort
+}
+
+// startAgentWithLog is startAgent, with the agent (and its log).
+func startAgentWithLog(t *testing.T, authDir string) (a *sshtest.Agent, sshPort int) {
+	t.Helper()
+	a = sshtest.StartAgent(t, exec.Command(agentBin,
 		"--ssh.listen-address", ":0", "--web.listen-address", "127.0.0.1:0",
 		"--ssh.auth-dir", authDir, "--ssh.state-dir", t.TempDir(), "--slots", "2", "--gpu.detect", "none",
 		"--log.format=json"))
@@ -74,7 +82,7 @@ func startAgent(t *testing.T, authDir string) (sshPort int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return sshPort
+	return a, sshPort
 }
 
 // runLauncher runs the launcher binary with a deadline and returns its exit

@@ -18,31 +18,43 @@ import (
 	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
 )
 
-// binDir lays out a directory the way make build does: the launcher and a
-// relative link to it for every name it answers to (from `launcher names`).
+// binDir lays out a directory the way make build does: the launcher, the
+// relay binary podmpi-rsh, and every relative link `launcher names` lists
+// (ssh to podmpi-rsh, the MPI launcher names to the launcher).
 func binDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	b, err := os.ReadFile(launcherBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "launcher"), b, 0o755); err != nil {
-		t.Fatal(err)
+	for name, src := range map[string]string{"launcher": launcherBin, rsh.Name: relayBin} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	out, err := exec.Command(filepath.Join(dir, "launcher"), "names").Output()
 	if err != nil {
 		t.Fatalf("launcher names: %v", err)
 	}
-	names := strings.Fields(string(out))
-	want := append(slices.Clone(rsh.Names), launcher.ShimNames...)
-	if !slices.Equal(names, want) {
-		t.Fatalf("launcher names = %q, want %q", names, want)
+	var got, want []string
+	for _, n := range rsh.Names {
+		if n != rsh.Name {
+			want = append(want, n+" "+rsh.Name)
+		}
 	}
-	for _, n := range names {
-		if err := os.Symlink("launcher", filepath.Join(dir, n)); err != nil {
+	for _, n := range launcher.ShimNames {
+		want = append(want, n+" launcher")
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		got = append(got, l)
+		n, target, _ := strings.Cut(l, " ")
+		if err := os.Symlink(target, filepath.Join(dir, n)); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("launcher names = %q, want %q", got, want)
 	}
 	return dir
 }

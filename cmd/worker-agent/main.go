@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"os/user"
 	"path/filepath"
+
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,6 +26,7 @@ import (
 	"github.com/podmpi/podmpi/agent/environ"
 	"github.com/podmpi/podmpi/agent/exitcode"
 	"github.com/podmpi/podmpi/agent/rsh"
+	"github.com/podmpi/podmpi/agent/rsh/relay"
 	"github.com/podmpi/podmpi/agent/version"
 	"github.com/podmpi/podmpi/agent/worker"
 	"github.com/podmpi/podmpi/agent/worker/account"
@@ -41,8 +43,9 @@ const EnvStateDir = "PODMPI_STATE_DIR"
 func main() {
 	if rsh.Invoked(os.Args) {
 		// Before anything opens a file: what mpirun's other children left
-		// open is not ours to keep (see rsh.CloseInheritedFDs).
-		_, _ = rsh.CloseInheritedFDs()
+		// open is not ours to keep (see relay.CloseInheritedFDs).
+		_, _ = relay.CloseInheritedFDs()
+		rsh.TuneProcess()
 	}
 	os.Exit(int(run(context.Background(), os.Args, os.LookupEnv, os.Stdin, os.Stdout, os.Stderr)))
 }

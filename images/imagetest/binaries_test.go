@@ -24,11 +24,12 @@ import (
 // binariesContent is everything the binaries-only image may hold.
 var binariesContent = []string{
 	"opt", "opt/podmpi", "opt/podmpi/LICENSE", "opt/podmpi/NOTICE",
-	"opt/podmpi/bin", "opt/podmpi/bin/launcher", "opt/podmpi/bin/worker-agent",
-	// Every name the launcher answers to, a relative link to it.
-	"opt/podmpi/bin/ssh", "opt/podmpi/bin/podmpi-rsh", "opt/podmpi/bin/mpirun", "opt/podmpi/bin/mpiexec",
+	"opt/podmpi/bin", "opt/podmpi/bin/launcher", "opt/podmpi/bin/worker-agent", "opt/podmpi/bin/podmpi-rsh",
+	// The relative links make build lays out: ssh to podmpi-rsh, the MPI
+	// launcher names to the launcher.
+	"opt/podmpi/bin/ssh", "opt/podmpi/bin/mpirun", "opt/podmpi/bin/mpiexec",
 	"opt/podmpi/bin/mpiexec.hydra",
-	"opt/podmpi/sbom", "opt/podmpi/sbom/launcher.go-version-m.txt",
+	"opt/podmpi/sbom", "opt/podmpi/sbom/launcher.go-version-m.txt", "opt/podmpi/sbom/podmpi-rsh.go-version-m.txt",
 	"opt/podmpi/sbom/podmpi.spdx.json", "opt/podmpi/sbom/worker-agent.go-version-m.txt",
 }
 
@@ -142,10 +143,22 @@ func TestBinariesImage(t *testing.T) {
 				t.Errorf("%s holds %q\nwant exactly %q", ref, content, want)
 			}
 			bin := filepath.Join(dir, "opt", "podmpi", "bin")
-			for _, n := range append(slices.Clone(rsh.Names), launcher.ShimNames...) {
-				if target, err := os.Readlink(filepath.Join(bin, n)); err != nil || target != "launcher" {
-					t.Errorf("%s: /opt/podmpi/bin/%s -> %q (%v), want a relative link to launcher", ref, n, target, err)
+			links := map[string]string{}
+			for _, n := range rsh.Names {
+				if n != rsh.Name {
+					links[n] = rsh.Name
 				}
+			}
+			for _, n := range launcher.ShimNames {
+				links[n] = "launcher"
+			}
+			for n, want := range links {
+				if target, err := os.Readlink(filepath.Join(bin, n)); err != nil || target != want {
+					t.Errorf("%s: /opt/podmpi/bin/%s -> %q (%v), want a relative link to %s", ref, n, target, err, want)
+				}
+			}
+			if r := readBinary(t, filepath.Join(bin, rsh.Name)); r.Dynamic || r.Machine != elfMachine[arch] {
+				t.Errorf("%s: machine %v dynamic %t; want %v, static", rsh.Name, r.Machine, r.Dynamic, elfMachine[arch])
 			}
 			agent := readBinary(t, filepath.Join(bin, "worker-agent"))
 			machine, glibc := agent.Machine, agent.Newest()
@@ -160,6 +173,7 @@ func TestBinariesImage(t *testing.T) {
 			sums[arch] = map[string]string{
 				"worker-agent": fileSHA256(t, filepath.Join(bin, "worker-agent")),
 				"launcher":     fileSHA256(t, filepath.Join(bin, "launcher")),
+				rsh.Name:       fileSHA256(t, filepath.Join(bin, rsh.Name)),
 			}
 			// The SBOM names both binaries by their checksums, and the
 			// modules they link.
@@ -189,8 +203,8 @@ func TestBinariesImage(t *testing.T) {
 					}
 				}
 			}
-			if sbom.SPDXVersion != "SPDX-2.3" || !seen["worker-agent"] || !seen["launcher"] || !seen["golang.org/x/crypto"] || !seen["github.com/NVIDIA/go-nvml"] {
-				t.Errorf("SBOM: version %q, packages %v: want SPDX-2.3 with both binaries, x/crypto and go-nvml", sbom.SPDXVersion, seen)
+			if sbom.SPDXVersion != "SPDX-2.3" || !seen["worker-agent"] || !seen["launcher"] || !seen[rsh.Name] || !seen["golang.org/x/crypto"] || !seen["github.com/NVIDIA/go-nvml"] {
+				t.Errorf("SBOM: version %q, packages %v: want SPDX-2.3 with the three binaries, x/crypto and go-nvml", sbom.SPDXVersion, seen)
 			}
 			gv, err := os.ReadFile(filepath.Join(dir, "opt", "podmpi", "sbom", "worker-agent.go-version-m.txt"))
 			if err != nil || !strings.Contains(string(gv), "path\tgithub.com/podmpi/podmpi/cmd/worker-agent") || !strings.Contains(string(gv), "GOARCH="+arch) {
@@ -243,14 +257,15 @@ func TestBinariesImage(t *testing.T) {
 	for _, mpi := range []string{"openmpi", "mpich"} {
 		ref := imagePrefix() + "/" + mpi + ":" + tag
 		args := append(append([]string{"run", "--rm", "--network=none"}, pm.ulimits...), ref, "sh", "-c",
-			"sha256sum /opt/podmpi/bin/worker-agent /opt/podmpi/bin/launcher; for n in worker-agent launcher "+
+			"sha256sum /opt/podmpi/bin/worker-agent /opt/podmpi/bin/launcher /opt/podmpi/bin/"+rsh.Name+"; for n in worker-agent launcher "+
 				strings.Join(append(slices.Clone(rsh.Names), launcher.ShimNames...), " ")+"; do echo \"$n=$(command -v $n)\"; done")
 		out, err := pm.run(ctx, args...)
 		if err != nil {
 			t.Errorf("%s: %v\n%s", ref, err, out)
 			continue
 		}
-		wants := []string{sums[host]["worker-agent"] + "  /opt/podmpi/bin/worker-agent", sums[host]["launcher"] + "  /opt/podmpi/bin/launcher"}
+		wants := []string{sums[host]["worker-agent"] + "  /opt/podmpi/bin/worker-agent", sums[host]["launcher"] + "  /opt/podmpi/bin/launcher",
+			sums[host][rsh.Name] + "  /opt/podmpi/bin/" + rsh.Name}
 		for _, n := range append([]string{"worker-agent", "launcher"}, append(slices.Clone(rsh.Names), launcher.ShimNames...)...) {
 			wants = append(wants, n+"=/opt/podmpi/bin/"+n+"\n")
 		}

@@ -44,7 +44,7 @@ func adoptEnv(run string, extra ...string) []string {
 		"PODMPI_SSH_AUTH_DIR=" + authDir, "PODMPI_LOG_FORMAT=text",
 		"PODMPI_TERMINATION_LOG=" + filepath.Join(run, "termination-log"),
 		"PODMPI_HOSTFILE_OUTPUT=" + filepath.Join(run, "hostfile"),
-		"PODMPI_MPIRUN_TIMEOUT=90s"}, extra...)
+		"PODMPI_MPIRUN_TIMEOUT=90s"}, append(ShareEnv(), extra...)...)
 }
 
 // startAdopted starts name (found on env's PATH, argv[0] as given) in the
@@ -398,7 +398,7 @@ func TestAdoptionOpenMPI5(t *testing.T) {
 		"PODMPI_SSH_AUTH_DIR=" + authDir, "PODMPI_LOG_FORMAT=text",
 		"PODMPI_TERMINATION_LOG=" + filepath.Join(run, "termination-log"),
 		"PODMPI_HOSTFILE_OUTPUT=" + filepath.Join(run, "hostfile"), "PODMPI_MPIRUN_TIMEOUT=90s"},
-		TrainerLauncherEnv(hf, 1)...)
+		append(ShareEnv(), TrainerLauncherEnv(hf, 1)...)...)
 	argv := append(append(append([]string{}, wrap[1:]...), sdk[0]), sdk[1:]...)
 	start := time.Now()
 	p, err := f.c.Start(ctx, 0, -1, -1, env, filepath.Join(f.c.LogDir(), "adopted-o5.log"), wrap[0], argv...)

@@ -92,17 +92,20 @@ func goTool() string {
 	return "/usr/local/go/bin/go"
 }
 
-// Binaries are the two binaries under test.
+// Binaries are the binaries under test: the launcher, worker-agent, and the
+// relay podmpi-rsh that make build installs next to the launcher.
 type Binaries struct {
 	Launcher    string
 	WorkerAgent string
+	Relay       string
 }
 
-// Build compiles cmd/launcher and cmd/worker-agent of the module at root
-// into dir (static, CGO_ENABLED=0, when static is set), bounded by ctx.
+// Build compiles cmd/launcher, cmd/launcher/podmpi-rsh and cmd/worker-agent
+// of the module at root into dir (static, CGO_ENABLED=0, when static is
+// set), bounded by ctx.
 func Build(ctx context.Context, root, dir string, static bool) (Binaries, error) {
-	b := Binaries{Launcher: filepath.Join(dir, "launcher"), WorkerAgent: filepath.Join(dir, "worker-agent")}
-	for _, t := range []struct{ out, pkg string }{{b.WorkerAgent, "./cmd/worker-agent"}, {b.Launcher, "./cmd/launcher"}} {
+	b := Binaries{Launcher: filepath.Join(dir, "launcher"), WorkerAgent: filepath.Join(dir, "worker-agent"), Relay: filepath.Join(dir, "podmpi-rsh")}
+	for _, t := range []struct{ out, pkg string }{{b.WorkerAgent, "./cmd/worker-agent"}, {b.Launcher, "./cmd/launcher"}, {b.Relay, "./cmd/launcher/podmpi-rsh"}} {
 		cmd := exec.CommandContext(ctx, goTool(), "build", "-o", t.out, t.pkg)
 		cmd.Dir = root
 		cmd.Env = os.Environ()
@@ -315,6 +318,21 @@ type LauncherOptions struct {
 	Wrap []string
 }
 
+// EnvShare switches the launcher's connection sharing for every launcher
+// the end-to-end tests start: "off" runs them all with
+// --ssh.share-connections=false (every podmpi-rsh connects on its own);
+// unset or anything else keeps the default (on).
+const EnvShare = "PODMPI_E2E_SHARE"
+
+// ShareEnv is the launcher environment EnvShare asks for: the flag's twin
+// when sharing is off, else nothing.
+func ShareEnv() []string {
+	if os.Getenv(EnvShare) == "off" {
+		return []string{"PODMPI_SSH_SHARE_CONNECTIONS=false"}
+	}
+	return nil
+}
+
 // StartLauncher starts the launcher in pod as [AnyUID]:[AnyGID].
 func StartLauncher(ctx context.Context, c *harness.Cluster, pod int, bin Binaries, o LauncherOptions) (*harness.Proc, error) {
 	if err := MakeDir(o.RunDir); err != nil {
@@ -324,7 +342,7 @@ func StartLauncher(ctx context.Context, c *harness.Cluster, pod int, bin Binarie
 	if format == "" {
 		format = "text"
 	}
-	env := []string{"HOME=" + o.RunDir, "TMPDIR=" + o.RunDir, "SHELL=/bin/sh"}
+	env := append([]string{"HOME=" + o.RunDir, "TMPDIR=" + o.RunDir, "SHELL=/bin/sh"}, ShareEnv()...)
 	env = append(env, o.Env...)
 	args := []string{
 		"--ssh.auth-dir", o.AuthDir,
@@ -436,20 +454,27 @@ func TrainerLauncherEnv(hostfile string, slotsPerNode int) []string {
 }
 
 // LinkNames lays out dir the way make build lays out bin/: next to the
-// launcher in dir, a relative symlink to it for every name it answers to
-// (ssh, podmpi-rsh, mpirun, mpiexec, mpiexec.hydra), as `launcher names`
-// lists them.
+// launcher and the relay podmpi-rsh in dir, every relative symlink
+// `launcher names` lists ("name target": ssh to podmpi-rsh; mpirun,
+// mpiexec, mpiexec.hydra to the launcher).
 func LinkNames(ctx context.Context, dir string) error {
 	out, err := exec.CommandContext(ctx, filepath.Join(dir, "launcher"), "names").Output()
 	if err != nil {
 		return fmt.Errorf("%s/launcher names: %w", dir, err)
 	}
-	for _, n := range strings.Fields(string(out)) {
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		n, target, ok := strings.Cut(l, " ")
+		if !ok {
+			return fmt.Errorf("%s/launcher names: line %q is not \"name target\"", dir, l)
+		}
+		if _, err := os.Stat(filepath.Join(dir, target)); err != nil {
+			return fmt.Errorf("%s -> %s: %w", n, target, err)
+		}
 		p := filepath.Join(dir, n)
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
-		if err := os.Symlink("launcher", p); err != nil {
+		if err := os.Symlink(target, p); err != nil {
 			return err
 		}
 	}

@@ -391,6 +391,21 @@ func diagLine(out, host, phase string) string {
 	return ""
 }
 
+// agentConnections counts the SSH connections each worker-agent has logged
+// so far, by pod.
+func (f *fixture) agentConnections(t *testing.T) map[int]int {
+	t.Helper()
+	out := map[int]int{}
+	for pod, p := range f.agents {
+		b, err := os.ReadFile(p.Log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[pod] = strings.Count(string(b), `"msg":"ssh connection"`)
+	}
+	return out
+}
+
 // noLeftovers fails t when a process other than the worker-agents is still
 // in any pod d after the job ended.
 func (f *fixture) noLeftovers(t *testing.T, d time.Duration) {

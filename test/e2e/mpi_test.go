@@ -120,6 +120,27 @@ func TestMPI(t *testing.T) {
 		checkAllreduce(t, r, 6, perWorker)
 	})
 
+	t.Run("connections-per-worker", func(t *testing.T) {
+		// With sharing (the default), mpirun's daemons run on the probe's
+		// connection: each worker-agent sees one connection per job; with
+		// PODMPI_E2E_SHARE=off, the probe's and podmpi-rsh's own.
+		want := 1
+		if len(ShareEnv()) > 0 {
+			want = 2
+		}
+		for _, job := range []struct{ mpirun, prog string }{{"mpirun.openmpi", allreduceOMPI}, {"mpiexec.hydra", allreduceMPICH}} {
+			before := f.agentConnections(t)
+			r := f.run(t, ctx, runFor, f.workersFlag(3), job.mpirun, "-np", "6", job.prog)
+			mustSucceed(t, r)
+			checkAllreduce(t, r, 6, perWorker)
+			for pod, n := range f.agentConnections(t) {
+				if got := n - before[pod]; got != want {
+					t.Errorf("%s: worker-agent of pod %d saw %d connections during the job, want %d", job.mpirun, pod, got, want)
+				}
+			}
+		}
+	})
+
 	t.Run("no_leftovers", func(t *testing.T) {
 		f.noLeftovers(t, 5*time.Second)
 	})
@@ -159,6 +180,33 @@ func TestLateWorkers(t *testing.T) {
 	if i, j := strings.Index(r.out, "0/3 workers resolved"), strings.Index(r.out, "== hostfile"); i < 0 || j < 0 || i > j {
 		t.Errorf("progress must come before the hostfile report:\n%s", r.out)
 	}
+}
+
+// TestLateWorkersWithoutProbe: with the probe skipped, the first thing to
+// reach a worker is mpirun's podmpi-rsh; the agents start 5 s after
+// mpirun, and the launcher's shared sessions (or, with sharing off, each
+// podmpi-rsh) wait for them (PODMPI_SSH_WAIT) instead of failing.
+func TestLateWorkersWithoutProbe(t *testing.T) {
+	ctx := testCtx(t, 3*time.Minute)
+	f := newFixture(t, "lp", 2)
+	perWorker := map[string]int{"lp-node-0-0": 2, "lp-node-0-1": 2}
+	for _, job := range []struct{ mpirun, prog string }{{"mpirun.openmpi", allreduceOMPI}, {"mpiexec.hydra", allreduceMPICH}} {
+		start := time.Now()
+		p := f.launch(t, ctx, append(f.workersFlag(2), "--slots", "2", "--probe.skip"), job.mpirun, "-np", "4", job.prog)
+		select {
+		case <-p.Done():
+			b, _ := os.ReadFile(p.Log)
+			t.Fatalf("%s: launcher exited %d before the agents started; output:\n%s", job.mpirun, p.ExitCode(), b)
+		case <-time.After(5 * time.Second):
+		}
+		f.startAgents(t, ctx, 1, 2)
+		r := wait(t, p, start, 90*time.Second)
+		mustSucceed(t, r)
+		checkAllreduce(t, r, 4, perWorker)
+		f.stopAgent(t, 1)
+		f.stopAgent(t, 2)
+	}
+	f.noLeftovers(t, 5*time.Second)
 }
 
 // TestLauncherInWorkersGroup: the launcher is pod 0 of the workers' own

@@ -88,6 +88,11 @@ type Options struct {
 	// OnAttempt, when set, is called after every attempt, concurrently from
 	// the probing goroutines (for progress output and metrics).
 	OnAttempt func(Attempt)
+	// Keep, when set, is offered the connection of every successful full
+	// probe; when it returns true the connection is the caller's (the
+	// launcher's pool, for mpirun's sessions) and the probe does not close
+	// it.
+	Keep func(t Target, c *ssh.Client) bool
 	// Explain, when set, is asked after an attempt whose TCP connect was
 	// refused: nil means "may still be starting" (the attempt is retried as
 	// usual); a Failure (phase sshclient.PhaseNotWorkerAgent) says what
@@ -237,11 +242,15 @@ func attempt(ctx context.Context, t Target, check string, opts Options) (string,
 	if f != nil {
 		return "", f
 	}
-	defer client.Close()
-	if len(opts.Daemons) == 0 {
-		return "", nil
+	var path string
+	if len(opts.Daemons) > 0 {
+		path, f = remoteCheck(ctx, client, t, opts)
 	}
-	return remoteCheck(ctx, client, t, opts)
+	if f == nil && opts.Keep != nil && opts.Keep(t, client) {
+		return path, nil
+	}
+	client.Close()
+	return path, f
 }
 
 // CheckCommand is the shell command of the remote check for daemons:

@@ -82,6 +82,43 @@ func TestRunAllOK(t *testing.T) {
 	}
 }
 
+// TestRunKeepsConnections: Keep is offered every successful full probe's
+// connection, which the probe then leaves open for the caller; a refused
+// one, a banner check and a failed probe are closed or never offered.
+func TestRunKeepsConnections(t *testing.T) {
+	t.Parallel()
+	j := newJob(t)
+	srv := j.worker(t, binDir(t, "prted"), 0)
+	empty := j.worker(t, t.TempDir(), 0) // no daemon on PATH: the probe fails
+	var mu sync.Mutex
+	kept := map[Target]*ssh.Client{}
+	targets := []Target{local(srv.Port), {Host: "localhost", Port: srv.Port}, local(empty.Port)}
+	res := Run(context.Background(), targets, Options{Client: j.cfg, Daemons: openMPIDaemons,
+		Keep: func(tg Target, c *ssh.Client) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			if tg.Host == "localhost" {
+				return false // the probe closes it
+			}
+			kept[tg] = c
+			return true
+		}})
+	if !res[0].OK || !res[1].OK || res[2].OK {
+		t.Fatalf("results %+v", res)
+	}
+	if len(kept) != 1 || kept[targets[0]] == nil {
+		t.Fatalf("kept %v, want the first worker's connection only", kept)
+	}
+	s, err := kept[targets[0]].NewSession()
+	if err != nil {
+		t.Fatalf("the kept connection is closed: %v", err)
+	}
+	if out, err := s.Output("echo kept"); err != nil || string(out) != "kept\n" {
+		t.Fatalf("session on the kept connection: %q %v", out, err)
+	}
+	kept[targets[0]].Close()
+}
+
 // TestRunClassifiesEveryPhase provokes each failure for real on loopback.
 func TestRunClassifiesEveryPhase(t *testing.T) {
 	t.Parallel()

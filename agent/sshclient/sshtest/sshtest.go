@@ -256,6 +256,10 @@ type Options struct {
 	ExecDelay time.Duration
 	// Addr to listen on; 127.0.0.1:0 when empty.
 	Addr string
+	// MaxSessions, when > 0, refuses a session channel beyond that many
+	// open on one connection (ResourceShortage), as worker-agent's
+	// --ssh.max-sessions does.
+	MaxSessions int
 	// OpenSSHSignalNames names a signal outside RFC 4254's list
 	// "SIG@openssh.com" in exit-signal, as OpenSSH's sshd does, instead of
 	// worker-agent's "BUS@podmpi".
@@ -341,6 +345,9 @@ func (s *Server) Close() {
 // so this can exceed the client's own concurrency by one; MaxExecs cannot.
 func (s *Server) MaxActive() int64 { return s.maxActive.Load() }
 
+// Running is how many commands run now.
+func (s *Server) Running() int64 { return s.execs.Load() }
+
 // MaxExecs is the largest number of commands running at once, counted from
 // the exec request until just before the exit status is sent.
 func (s *Server) MaxExecs() int64 { return s.maxExecs.Load() }
@@ -414,18 +421,25 @@ func (s *Server) handleConn(c net.Conn) {
 	go ssh.DiscardRequests(reqs)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	var open atomic.Int64
 	for nc := range chans {
 		if nc.ChannelType() != "session" {
 			_ = nc.Reject(ssh.UnknownChannelType, "only sessions")
+			continue
+		}
+		if s.opts.MaxSessions > 0 && open.Load() >= int64(s.opts.MaxSessions) {
+			_ = nc.Reject(ssh.ResourceShortage, "too many sessions on this connection")
 			continue
 		}
 		ch, creqs, err := nc.Accept()
 		if err != nil {
 			continue
 		}
+		open.Add(1)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer open.Add(-1)
 			s.session(ch, creqs)
 		}()
 	}

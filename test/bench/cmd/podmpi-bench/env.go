@@ -79,6 +79,7 @@ func newEnv(ctx context.Context, binDir string) (*env, error) {
 	}
 	for _, c := range []struct{ src, dst string }{
 		{filepath.Join(binDir, "launcher"), e.launcher},
+		{filepath.Join(binDir, "podmpi-rsh"), filepath.Join(bin, "podmpi-rsh")},
 		{filepath.Join(binDir, "worker-agent"), e.agent},
 		{self, e.self},
 	} {
@@ -233,6 +234,48 @@ func (e *env) ssh(port int, host string, remote ...string) []string {
 func (e *env) rsh(host string, remote ...string) ([]string, []string) {
 	return append([]string{e.launcher, "rsh", "-p", strconv.Itoa(agentPort), host}, remote...),
 		[]string{"PODMPI_SSH_AUTH_DIR=" + e.auth}
+}
+
+// relay is a podmpi-rsh command line (the relay binary make build installs):
+// with socket, it has that launcher run the command on its shared
+// connection; with socket "", it runs the launcher's full client.
+func (e *env) relay(socket, host string, remote ...string) ([]string, []string) {
+	return append([]string{filepath.Join(e.bin, "podmpi-rsh"), "-p", strconv.Itoa(agentPort), host}, remote...),
+		[]string{"PODMPI_SSH_AUTH_DIR=" + e.auth, "PODMPI_RSH_SOCKET=" + socket}
+}
+
+// sharingLauncher starts a launcher in pod 0 that probes hosts, keeps the
+// connections and serves them on its socket, running `sleep` as its
+// command; it returns the socket (for relay) and a stop that ends it.
+func (e *env) sharingLauncher(ctx context.Context, c *harness.Cluster, hosts []string) (string, func(), error) {
+	e.seq++
+	out := filepath.Join(e.tmp, fmt.Sprintf("socket-%d", e.seq))
+	argv := e.launcherArgs([]string{"--workers", strings.Join(hosts, ","), "--slots", "1", "--mpi.implementation", "openmpi4"},
+		"/bin/sh", "-c", `echo "$PODMPI_RSH_SOCKET" > `+out+`; exec sleep 3600`)
+	p, err := c.Start(ctx, 0, uid, gid, e.baseEnv(), "", argv[0], argv[1:]...)
+	if err != nil {
+		return "", nil, err
+	}
+	stop := func() { _ = p.Stop() }
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(out); err == nil && strings.HasSuffix(string(b), "\n") {
+			sock := strings.TrimSpace(string(b))
+			if sock == "" {
+				stop()
+				return "", nil, fmt.Errorf("the launcher does not share its connections (PODMPI_RSH_SOCKET empty); see %s", p.Log)
+			}
+			return sock, stop, nil
+		}
+		select {
+		case <-p.Done():
+			b, _ := os.ReadFile(p.Log)
+			return "", nil, fmt.Errorf("the sharing launcher exited: %s", tailStr(string(b), 1500))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	stop()
+	return "", nil, fmt.Errorf("the sharing launcher did not start mpirun's command within 30s; see %s", p.Log)
 }
 
 // launcherArgs is a launcher command line with the flags every run gets.

@@ -15,7 +15,11 @@ import (
 
 // footprintSleep is how long every rank sleeps: long enough that every
 // daemon is up and every rsh/ssh child connected while the sampler runs.
-const footprintSleep = "3"
+// 3 s was not: on a loaded machine OpenSSH's P-521 handshakes to the one
+// sshd of the simulation took longer than that for 64 workers, so the
+// first ssh children ended before the last ones connected, and the peak
+// counted only part of them (63 of 64 at best).
+const footprintSleep = "8"
 
 // footRun is the peak footprint of the launcher pod during one job.
 type footRun struct {

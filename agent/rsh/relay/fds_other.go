@@ -1,6 +1,6 @@
 //go:build !linux
 
-package rsh
+package relay
 
 // CloseInheritedFDs closes inherited descriptors on Linux only; elsewhere it
 // does nothing.
