@@ -382,7 +382,7 @@ func extraEnvVars(t *testing.T) []string {
 	t.Helper()
 	envRe := regexp.MustCompile(`^PODMPI_[A-Z0-9_]+$`)
 	var out []string
-	for _, dir := range []string{"cmd/launcher", "cmd/worker-agent", "agent/rsh", "agent/launcher/mpirun", "agent/launcher", "sshd", "agent/worker"} {
+	for _, dir := range []string{"cmd/launcher", "cmd/launcher/podmpi-rsh", "cmd/worker-agent", "agent/rsh", "agent/rsh/relay", "agent/launcher/mpirun", "agent/launcher", "sshd", "agent/worker"} {
 		if _, err := os.Stat(filepath.Join(root, dir)); err != nil {
 			continue
 		}
