@@ -17,8 +17,9 @@
 #                         emulation is needed: the build stage cross-compiles.
 #                         The MPI images are built for this machine's platform.
 #   PODMPI_PREBUILT       a folder laid out as "make build" lays out ./bin
-#                         (scripts/build.sh: launcher, worker-agent linked
-#                         against Debian bullseye's glibc, the symlinks): the
+#                         (scripts/build.sh: launcher, podmpi-rsh,
+#                         worker-agent linked against Debian bullseye's
+#                         glibc, the symlinks; nothing else is copied): the
 #                         podmpi image is made from those binaries (SBOM
 #                         written here) instead of compiling them in a build
 #                         container, and no Go or bullseye base is needed.
@@ -66,8 +67,9 @@ mkdir -p "$logdir"
 
 prebuilt=${PODMPI_PREBUILT:-}
 if [[ -n "$prebuilt" ]]; then
-	for b in launcher worker-agent; do
-		[[ -x "$prebuilt/$b" ]] || die "PODMPI_PREBUILT=$prebuilt has no $b (make build BIN=$prebuilt makes both)"
+	for b in "${podmpi_binaries[@]}"; do
+		[[ -x "$prebuilt/$b" && ! -L "$prebuilt/$b" ]] ||
+			die "PODMPI_PREBUILT=$prebuilt has no binary $b (make build BIN=$prebuilt makes ${podmpi_binaries[*]})"
 	done
 	[[ "${platforms[*]}" == "linux/$hostarch" ]] || die "PODMPI_PREBUILT builds this machine's platform only (linux/$hostarch), not ${platforms[*]}"
 fi
@@ -123,8 +125,8 @@ build_one() {
 }
 
 # build_prebuilt NAME LOG TAGS...: the podmpi image from PODMPI_PREBUILT:
-# /opt/podmpi laid out as the build stage of podmpi.Dockerfile lays it out
-# (bin, sbom, LICENSE, NOTICE), copied into the same final stage.
+# /opt/podmpi laid out by layout.sh, as the build stage of podmpi.Dockerfile
+# lays it out (bin, sbom, LICENSE, NOTICE), copied into the same final stage.
 build_prebuilt() {
 	local what=$1 log=$2 ctx start
 	shift 2
@@ -133,14 +135,8 @@ build_prebuilt() {
 	ctx=$(mktemp -d "${TMPDIR:-/tmp}/podmpi-prebuilt.XXXXXX")
 	# shellcheck disable=SC2064 # expand now: the path is fixed
 	trap "rm -rf '$ctx'" RETURN
-	mkdir -p "$ctx/out/opt/podmpi/sbom"
-	cp -a "$prebuilt/." "$ctx/out/opt/podmpi/bin/"
 	if ! {
-		(cd "$ctx/out/opt/podmpi/bin" && for b in launcher worker-agent; do go version -m "$b" >"../sbom/$b.go-version-m.txt"; done) &&
-			(cd "$root" && go run ./images/sbom -created "$created" -version "$version" \
-				-o "$ctx/out/opt/podmpi/sbom/podmpi.spdx.json" "$ctx/out/opt/podmpi/bin/launcher" "$ctx/out/opt/podmpi/bin/worker-agent") &&
-			cp "$root/LICENSE" "$root/NOTICE" "$ctx/out/opt/podmpi/" &&
-			chmod -R a+rX,go-w "$ctx/out/opt/podmpi" &&
+		CREATED="$created" VERSION="$version" "$here/layout.sh" "$prebuilt" "$ctx/out/opt/podmpi" &&
 			sed -n '/^FROM scratch/,$p' "$here/podmpi.Dockerfile" | sed 's|^COPY --from=build /out/opt/podmpi|COPY out/opt/podmpi|' >"$ctx/Containerfile" &&
 			"${ENGINE[@]}" build "${common_args[@]}" "$@" -f "$ctx/Containerfile" "$ctx"
 	} >"$log" 2>&1; then

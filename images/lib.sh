@@ -12,6 +12,10 @@
 #                        podman asks for 1048576 open files otherwise, which a
 #                        VM without CAP_SYS_RESOURCE refuses)
 
+# The binaries of /opt/podmpi/bin, as scripts/build.sh (make build) makes
+# them; every other name there is a link to one of them.
+podmpi_binaries=(launcher podmpi-rsh worker-agent)
+
 die() { echo "error: $*" >&2; exit 1; }
 note() { echo "== $*" >&2; }
 

@@ -39,7 +39,7 @@ RUN set -eux; \
     printf '%s\n' 'Package: podmpi-ssh-client' 'Version: 1.0' 'Architecture: all' \
         'Maintainer: podmpi <podmpi@users.noreply.github.com>' 'Provides: ssh-client' \
         'Description: podmpi stands in for the ssh client' \
-        ' /opt/podmpi/bin/ssh (the podmpi launcher, first on PATH) is the remote' \
+        ' /opt/podmpi/bin/ssh (podmpi-rsh, first on PATH) is the remote' \
         ' shell of mpirun and orted in this image; OpenSSH is not installed.' \
         > /tmp/pkg/DEBIAN/control; \
     dpkg-deb --root-owner-group --build /tmp/pkg /tmp/podmpi-ssh-client.deb; \

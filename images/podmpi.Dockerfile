@@ -20,7 +20,8 @@
 #   /opt/podmpi/LICENSE, /opt/podmpi/NOTICE
 #
 # bin/ is laid out exactly as "make build" lays out ./bin (scripts/build.sh
-# makes both). Putting /opt/podmpi/bin first on PATH is the whole
+# makes both); images/layout.sh writes the rest, here and for images/build.sh
+# with PODMPI_PREBUILT. Putting /opt/podmpi/bin first on PATH is the whole
 # integration:
 #
 #   ENV PATH=/opt/podmpi/bin:$PATH
@@ -64,12 +65,7 @@ ARG CREATED=unknown
 RUN set -eu; \
     GOARCH="$TARGETARCH" PODMPI_SYSROOT=system VERSION="$VERSION" COMMIT="$REVISION" \
         scripts/build.sh /out/opt/podmpi/bin; \
-    mkdir -p /out/opt/podmpi/sbom; \
-    (cd /out/opt/podmpi/bin && for b in launcher podmpi-rsh worker-agent; do go version -m "$b" > "../sbom/$b.go-version-m.txt"; done); \
-    go run ./images/sbom -created "$CREATED" -version "$VERSION" \
-        -o /out/opt/podmpi/sbom/podmpi.spdx.json /out/opt/podmpi/bin/launcher /out/opt/podmpi/bin/podmpi-rsh /out/opt/podmpi/bin/worker-agent; \
-    cp LICENSE NOTICE /out/opt/podmpi/; \
-    chmod -R a+rX,go-w /out/opt/podmpi
+    CREATED="$CREATED" VERSION="$VERSION" images/layout.sh /out/opt/podmpi/bin /out/opt/podmpi
 
 FROM scratch
 COPY --from=build /out/opt/podmpi /opt/podmpi

@@ -5,6 +5,11 @@
 // needs, the SBOM), runs its binaries copied into a Debian bullseye base, and
 // checks that the MPI images carry the same binaries.
 //
+// TestLayout needs no image: it checks that images/layout.sh makes from a
+// make build folder the same /opt/podmpi (the binaries, links and SBOM, and
+// nothing else), the way the image's build stage and images/build.sh with
+// PODMPI_PREBUILT both use it.
+//
 // TestAllreduceAcrossContainers starts the Open MPI and MPICH images as
 // podman containers inside the network-namespace pods of test/harness
 // (cluster DNS, Kubernetes pod names),
@@ -13,6 +18,6 @@
 // no-new-privileges, and runs an MPI allreduce across them.
 //
 // It needs root, podman and the images; "make image-test" (images/test.sh)
-// builds them and sets PODMPI_IMAGE_TEST=1. Without that variable the test
-// skips, so "go test ./..." stays fast.
+// builds them and sets PODMPI_IMAGE_TEST=1. Without that variable those tests
+// skip, so "go test ./..." stays fast.
 package imagetest
