@@ -177,8 +177,8 @@ func TestAPIGoneStopsMPIRun(t *testing.T) {
 	cfg.Command = []string{"sleep", "30"}
 	go func() {
 		// Once the watch has asked the agent, the pod is deleted.
-		for a.asks.Load() == 0 {
-			time.Sleep(20 * time.Millisecond)
+		if !a.waitAsked(30 * time.Second) {
+			return // the test fails on its own: nothing asked the agent
 		}
 		_ = api.cs.CoreV1().Pods(kns).Delete(context.Background(), "tj-node-0-1-bb", metav1.DeleteOptions{})
 	}()

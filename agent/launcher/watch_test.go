@@ -43,6 +43,18 @@ type fakeAgent struct {
 	filter  bool          // answer only what the query asks for (api.EventsQuery.Match)
 }
 
+// waitAsked waits until the agent has been asked at least once, or d
+// passes; it reports whether it was asked.
+func (a *fakeAgent) waitAsked(d time.Duration) bool {
+	for deadline := time.Now().Add(d); a.asks.Load() == 0; {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}
+
 func startAgent(t *testing.T) *fakeAgent {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -380,8 +392,8 @@ func TestWatchSeesAWorkerStopAnswering(t *testing.T) {
 	go func() {
 		// Once the agent has been asked, it goes away for good, and mpirun
 		// is told so (the marker file).
-		for a.asks.Load() == 0 {
-			time.Sleep(20 * time.Millisecond)
+		if !a.waitAsked(30 * time.Second) {
+			return // the test fails on its own: nothing asked the agent
 		}
 		a.srv.Close()
 		_ = os.WriteFile(gone, nil, 0o644)
@@ -448,8 +460,8 @@ func TestWorkerGoneStopsMPIRun(t *testing.T) {
 	a := startAgent(t)
 	dns := newNames(map[string]string{"w-1.job": "127.0.0.1"})
 	go func() {
-		for a.asks.Load() == 0 {
-			time.Sleep(20 * time.Millisecond)
+		if !a.waitAsked(30 * time.Second) {
+			return // the test fails on its own: nothing asked the agent
 		}
 		a.srv.Close()
 		dns.remove("w-1.job")
@@ -485,8 +497,8 @@ func TestReplacedWorkerIsGone(t *testing.T) {
 	a := startAgent(t)
 	a.set(api.Event{Seq: 1, Time: time.Now(), Kind: api.KindSessionExit, ExitCode: 0, Rank: -1, Message: "first agent's"})
 	go func() {
-		for a.asks.Load() == 0 {
-			time.Sleep(20 * time.Millisecond)
+		if !a.waitAsked(30 * time.Second) {
+			return // the test fails on its own: nothing asked the agent
 		}
 		a.restart()
 	}()
