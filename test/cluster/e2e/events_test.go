@@ -193,9 +193,7 @@ func trainJobWithoutRBAC(t *testing.T) {
 		t.Fatal("a TrainJob whose rank exits 7 completed")
 	}
 	launcherEvidence(t, ns, r, "rank 3", "exited with status 7")
-	if evs := podmpiEvents(t, ns, "TrainJob", r.name); len(evs) != 0 {
-		t.Errorf("podmpi Events without RBAC: %v", evs)
-	}
+	noPodmpiEvents(t, ns, "TrainJob", r.name)
 	if !strings.Contains(r.log, "apply examples/rbac") {
 		t.Errorf("the launcher does not say why it records no Event:\n%s", lastLines(r.log, 20))
 	}
