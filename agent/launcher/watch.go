@@ -741,7 +741,20 @@ func (w *watch) diagnose(res mpirun.RunResult, program string) *postmortem.Diagn
 	}
 	timeout := w.l.cfg.DiagnosisTimeout
 	start := time.Now()
+	// The API's word on each worker's pod as it is now, not as the last
+	// poll saw it: a pod deleted a moment before mpirun failed is gone, not
+	// only silent. It runs beside the questions, within the same bound.
+	var fresh sync.WaitGroup
+	if w.l.kubeClient() != nil {
+		fresh.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			w.l.refreshPods(ctx)
+			w.checkPods(ctx)
+		})
+	}
 	w.askUntilAnswered(timeout)
+	fresh.Wait()
 	w.mu.Lock()
 	in := postmortem.Input{
 		Outcome: postmortem.Outcome{Program: program, ExitCode: res.ExitCode, TimedOut: res.TimedOut, LaunchStopped: w.launchStopped,
