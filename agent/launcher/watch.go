@@ -423,8 +423,16 @@ func (w *watch) checkPods(ctx context.Context) {
 		cur, ok := ps.For(s.host)
 		switch {
 		case s.pod == nil:
-			if ok {
-				s.pod = &cur
+			if !ok {
+				break
+			}
+			s.pod = &cur
+			// A list made before the probe found the agent up may show a
+			// late worker Pending: only a later one is proof.
+			up := !w.upBefore.IsZero() && ps.At.After(w.upBefore)
+			if why, gone := kube.GoneAtFirstSight(cur, up); gone {
+				s.apiGone = why
+				w.l.log.Error("Kubernetes says a worker's pod is gone while mpirun runs", "host", s.host, "why", why)
 			}
 		case s.apiGone == "":
 			if why, gone := kube.Gone(*s.pod, ps); gone {

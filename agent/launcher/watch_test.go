@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/podmpi/podmpi/agent/kube"
+	corev1 "k8s.io/api/core/v1"
 	"log/slog"
 	"net"
 	"net/http"
@@ -733,6 +735,49 @@ func TestReplacedAtFirstAnswer(t *testing.T) {
 	}
 	if (&watch{l: l}).replaced(&workerState{}, young, now, 10*time.Millisecond) {
 		t.Errorf("without a probe, a young agent is taken for a replacement")
+	}
+}
+
+// TestGoneAtFirstList: the launcher can start mpirun before its first list
+// of the job's pods. A first list, made after the probe found every agent
+// up, that shows a worker's pod Pending (a new pod under its name) or
+// being deleted is proof that the daemon's pod is gone; a list made before
+// the probe (a late worker not started yet) and a running pod are not.
+func TestGoneAtFirstList(t *testing.T) {
+	now := time.Now()
+	pending := kube.PodState{Name: "tj-node-0-1-new", Hostname: "tj-node-0-1", UID: "new", Phase: corev1.PodPending, Why: "is Pending"}
+	running := kube.PodState{Name: "tj-node-0-1-old", Hostname: "tj-node-0-1", UID: "old", Phase: corev1.PodRunning, Ready: true}
+	deleting := running
+	deleting.Deleting, deleting.Why = true, "is being deleted"
+	for _, c := range []struct {
+		name     string
+		probed   bool
+		listedAt time.Time
+		pod      kube.PodState
+		gone     string
+	}{
+		{"pending-after-probe", true, now, pending, "the pod under its name, tj-node-0-1-new, is Pending"},
+		{"pending-before-probe", true, now.Add(-5 * time.Second), pending, ""},
+		{"pending-without-probe", false, now, pending, ""},
+		{"running", true, now, running, ""},
+		{"deleting", false, now, deleting, "its pod tj-node-0-1-old is being deleted"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l, _ := New(Config{})
+			l.kv.pods, l.kv.listed = kube.Pods{At: c.listedAt, ByHost: map[string]kube.PodState{"tj-node-0-1": c.pod}}, true
+			s := &workerState{host: "tj-node-0-1.tj"}
+			w := &watch{l: l, workers: []*workerState{s}}
+			if c.probed {
+				w.upBefore = now.Add(-time.Second)
+			}
+			w.checkPods(context.Background())
+			if c.gone == "" && s.apiGone != "" || !strings.HasPrefix(s.apiGone, c.gone) {
+				t.Errorf("apiGone = %q, want %q", s.apiGone, c.gone)
+			}
+			if s.pod == nil || s.pod.UID != c.pod.UID {
+				t.Errorf("the pod first seen is %+v, want %s", s.pod, c.pod.Name)
+			}
+		})
 	}
 }
 
