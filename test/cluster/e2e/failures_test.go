@@ -182,15 +182,17 @@ func TestWorkerDeletedMidJob(t *testing.T) {
 		apply(t, ns, job)
 		ctx := ctxT(t, 5*time.Minute)
 		victim := job.GetName() + "-worker-1"
-		// Deleted once mpirun's daemon runs on it: a pod deleted while
-		// mpirun still starts its daemons is a start-up fault ("unable to
-		// start one or more daemons"), which this drill is not about.
-		waitFor(t, 3*time.Minute, "mpirun's daemon running on "+victim, func() (bool, error) {
+		// Deleted once the ranks run on it (Open MPI starts them after
+		// every daemon reported in): a pod deleted while its daemon still
+		// calls back to mpirun is a start-up fault ("unable to reliably
+		// start one or more daemons"), which this drill is not about (unit
+		// tests cover its diagnosis).
+		waitFor(t, 3*time.Minute, "the ranks running on "+victim, func() (bool, error) {
 			p, err := e.cs.CoreV1().Pods(ns).Get(ctx, victim, metav1.GetOptions{})
 			if err != nil {
 				return false, nil
 			}
-			return hasProcess(t, *p, "orted"), nil
+			return hasProcess(t, *p, "sleep"), nil
 		})
 		deleted := time.Now()
 		if err := e.cs.CoreV1().Pods(ns).Delete(ctx, victim, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
