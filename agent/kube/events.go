@@ -51,6 +51,9 @@ func (c *Client) Event(ctx context.Context, typ, reason, message string) bool {
 		return false
 	}
 	message = shorten(message, maxMessage)
+	// The objects are learned once, in the background from the start; an
+	// Event that comes first waits for them rather than go nowhere.
+	_ = c.Resolve(ctx)
 	c.mu.Lock()
 	refs := []*corev1.ObjectReference{c.job, c.self}
 	c.mu.Unlock()

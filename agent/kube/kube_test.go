@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -129,6 +130,28 @@ func TestResolveTrainJob(t *testing.T) {
 	}
 	if !patched {
 		t.Error("a repeated Event was not a patch of the first (count)")
+	}
+}
+
+// TestEventBeforeResolve: an Event recorded before anything resolved the
+// job's objects (the launcher's first Event can beat the background
+// lookup) still goes on the TrainJob.
+func TestEventBeforeResolve(t *testing.T) {
+	lbl := map[string]string{kube.LabelJobSetName: "tj"}
+	c, cs, _ := client(t, "tj-launcher-0-0-abcde",
+		[]runtime.Object{pod("tj-launcher-0-0-abcde", "tj-launcher-0-0", lbl)},
+		meta(kube.TrainJobs, "TrainJob", "tj", "tj-uid"))
+	if !c.Event(context.Background(), kube.Normal, "Initialized", "init done") {
+		t.Fatal("no Event written")
+	}
+	evs, _ := cs.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+	var on []string
+	for _, e := range evs.Items {
+		on = append(on, e.InvolvedObject.Kind+"/"+string(e.InvolvedObject.UID))
+	}
+	slices.Sort(on)
+	if want := []string{"Pod/uid-tj-launcher-0-0-abcde", "TrainJob/tj-uid"}; !slices.Equal(on, want) {
+		t.Errorf("Events on %v, want %v", on, want)
 	}
 }
 

@@ -192,6 +192,24 @@ func (c *Client) Pods(ctx context.Context) (Pods, bool) {
 	return out, true
 }
 
+// GoneAtFirstSight says whether, and why, the pod that ran a worker's
+// daemon is gone for sure when the API's first word on the worker's name
+// came only after mpirun started (the launcher can start mpirun before its
+// first list of the pods): cur is being deleted, was evicted or preempted,
+// or failed; or, when the worker-agent under that name is known to have
+// answered before mpirun (up), cur is Pending: a pod whose container ran
+// is never Pending again, so it is a new pod under the name, made after
+// the one that answered was deleted.
+func GoneAtFirstSight(cur PodState, up bool) (string, bool) {
+	switch {
+	case cur.Deleting || cur.Disrupted != "" || cur.Phase == corev1.PodFailed:
+		return fmt.Sprintf("its pod %s %s", cur.Name, cur.Why), true
+	case up && cur.Phase == corev1.PodPending:
+		return fmt.Sprintf("the pod under its name, %s, is Pending: a new pod, made after the one whose worker-agent answered before mpirun was deleted", cur.Name), true
+	}
+	return "", false
+}
+
 // Gone says whether, and why, the pod that ran a worker's daemon (before,
 // seen when mpirun started) is gone for sure by what the API says now: no
 // pod under its name, another pod (a new uid), deleted, evicted or

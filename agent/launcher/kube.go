@@ -97,6 +97,13 @@ func (l *Launcher) connectKube(ctx context.Context) {
 	})
 }
 
+// kubeClient is the API client, nil without one.
+func (l *Launcher) kubeClient() *kube.Client {
+	l.kv.mu.Lock()
+	defer l.kv.mu.Unlock()
+	return l.kv.c
+}
+
 // closeKube stops the background lookups.
 func (l *Launcher) closeKube() {
 	if l.kv.stop != nil {

@@ -178,8 +178,8 @@ func TestAPIGoneStopsMPIRun(t *testing.T) {
 	cfg.Command = []string{"sleep", "30"}
 	go func() {
 		// Once the watch has asked the agent, the pod is deleted.
-		for a.asks.Load() == 0 {
-			time.Sleep(20 * time.Millisecond)
+		if !a.waitAsked(30 * time.Second) {
+			return // the test fails on its own: nothing asked the agent
 		}
 		_ = api.cs.CoreV1().Pods(kns).Delete(context.Background(), "tj-node-0-1-bb", metav1.DeleteOptions{})
 	}()
@@ -208,6 +208,67 @@ func TestAPIGoneStopsMPIRun(t *testing.T) {
 	if e, ok := reasons["Initialized"]; !ok || e.Type != kube.Normal || !strings.Contains(e.Message, "init done in") {
 		t.Errorf("no Normal Initialized Event: %v", reasons)
 	}
+}
+
+// TestAPIGoneBeforeVerdict: a worker's pod is deleted and mpirun fails a
+// moment later, before the next poll of the pods. The verdict asks the API
+// again first: the worker is gone, not merely silent or unknown.
+func TestAPIGoneBeforeVerdict(t *testing.T) {
+	a := startAgent(t)
+	api := newFakeAPI(t, jobPod("tj-node-0-1-bb", "tj-node-0-1"))
+	dir := t.TempDir()
+	started, deleted := filepath.Join(dir, "started"), filepath.Join(dir, "deleted")
+	cfg := Defaults()
+	cfg.Discovery = discovery.Spec{Workers: []string{"tj-node-0-1.tj=2"}, Self: "tj-launcher-0-0"}
+	// The worker resolves once the launcher has listed the job's pods, so
+	// that the watch starts with its pod as the API showed it.
+	names := newNames(map[string]string{})
+	cfg.Resolver = names
+	go func() {
+		for i := 0; i < 400 && !listedPods(api.cs); i++ {
+			time.Sleep(25 * time.Millisecond)
+		}
+		time.Sleep(100 * time.Millisecond)
+		names.mu.Lock()
+		names.m["tj-node-0-1.tj"] = "127.0.0.1"
+		names.mu.Unlock()
+	}()
+	cfg.Implementation, cfg.SkipProbe, cfg.Slots = "openmpi4", true, 2
+	cfg.WorkerWebPort = a.port
+	cfg.HostfilePath = filepath.Join(t.TempDir(), "hostfile")
+	cfg.TempDir, cfg.Executable = t.TempDir(), "/bin/true"
+	cfg.DiagnosisWatch = 0 // the pods are listed every podPoll (5 s): no list comes between the deletion and the failure
+	// mpirun's stand-in fails as soon as the pod is deleted (at most 20 s).
+	cfg.Command = []string{"sh", "-c", `touch "$1"; i=0; while [ ! -e "$2" ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; exit 1`,
+		"sh", started, deleted}
+	go func() {
+		for i := 0; i < 400; i++ {
+			if _, err := os.Stat(started); err == nil {
+				_ = api.cs.CoreV1().Pods(kns).Delete(context.Background(), "tj-node-0-1-bb", metav1.DeleteOptions{})
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_ = os.WriteFile(deleted, nil, 0o600)
+	}()
+	code, msg, _ := runJobWithAPI(t, api, cfg)
+	if code != 1 {
+		t.Errorf("exit %d, want mpirun's own 1 (it exited on its own)", code)
+	}
+	first, _, _ := strings.Cut(msg, "\n")
+	if !strings.HasPrefix(first, "root cause: worker tj-node-0-1.tj is gone: its pod tj-node-0-1-bb no longer exists (deleted), as the Kubernetes API shows it") {
+		t.Errorf("first line: %s", first)
+	}
+}
+
+// listedPods reports whether the fake API was asked for a list of pods.
+func listedPods(cs *fake.Clientset) bool {
+	for _, a := range cs.Actions() {
+		if a.GetVerb() == "list" && a.GetResource().Resource == "pods" {
+			return true
+		}
+	}
+	return false
 }
 
 // TestNoAPI: outside Kubernetes (no token) the launcher says so once at

@@ -423,8 +423,16 @@ func (w *watch) checkPods(ctx context.Context) {
 		cur, ok := ps.For(s.host)
 		switch {
 		case s.pod == nil:
-			if ok {
-				s.pod = &cur
+			if !ok {
+				break
+			}
+			s.pod = &cur
+			// A list made before the probe found the agent up may show a
+			// late worker Pending: only a later one is proof.
+			up := !w.upBefore.IsZero() && ps.At.After(w.upBefore)
+			if why, gone := kube.GoneAtFirstSight(cur, up); gone {
+				s.apiGone = why
+				w.l.log.Error("Kubernetes says a worker's pod is gone while mpirun runs", "host", s.host, "why", why)
 			}
 		case s.apiGone == "":
 			if why, gone := kube.Gone(*s.pod, ps); gone {
@@ -741,7 +749,20 @@ func (w *watch) diagnose(res mpirun.RunResult, program string) *postmortem.Diagn
 	}
 	timeout := w.l.cfg.DiagnosisTimeout
 	start := time.Now()
+	// The API's word on each worker's pod as it is now, not as the last
+	// poll saw it: a pod deleted a moment before mpirun failed is gone, not
+	// only silent. It runs beside the questions, within the same bound.
+	var fresh sync.WaitGroup
+	if w.l.kubeClient() != nil {
+		fresh.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			w.l.refreshPods(ctx)
+			w.checkPods(ctx)
+		})
+	}
 	w.askUntilAnswered(timeout)
+	fresh.Wait()
 	w.mu.Lock()
 	in := postmortem.Input{
 		Outcome: postmortem.Outcome{Program: program, ExitCode: res.ExitCode, TimedOut: res.TimedOut, LaunchStopped: w.launchStopped,

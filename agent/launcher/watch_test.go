@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/podmpi/podmpi/agent/kube"
+	corev1 "k8s.io/api/core/v1"
 	"log/slog"
 	"net"
 	"net/http"
@@ -41,6 +43,18 @@ type fakeAgent struct {
 	started time.Time     // when "the agent" started
 	stall   time.Duration // how long the next request waits before its answer
 	filter  bool          // answer only what the query asks for (api.EventsQuery.Match)
+}
+
+// waitAsked waits until the agent has been asked at least once, or d
+// passes; it reports whether it was asked.
+func (a *fakeAgent) waitAsked(d time.Duration) bool {
+	for deadline := time.Now().Add(d); a.asks.Load() == 0; {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
 }
 
 func startAgent(t *testing.T) *fakeAgent {
@@ -380,8 +394,8 @@ func TestWatchSeesAWorkerStopAnswering(t *testing.T) {
 	go func() {
 		// Once the agent has been asked, it goes away for good, and mpirun
 		// is told so (the marker file).
-		for a.asks.Load() == 0 {
-			time.Sleep(20 * time.Millisecond)
+		if !a.waitAsked(30 * time.Second) {
+			return // the test fails on its own: nothing asked the agent
 		}
 		a.srv.Close()
 		_ = os.WriteFile(gone, nil, 0o644)
@@ -448,8 +462,8 @@ func TestWorkerGoneStopsMPIRun(t *testing.T) {
 	a := startAgent(t)
 	dns := newNames(map[string]string{"w-1.job": "127.0.0.1"})
 	go func() {
-		for a.asks.Load() == 0 {
-			time.Sleep(20 * time.Millisecond)
+		if !a.waitAsked(30 * time.Second) {
+			return // the test fails on its own: nothing asked the agent
 		}
 		a.srv.Close()
 		dns.remove("w-1.job")
@@ -485,8 +499,8 @@ func TestReplacedWorkerIsGone(t *testing.T) {
 	a := startAgent(t)
 	a.set(api.Event{Seq: 1, Time: time.Now(), Kind: api.KindSessionExit, ExitCode: 0, Rank: -1, Message: "first agent's"})
 	go func() {
-		for a.asks.Load() == 0 {
-			time.Sleep(20 * time.Millisecond)
+		if !a.waitAsked(30 * time.Second) {
+			return // the test fails on its own: nothing asked the agent
 		}
 		a.restart()
 	}()
@@ -721,6 +735,49 @@ func TestReplacedAtFirstAnswer(t *testing.T) {
 	}
 	if (&watch{l: l}).replaced(&workerState{}, young, now, 10*time.Millisecond) {
 		t.Errorf("without a probe, a young agent is taken for a replacement")
+	}
+}
+
+// TestGoneAtFirstList: the launcher can start mpirun before its first list
+// of the job's pods. A first list, made after the probe found every agent
+// up, that shows a worker's pod Pending (a new pod under its name) or
+// being deleted is proof that the daemon's pod is gone; a list made before
+// the probe (a late worker not started yet) and a running pod are not.
+func TestGoneAtFirstList(t *testing.T) {
+	now := time.Now()
+	pending := kube.PodState{Name: "tj-node-0-1-new", Hostname: "tj-node-0-1", UID: "new", Phase: corev1.PodPending, Why: "is Pending"}
+	running := kube.PodState{Name: "tj-node-0-1-old", Hostname: "tj-node-0-1", UID: "old", Phase: corev1.PodRunning, Ready: true}
+	deleting := running
+	deleting.Deleting, deleting.Why = true, "is being deleted"
+	for _, c := range []struct {
+		name     string
+		probed   bool
+		listedAt time.Time
+		pod      kube.PodState
+		gone     string
+	}{
+		{"pending-after-probe", true, now, pending, "the pod under its name, tj-node-0-1-new, is Pending"},
+		{"pending-before-probe", true, now.Add(-5 * time.Second), pending, ""},
+		{"pending-without-probe", false, now, pending, ""},
+		{"running", true, now, running, ""},
+		{"deleting", false, now, deleting, "its pod tj-node-0-1-old is being deleted"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l, _ := New(Config{})
+			l.kv.pods, l.kv.listed = kube.Pods{At: c.listedAt, ByHost: map[string]kube.PodState{"tj-node-0-1": c.pod}}, true
+			s := &workerState{host: "tj-node-0-1.tj"}
+			w := &watch{l: l, workers: []*workerState{s}}
+			if c.probed {
+				w.upBefore = now.Add(-time.Second)
+			}
+			w.checkPods(context.Background())
+			if c.gone == "" && s.apiGone != "" || !strings.HasPrefix(s.apiGone, c.gone) {
+				t.Errorf("apiGone = %q, want %q", s.apiGone, c.gone)
+			}
+			if s.pod == nil || s.pod.UID != c.pod.UID {
+				t.Errorf("the pod first seen is %+v, want %s", s.pod, c.pod.Name)
+			}
+		})
 	}
 }
 

@@ -193,9 +193,7 @@ func trainJobWithoutRBAC(t *testing.T) {
 		t.Fatal("a TrainJob whose rank exits 7 completed")
 	}
 	launcherEvidence(t, ns, r, "rank 3", "exited with status 7")
-	if evs := podmpiEvents(t, ns, "TrainJob", r.name); len(evs) != 0 {
-		t.Errorf("podmpi Events without RBAC: %v", evs)
-	}
+	noPodmpiEvents(t, ns, "TrainJob", r.name)
 	if !strings.Contains(r.log, "apply examples/rbac") {
 		t.Errorf("the launcher does not say why it records no Event:\n%s", lastLines(r.log, 20))
 	}
@@ -235,9 +233,11 @@ const failedWaiting = "WorkersNotResolved|SlotsUnknown|ProbeFailedUnreachable"
 // and the fix: a worker whose image does not exist and a worker that
 // cannot be scheduled (mpi-operator's default starts the launcher at once,
 // so it waits, and says why), a rank's SIGSEGV. The launcher fails once
-// (restartPolicy Never, backoffLimit 0) and its pod stays. In ns, which has
-// examples/rbac.
-func mpiJobFailures(t *testing.T, ns string) {
+// (restartPolicy Never, backoffLimit 0) and its pod stays. With rbac (ns
+// has examples/rbac) describe shows the Warnings; without, the termination
+// message still names the worker or rank and the cause, and the launcher
+// records no Event.
+func mpiJobFailures(t *testing.T, ns string, rbac bool) {
 	waitTimeout := func(job *unstructured.Unstructured) {
 		setNested(t, job, "AtStartup", "spec", "launcherCreationPolicy")
 		setLauncherEnv(t, job, "PODMPI_DISCOVERY_TIMEOUT", "45s")
@@ -247,22 +247,25 @@ func mpiJobFailures(t *testing.T, ns string) {
 		mutate  func(*unstructured.Unstructured)
 		reasons []string // the Warnings describe must show, each with want
 		want    []string
+		plain   []string // what the termination message says without the API
 	}{
 		{"image-missing", func(j *unstructured.Unstructured) {
 			waitTimeout(j)
 			setWorkerImage(t, j, "localhost/podmpi/does-not-exist:0")
-		}, []string{"WorkerNotReady", failedWaiting}, []string{"worker-1", "ErrImagePull|ImagePullBackOff", "hint:"}},
+		}, []string{"WorkerNotReady", failedWaiting}, []string{"worker-1", "ErrImagePull|ImagePullBackOff", "hint:"},
+			[]string{"worker-1", "likely causes"}},
 		{"unschedulable", func(j *unstructured.Unstructured) {
 			waitTimeout(j)
 			setCPURequest(t, j, "Worker", "64")
-		}, []string{"WorkerNotReady", failedWaiting}, []string{"worker-1", "Insufficient cpu", "hint:"}},
+		}, []string{"WorkerNotReady", failedWaiting}, []string{"worker-1", "Insufficient cpu", "hint:"},
+			[]string{"worker-1", "likely causes"}},
 		{"segfault", func(j *unstructured.Unstructured) {
 			args := []string{"mpirun", "-np", "4"}
 			for _, a := range segfault1[1:] {
 				args = append(args, a.(string))
 			}
 			setLauncherArgs(t, j, args...)
-		}, []string{"RankCrashed"}, []string{"rank 1", "SIGSEGV", "hint:"}},
+		}, []string{"RankCrashed"}, []string{"rank 1", "SIGSEGV", "hint:"}, []string{"rank 1", "SIGSEGV", "hint:"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			job := mpiJob(t, "openmpi", tc.mutate)
@@ -275,6 +278,14 @@ func mpiJobFailures(t *testing.T, ns string) {
 			}
 			if st := r.launcher.Status.ContainerStatuses; len(st) != 1 || st[0].RestartCount != 0 {
 				t.Errorf("the launcher restarted: %+v", st)
+			}
+			if !rbac {
+				msg := terminationMessage(t, ns, r.launcher.Name)
+				if !containsAll(msg, tc.plain) {
+					t.Errorf("termination message does not name %q:\n%s", tc.plain, msg)
+				}
+				noPodmpiEvents(t, ns, "MPIJob", r.name)
+				return
 			}
 			for _, reason := range tc.reasons {
 				describeShows(t, ns, "mpijob", r.name, reason, tc.want...)

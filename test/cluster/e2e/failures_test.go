@@ -78,68 +78,72 @@ func firstTerminatedLauncher(t *testing.T, ns, job string, d time.Duration) (cor
 // and the auth phase.
 func TestWrongKey(t *testing.T) {
 	need(t)
-	ns := namespace(t, "wrongkey", true)
-	_, otherPub := jobKey(t)
-	if _, err := e.cs.CoreV1().Secrets(ns).Create(ctxT(t, time.Minute), &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "other-key"},
-		Data:       map[string][]byte{"authorized_keys": otherPub},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	job := mpiJob(t, "openmpi", func(job *unstructured.Unstructured) {
-		// The workers keep the job's key as their host key (so the
-		// launcher's pin holds) but trust only the other key.
-		name := job.GetName()
-		spec := "spec.mpiReplicaSpecs.Worker.template.spec"
-		path := append(strings.Split(spec, "."), "volumes")
-		v, _, _ := unstructured.NestedSlice(job.Object, path...)
-		v = append(v, map[string]any{
-			"name": "wrong-auth",
-			"projected": map[string]any{"sources": []any{
-				map[string]any{"secret": map[string]any{"name": name + "-ssh", "items": []any{
-					map[string]any{"key": "ssh-privatekey", "path": "id_rsa"},
-					map[string]any{"key": "ssh-publickey", "path": "id_rsa.pub"},
-				}}},
-				map[string]any{"secret": map[string]any{"name": "other-key", "items": []any{
-					map[string]any{"key": "authorized_keys", "path": "authorized_keys"},
-				}}},
-			}},
+	withAndWithoutRBAC(t, "wrongkey", func(t *testing.T, ns string, rbac bool) {
+		_, otherPub := jobKey(t)
+		if _, err := e.cs.CoreV1().Secrets(ns).Create(ctxT(t, time.Minute), &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: "other-key"},
+			Data:       map[string][]byte{"authorized_keys": otherPub},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		job := mpiJob(t, "openmpi", func(job *unstructured.Unstructured) {
+			// The workers keep the job's key as their host key (so the
+			// launcher's pin holds) but trust only the other key.
+			name := job.GetName()
+			spec := "spec.mpiReplicaSpecs.Worker.template.spec"
+			path := append(strings.Split(spec, "."), "volumes")
+			v, _, _ := unstructured.NestedSlice(job.Object, path...)
+			v = append(v, map[string]any{
+				"name": "wrong-auth",
+				"projected": map[string]any{"sources": []any{
+					map[string]any{"secret": map[string]any{"name": name + "-ssh", "items": []any{
+						map[string]any{"key": "ssh-privatekey", "path": "id_rsa"},
+						map[string]any{"key": "ssh-publickey", "path": "id_rsa.pub"},
+					}}},
+					map[string]any{"secret": map[string]any{"name": "other-key", "items": []any{
+						map[string]any{"key": "authorized_keys", "path": "authorized_keys"},
+					}}},
+				}},
+			})
+			setNested(t, job, v, path...)
+			cpath := append(strings.Split(spec, "."), "containers")
+			cs, _, _ := unstructured.NestedSlice(job.Object, cpath...)
+			c := cs[0].(map[string]any)
+			mounts, _ := c["volumeMounts"].([]any)
+			c["volumeMounts"] = append(mounts, map[string]any{"name": "wrong-auth", "mountPath": "/home/mpiuser/.ssh-wrong", "readOnly": true})
+			envs, _ := c["env"].([]any)
+			for _, x := range envs {
+				if m := x.(map[string]any); m["name"] == "PODMPI_SSH_AUTH_DIR" {
+					m["value"] = "/home/mpiuser/.ssh-wrong"
+				}
+			}
+			setNested(t, job, cs, cpath...)
 		})
-		setNested(t, job, v, path...)
-		cpath := append(strings.Split(spec, "."), "containers")
-		cs, _, _ := unstructured.NestedSlice(job.Object, cpath...)
-		c := cs[0].(map[string]any)
-		mounts, _ := c["volumeMounts"].([]any)
-		c["volumeMounts"] = append(mounts, map[string]any{"name": "wrong-auth", "mountPath": "/home/mpiuser/.ssh-wrong", "readOnly": true})
-		envs, _ := c["env"].([]any)
-		for _, x := range envs {
-			if m := x.(map[string]any); m["name"] == "PODMPI_SSH_AUTH_DIR" {
-				m["value"] = "/home/mpiuser/.ssh-wrong"
+		apply(t, ns, job)
+		pod, st := firstTerminatedLauncher(t, ns, job.GetName(), 4*time.Minute)
+		// The same field kubectl's jsonpath reads; mpi-operator's launcher Job
+		// restarts the container, so read it from the status that showed it
+		// terminated rather than from a later one.
+		msg := st.Message
+		t.Logf("launcher %s exit %d; termination message:\n%s", pod.Name, st.ExitCode, msg)
+		if st.ExitCode != 67 {
+			t.Errorf("launcher exit %d, want 67 (probe failed)", st.ExitCode)
+		}
+		for i := 0; i < 2; i++ {
+			host := fmt.Sprintf("%s-worker-%d", job.GetName(), i)
+			if !strings.Contains(msg, host) {
+				t.Errorf("termination message does not name worker %s", host)
 			}
 		}
-		setNested(t, job, cs, cpath...)
-	})
-	applyRBAC(t, ns)
-	apply(t, ns, job)
-	pod, st := firstTerminatedLauncher(t, ns, job.GetName(), 4*time.Minute)
-	// The same field kubectl's jsonpath reads; mpi-operator's launcher Job
-	// restarts the container, so read it from the status that showed it
-	// terminated rather than from a later one.
-	msg := st.Message
-	t.Logf("launcher %s exit %d; termination message:\n%s", pod.Name, st.ExitCode, msg)
-	if st.ExitCode != 67 {
-		t.Errorf("launcher exit %d, want 67 (probe failed)", st.ExitCode)
-	}
-	for i := 0; i < 2; i++ {
-		host := fmt.Sprintf("%s-worker-%d", job.GetName(), i)
-		if !strings.Contains(msg, host) {
-			t.Errorf("termination message does not name worker %s", host)
+		if !strings.Contains(msg, "auth") {
+			t.Errorf("termination message does not name the auth phase")
 		}
-	}
-	if !strings.Contains(msg, "auth") {
-		t.Errorf("termination message does not name the auth phase")
-	}
-	describeShows(t, ns, "mpijob", job.GetName(), "ProbeFailedAuth", job.GetName()+"-worker-", "auth", "hint:")
+		if rbac {
+			describeShows(t, ns, "mpijob", job.GetName(), "ProbeFailedAuth", job.GetName()+"-worker-", "auth", "hint:")
+		} else {
+			noPodmpiEvents(t, ns, "MPIJob", job.GetName())
+		}
+	})
 }
 
 // TestRankOOM: one rank allocates past its worker's memory limit. The rank
@@ -147,55 +151,74 @@ func TestWrongKey(t *testing.T) {
 // that then goes on would not end the job.
 func TestRankOOM(t *testing.T) {
 	need(t)
-	ns := namespace(t, "oom", true)
-	job := mpiJob(t, "openmpi", func(job *unstructured.Unstructured) {
-		setLauncherArgs(t, job, "mpirun", "-np", "4", "bash", "-c",
-			`if [ "$OMPI_COMM_WORLD_RANK" = 3 ]; then exec tail < <(head -c 3G /dev/zero); fi; exec podmpi-allreduce`)
-	})
-	applyRBAC(t, ns)
-	apply(t, ns, job)
-	_, st := firstTerminatedLauncher(t, ns, job.GetName(), 4*time.Minute)
-	msg := st.Message
-	for _, want := range []string{"worker-1", "rank 3", "OOM", "1 GiB"} {
-		if !strings.Contains(msg, want) {
-			t.Errorf("termination message does not name %q:\n%s", want, msg)
+	withAndWithoutRBAC(t, "oom", func(t *testing.T, ns string, rbac bool) {
+		job := mpiJob(t, "openmpi", func(job *unstructured.Unstructured) {
+			setLauncherArgs(t, job, "mpirun", "-np", "4", "bash", "-c",
+				`if [ "$OMPI_COMM_WORLD_RANK" = 3 ]; then exec tail < <(head -c 3G /dev/zero); fi; exec podmpi-allreduce`)
+		})
+		apply(t, ns, job)
+		_, st := firstTerminatedLauncher(t, ns, job.GetName(), 4*time.Minute)
+		msg := st.Message
+		for _, want := range []string{"worker-1", "rank 3", "OOM", "1 GiB"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("termination message does not name %q:\n%s", want, msg)
+			}
 		}
-	}
-	describeShows(t, ns, "mpijob", job.GetName(), "OOMKilled", "worker-1", "rank 3", "1 GiB", "hint:")
+		if rbac {
+			describeShows(t, ns, "mpijob", job.GetName(), "OOMKilled", "worker-1", "rank 3", "1 GiB", "hint:")
+		} else {
+			noPodmpiEvents(t, ns, "MPIJob", job.GetName())
+		}
+	})
 }
 
 // TestWorkerDeletedMidJob: a worker pod is deleted while mpirun runs.
 func TestWorkerDeletedMidJob(t *testing.T) {
 	need(t)
-	ns := namespace(t, "deleted", true)
-	job := mpiJob(t, "openmpi", func(job *unstructured.Unstructured) {
-		setLauncherArgs(t, job, "mpirun", "-np", "4", "sleep", "300")
-	})
-	applyRBAC(t, ns)
-	apply(t, ns, job)
-	ctx := ctxT(t, 5*time.Minute)
-	waitFor(t, 3*time.Minute, "mpirun running", func() (bool, error) {
-		pods, err := podsWith(ctx, ns, "training.kubeflow.org/job-role=launcher,training.kubeflow.org/job-name="+job.GetName())
-		if err != nil || len(pods) == 0 {
-			return false, err
+	withAndWithoutRBAC(t, "deleted", func(t *testing.T, ns string, rbac bool) {
+		job := mpiJob(t, "openmpi", func(job *unstructured.Unstructured) {
+			setLauncherArgs(t, job, "mpirun", "-np", "4", "sleep", "300")
+		})
+		apply(t, ns, job)
+		ctx := ctxT(t, 5*time.Minute)
+		victim := job.GetName() + "-worker-1"
+		// Deleted once the ranks run on it (Open MPI starts them after
+		// every daemon reported in): a pod deleted while its daemon still
+		// calls back to mpirun is a start-up fault ("unable to reliably
+		// start one or more daemons"), which this drill is not about (unit
+		// tests cover its diagnosis).
+		waitFor(t, 3*time.Minute, "the ranks running on "+victim, func() (bool, error) {
+			p, err := e.cs.CoreV1().Pods(ns).Get(ctx, victim, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			return hasProcess(t, *p, "sleep"), nil
+		})
+		deleted := time.Now()
+		if err := e.cs.CoreV1().Pods(ns).Delete(ctx, victim, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			t.Fatal(err)
 		}
-		return strings.Contains(launcherPhases(podLogs(ctx, ns, pods[0].Name, false)), "probe "), nil
+		_, st := firstTerminatedLauncher(t, ns, job.GetName(), time.Minute)
+		if d := st.FinishedAt.Sub(deleted); d > 30*time.Second {
+			t.Errorf("launcher ended %s after the worker was deleted, want at most 30 s", d)
+		}
+		msg := st.Message
+		t.Logf("launcher exit %d, %s after the worker was deleted:\n%s", st.ExitCode, st.FinishedAt.Sub(deleted).Round(time.Second), msg)
+		// With the API the launcher knows the pod was deleted. Without it, a
+		// younger agent under the name or the name gone from DNS is the
+		// proof; before either, it names the worker that stopped answering
+		// and says why that may be, never "gone" on a guess.
+		named := strings.HasPrefix(msg, "root cause: worker "+victim+".")
+		gone := strings.Contains(msg, " is gone: ")
+		if !named || rbac && !gone || !gone && !strings.Contains(msg, " did not answer: ") {
+			t.Errorf("termination message does not start naming %s as gone (or, without the API, as not answering):\n%s", victim, msg)
+		}
+		if rbac {
+			describeShows(t, ns, "mpijob", job.GetName(), "WorkerGone", victim, "is gone", "hint:")
+		} else {
+			noPodmpiEvents(t, ns, "MPIJob", job.GetName())
+		}
 	})
-	victim := job.GetName() + "-worker-1"
-	deleted := time.Now()
-	if err := e.cs.CoreV1().Pods(ns).Delete(ctx, victim, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
-		t.Fatal(err)
-	}
-	_, st := firstTerminatedLauncher(t, ns, job.GetName(), time.Minute)
-	if d := st.FinishedAt.Sub(deleted); d > 30*time.Second {
-		t.Errorf("launcher ended %s after the worker was deleted, want at most 30 s", d)
-	}
-	msg := st.Message
-	t.Logf("launcher exit %d, %s after the worker was deleted:\n%s", st.ExitCode, st.FinishedAt.Sub(deleted).Round(time.Second), msg)
-	if !strings.HasPrefix(msg, "root cause: worker "+victim+".") || !strings.Contains(msg, " is gone: ") {
-		t.Errorf("termination message does not start naming %s as gone:\n%s", victim, msg)
-	}
-	describeShows(t, ns, "mpijob", job.GetName(), "WorkerGone", victim, "is gone", "hint:")
 }
 
 func setLauncherArgs(t *testing.T, job *unstructured.Unstructured, args ...string) {
@@ -333,3 +356,32 @@ func restrictedPod(name, image, secret string, command []string) *corev1.Pod {
 }
 
 var _ = context.Background
+
+// withAndWithoutRBAC runs a drill twice, each in a namespace of its own:
+// with examples/rbac (the launcher records Events and reads the pods) and
+// without (the same diagnosis in the termination message, and no podmpi
+// Event).
+func withAndWithoutRBAC(t *testing.T, prefix string, drill func(t *testing.T, ns string, rbac bool)) {
+	for _, rbac := range []bool{true, false} {
+		name := "rbac"
+		if !rbac {
+			name = "no-rbac"
+		}
+		t.Run(name, func(t *testing.T) {
+			ns := namespace(t, prefix, true)
+			if rbac {
+				applyRBAC(t, ns)
+			}
+			drill(t, ns, rbac)
+		})
+	}
+}
+
+// noPodmpiEvents fails when the launcher recorded an Event on kind/name:
+// without examples/rbac it may not.
+func noPodmpiEvents(t *testing.T, ns, kind, name string) {
+	t.Helper()
+	if evs := podmpiEvents(t, ns, kind, name); len(evs) != 0 {
+		t.Errorf("podmpi Events without RBAC: %v", evs)
+	}
+}

@@ -158,7 +158,12 @@ func TestMPIOperator(t *testing.T) {
 					t.Logf("MPIJob %s Succeeded in %s; 4 ranks on %v", r.name, r.took.Round(100*time.Millisecond), hosts)
 				})
 			}
-			mpiJobFailures(t, ns)
+			mpiJobFailures(t, ns, true)
+			if v == e.pins.MPIOperator[0] {
+				// The same failures where the launcher may not use the API
+				// (once: what they show does not depend on the release).
+				t.Run("no-rbac", func(t *testing.T) { mpiJobFailures(t, namespace(t, "mpijob-norbac", true), false) })
+			}
 			// The isolation drills on this mpi-operator's pods.
 			t.Run("networkpolicy", mpiOperatorNetworkPolicy)
 			t.Run("openshift-restricted-v2", mpiOperatorOpenShift)
