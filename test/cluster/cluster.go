@@ -307,6 +307,28 @@ func (c *Cluster) InstallRuntimes(ctx context.Context, images map[string]string)
 // SetImages sets the image of every container in an object's pod templates
 // (ClusterTrainingRuntime, MPIJob, TrainJob-free objects alike).
 func SetImages(o *unstructured.Unstructured, image string) {
+	EachContainer(o, func(c map[string]any) { c["image"] = image })
+}
+
+// SetEnv sets an environment variable in every container of an object's
+// pod templates (over a value or valueFrom there).
+func SetEnv(o *unstructured.Unstructured, name, value string) {
+	EachContainer(o, func(c map[string]any) {
+		env, _ := c["env"].([]any)
+		for _, x := range env {
+			if m, ok := x.(map[string]any); ok && m["name"] == name {
+				delete(m, "valueFrom")
+				m["value"] = value
+				return
+			}
+		}
+		c["env"] = append(env, map[string]any{"name": name, "value": value})
+	})
+}
+
+// EachContainer calls f with every container and init container anywhere
+// in an object.
+func EachContainer(o *unstructured.Unstructured, f func(c map[string]any)) {
 	var walk func(v any)
 	walk = func(v any) {
 		switch t := v.(type) {
@@ -316,7 +338,7 @@ func SetImages(o *unstructured.Unstructured, image string) {
 					if list, ok := x.([]any); ok {
 						for _, ct := range list {
 							if m, ok := ct.(map[string]any); ok {
-								m["image"] = image
+								f(m)
 							}
 						}
 					}

@@ -240,10 +240,18 @@ func readObjects(t *testing.T, rel string) []*unstructured.Unstructured {
 }
 
 // apply applies objects (server-side) in ns ("" for cluster-scoped ones).
+// envShare=off runs every launcher the tests start without connection
+// sharing (--ssh.share-connections=false): each podmpi-rsh connects on
+// its own, so that the drills prove both ways.
+const envShare = "PODMPI_CLUSTER_SHARE"
+
 func apply(t *testing.T, ns string, objs ...*unstructured.Unstructured) {
 	t.Helper()
 	var buf bytes.Buffer
 	for _, o := range objs {
+		if os.Getenv(envShare) == "off" {
+			cluster.SetEnv(o, "PODMPI_SSH_SHARE_CONNECTIONS", "false")
+		}
 		b, err := yaml.Marshal(o.Object)
 		if err != nil {
 			t.Fatal(err)
