@@ -137,8 +137,19 @@ func TestBench(t *testing.T) {
 	// writable root, as upstream's does.
 	ns := namespace(t, "bench", false)
 
+	sizes := []int{2, 4}
+	if v := os.Getenv("PODMPI_CLUSTER_BENCH_NODES"); v != "" {
+		sizes = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 || n > 64 {
+				t.Fatalf("PODMPI_CLUSTER_BENCH_NODES=%q: want node counts from 1 to 64, comma-separated", v)
+			}
+			sizes = append(sizes, n)
+		}
+	}
 	var samples []benchSample
-	for _, nodes := range []int{2, 4} {
+	for _, nodes := range sizes {
 		for rep := 0; rep < reps; rep++ {
 			order := []string{"podmpi", "openssh"}
 			if rep%2 == 1 {
@@ -211,6 +222,9 @@ func benchOnce(t *testing.T, ns, runtime string, nodes int) benchSample {
 	ctx := ctxT(t, 6*time.Minute)
 	tj := trainJob(t, "podmpi-openmpi")
 	setNested(t, tj, int64(nodes), "spec", "trainer", "numNodes")
+	// Every pod on the one 2-core node: past 12 node pods, 100m each would
+	// not fit its allocatable CPU.
+	setNested(t, tj, fmt.Sprintf("%dm", min(100, 1200/nodes)), "spec", "trainer", "resourcesPerNode", "requests", "cpu")
 	if runtime == "openssh" {
 		openSSHTrainJob(t, tj)
 	}
