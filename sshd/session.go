@@ -376,6 +376,9 @@ func (sess *session) start(shell bool, cmdline string) {
 		close(sess.runDone)
 		return
 	}
+	if err := preferAsOOMVictim(cmd.Process.Pid); err != nil {
+		s.log.Debug("the session's command keeps worker-agent's OOM score: an OOM kill in the container may take the agent with the rank", append(attrs, "err", err)...)
+	}
 	sess.mu.Lock()
 	sess.pgid = cmd.Process.Pid // Setpgid/Setsid: the group id is the leader's pid
 	sess.mu.Unlock()

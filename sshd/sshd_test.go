@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -1026,5 +1027,33 @@ func TestOnSessionExitStartFailure(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no session exit reported")
+	}
+}
+
+// TestSessionPreferredOOMVictim: a session's command, and what it starts,
+// run with an oom_score_adj above worker-agent's own, so that an OOM in the
+// container they share takes the job's processes before the agent.
+func TestSessionPreferredOOMVictim(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS != "linux" {
+		t.Skip("oom_score_adj is Linux's")
+	}
+	own, err := readOOMScoreAdj("/proc/self/oom_score_adj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, nil)
+	c := ts.dial(t)
+	// The shell's child starts after the shell's own score was raised.
+	r := run(t, c, "sleep 0.3; cat /proc/self/oom_score_adj", nil)
+	got, err := strconv.Atoi(strings.TrimSpace(r.stdout))
+	if r.code != 0 || err != nil {
+		t.Fatalf("code %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if want := min(own+sessionOOMBoost, 1000); got != want {
+		t.Errorf("a session's child has oom_score_adj %d, want %d (the agent's %d + %d)", got, want, own, sessionOOMBoost)
+	}
+	if after, _ := readOOMScoreAdj("/proc/self/oom_score_adj"); after != own {
+		t.Errorf("the agent's own oom_score_adj changed from %d to %d", own, after)
 	}
 }
