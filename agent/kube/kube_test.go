@@ -155,6 +155,34 @@ func TestEventBeforeResolve(t *testing.T) {
 	}
 }
 
+// TestDescribeStarted: a pod's containers have started once one of them
+// (a sidecar init container too) runs or ran; a new pod's have not.
+func TestDescribeStarted(t *testing.T) {
+	creating := func(p *corev1.Pod) {
+		p.Status.Phase = corev1.PodPending
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "node", State: corev1.ContainerState{
+			Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}
+	}
+	sidecar := func(p *corev1.Pod) {
+		creating(p)
+		p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "agent", State: corev1.ContainerState{
+			Running: &corev1.ContainerStateRunning{}}}}
+	}
+	running := func(p *corev1.Pod) {
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "node", State: corev1.ContainerState{
+			Running: &corev1.ContainerStateRunning{}}}}
+	}
+	for _, c := range []struct {
+		name string
+		mut  func(*corev1.Pod)
+		want bool
+	}{{"creating", creating, false}, {"sidecar", sidecar, true}, {"running", running, true}} {
+		if got := Describe(pod("w-1-abc", "w-1", nil, c.mut)).Started; got != c.want {
+			t.Errorf("%s: Started = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
 func TestResolveMPIJobByAddressAndPlainJobSet(t *testing.T) {
 	c, _, _ := client(t, "pi-launcher-xyz",
 		[]runtime.Object{pod("pi-launcher-xyz", "", map[string]string{kube.LabelMPIJobName: "pi"})},

@@ -28,6 +28,9 @@ type PodState struct {
 	// LastEnd how the last restarted one ended ("OOMKilled, exit 137").
 	Restarts int32
 	LastEnd  string
+	// Started: one of its containers (an init container too: a sidecar
+	// runs through the pod's Pending phase) runs or has run.
+	Started bool
 	// Why says, in one sentence that follows the pod's name, why it is
 	// not running and ready (or what happened to it); "" when it runs and
 	// is ready and nothing happened to it. Hint is the fix for the usual
@@ -65,6 +68,9 @@ func Describe(p *corev1.Pod) PodState {
 	var waiting []string
 	for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
 		s.Restarts += cs.RestartCount
+		if cs.State.Running != nil || cs.State.Terminated != nil || cs.LastTerminationState.Terminated != nil {
+			s.Started = true
+		}
 		if t := cs.LastTerminationState.Terminated; t != nil && cs.RestartCount > 0 {
 			s.LastEnd = fmt.Sprintf("%s, exit %d", orDefault(t.Reason, "Error"), t.ExitCode)
 			s.Hint = hints[t.Reason]
@@ -197,14 +203,15 @@ func (c *Client) Pods(ctx context.Context) (Pods, bool) {
 // came only after mpirun started (the launcher can start mpirun before its
 // first list of the pods): cur is being deleted, was evicted or preempted,
 // or failed; or, when the worker-agent under that name is known to have
-// answered before mpirun (up), cur is Pending: a pod whose container ran
-// is never Pending again, so it is a new pod under the name, made after
-// the one that answered was deleted.
+// answered before mpirun (up), cur is Pending with no container started
+// yet: a new pod under the name, made after the one that answered was
+// deleted (a pod Pending with a container running, a sidecar through its
+// init phase, may be the one that answered, and is not proof).
 func GoneAtFirstSight(cur PodState, up bool) (string, bool) {
 	switch {
 	case cur.Deleting || cur.Disrupted != "" || cur.Phase == corev1.PodFailed:
 		return fmt.Sprintf("its pod %s %s", cur.Name, cur.Why), true
-	case up && cur.Phase == corev1.PodPending:
+	case up && cur.Phase == corev1.PodPending && !cur.Started:
 		return fmt.Sprintf("the pod under its name, %s, is Pending: a new pod, made after the one whose worker-agent answered before mpirun was deleted", cur.Name), true
 	}
 	return "", false

@@ -749,6 +749,10 @@ func TestGoneAtFirstList(t *testing.T) {
 	running := kube.PodState{Name: "tj-node-0-1-old", Hostname: "tj-node-0-1", UID: "old", Phase: corev1.PodRunning, Ready: true}
 	deleting := running
 	deleting.Deleting, deleting.Why = true, "is being deleted"
+	// A sidecar worker-agent answers while a later init container keeps
+	// the pod Pending: the same pod, not a new one.
+	sidecar := pending
+	sidecar.Started = true
 	for _, c := range []struct {
 		name     string
 		probed   bool
@@ -760,6 +764,7 @@ func TestGoneAtFirstList(t *testing.T) {
 		{"pending-before-probe", true, now.Add(-5 * time.Second), pending, ""},
 		{"pending-without-probe", false, now, pending, ""},
 		{"running", true, now, running, ""},
+		{"pending-with-a-container-running", true, now, sidecar, ""},
 		{"deleting", false, now, deleting, "its pod tj-node-0-1-old is being deleted"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
