@@ -177,7 +177,7 @@ func TestDescribeStarted(t *testing.T) {
 		mut  func(*corev1.Pod)
 		want bool
 	}{{"creating", creating, false}, {"sidecar", sidecar, true}, {"running", running, true}} {
-		if got := Describe(pod("w-1-abc", "w-1", nil, c.mut)).Started; got != c.want {
+		if got := kube.Describe(pod("w-1-abc", "w-1", nil, c.mut)).Started; got != c.want {
 			t.Errorf("%s: Started = %v, want %v", c.name, got, c.want)
 		}
 	}
