@@ -7,7 +7,7 @@ COMMIT     ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 FUZZTIME   ?= 30s
 TESTFLAGS  ?=
 
-.PHONY: all build test test-short lint vet fmt staticcheck fuzz bench e2e e2e-ompi5 demo images image-test clean clean-stale \
+.PHONY: all build test test-short lint vet fmt staticcheck fuzz bench e2e e2e-ompi5 demo images images-prune image-test clean clean-stale \
         cluster-tool cluster-up cluster-down cluster-test cluster-bench
 
 all: build
@@ -76,6 +76,10 @@ demo:
 ## images: runtime images (podman or docker)
 images: build
 	./images/build.sh
+
+## images-prune: remove superseded podmpi image tags and unused build stages
+images-prune:
+	./images/prune.sh
 
 image-test:
 	./images/test.sh

@@ -152,6 +152,10 @@ func (c *Cluster) Up(ctx context.Context, opts UpOptions) (Info, error) {
 		}
 	}
 
+	if err := checkDisk(MinUpFree, c.L.State, c.L.Cache, PodmanStorage); err != nil {
+		return Info{}, err
+	}
+
 	// Every binary and image the run uses, built side by side (cached by
 	// version; the images by tag): the control plane starts once Kubernetes
 	// and CoreDNS are there, while the rest still builds.
@@ -247,6 +251,9 @@ func (c *Cluster) Up(ctx context.Context, opts UpOptions) (Info, error) {
 				return Info{}, err
 			}
 		}
+	}
+	if err := c.nodeHealthy(ctx); err != nil {
+		return Info{}, err
 	}
 	info.Steps = c.times.snapshot()
 	info.UpSeconds = time.Since(start).Seconds()

@@ -313,19 +313,20 @@ clusterDNS:
 clusterDomain: %[8]s
 resolvConf: %[9]s
 podLogsDir: %[10]s
-# The disk is shared with other work: evict only when it is really full.
+# The disk is shared with other work: evict only when it is really full,
+# in bytes (a percentage of a large shared disk says little).
 evictionHard:
   memory.available: 100Mi
-  nodefs.available: 1%%
+  nodefs.available: %[11]dMi
   nodefs.inodesFree: 1%%
-  imagefs.available: 1%%
+  imagefs.available: %[11]dMi
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 imageMinimumGCAge: 87600h
 serializeImagePulls: false
 maxPods: 110
 `, Gateway, KubeletPort, KubeletHealthz, c.pki.CertFile("kubelet-serving"), c.pki.KeyFile("kubelet-serving"), c.pki.CAFile(),
-		c.L.ContainerdSock(), ClusterDomain, filepath.Join(c.L.State, "resolv.conf"), c.L.PodLogs())
+		c.L.ContainerdSock(), ClusterDomain, filepath.Join(c.L.State, "resolv.conf"), c.L.PodLogs(), EvictionFloor>>20)
 	if err := os.WriteFile(filepath.Join(c.L.State, "kubelet.yaml"), []byte(kubelet), 0o644); err != nil {
 		return err
 	}

@@ -90,6 +90,20 @@ func (c *Cluster) waitReady(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// nodeHealthy fails when the node, now that everything is imported, takes
+// no pods (a disk-pressure taint after the images filled the disk, say).
+func (c *Cluster) nodeHealthy(ctx context.Context) error {
+	cs, err := c.Client()
+	if err != nil {
+		return err
+	}
+	n, err := cs.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	return NodeHealthError(n, c.L)
+}
+
 func filepathJoin(a, b string) string { return strings.TrimRight(a, "/") + "/" + b }
 
 // serviceAccountKubeconfig writes a kubeconfig that authenticates as a

@@ -39,6 +39,7 @@ import (
 // env is the running cluster the tests use.
 type env struct {
 	info cluster.Info
+	l    cluster.Layout
 	cs   kubernetes.Interface
 	dyn  dynamic.Interface
 	repo string
@@ -72,7 +73,7 @@ func setup() env {
 		}
 		return x
 	}
-	x.info = info
+	x.info, x.l = info, l
 	cfg, err := clientcmd.BuildConfigFromFlags("", info.Kubeconfig)
 	if err != nil {
 		x.skip = err.Error()
@@ -123,6 +124,14 @@ func randSuffix() string {
 func namespace(t *testing.T, prefix string, restricted bool) string {
 	t.Helper()
 	ctx := ctxT(t, time.Minute)
+	// A node that takes no pods (disk pressure, say) fails every test that
+	// follows at its first wait, minutes later, and with only "Pending":
+	// say so at once, with the cause.
+	if n, err := e.cs.CoreV1().Nodes().Get(ctx, cluster.NodeName, metav1.GetOptions{}); err == nil {
+		if err := cluster.NodeHealthError(n, e.l); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: prefix + "-" + randSuffix(), Labels: map[string]string{}}}
 	if restricted {
 		for _, mode := range []string{"enforce", "audit", "warn"} {
@@ -152,6 +161,11 @@ func namespace(t *testing.T, prefix string, restricted bool) string {
 
 func dumpNamespace(t *testing.T, ns string) {
 	ctx := context.Background()
+	if n, err := e.cs.CoreV1().Nodes().Get(ctx, cluster.NodeName, metav1.GetOptions{}); err == nil {
+		if err := cluster.NodeHealthError(n, e.l); err != nil {
+			t.Log(err)
+		}
+	}
 	pods, err := e.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return
