@@ -291,34 +291,6 @@ func (w *lineWaiter) String() string {
 
 const trapScript = `trap 'echo got-term; exit 7' TERM; echo ready; sleep 30 & wait`
 
-func TestSignalForwarded(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t)
-	sigs := make(chan os.Signal, 1)
-	out := newLineWaiter("ready\n")
-	var errb bytes.Buffer
-	r := &runner{env: f.env(), stdout: out, stderr: &errb, sigs: sigs, grace: 10 * time.Second}
-	done := make(chan int, 1)
-	go func() { done <- r.run(context.Background(), []string{"-p", f.port(), "127.0.0.1", trapScript}) }()
-	select {
-	case <-out.seen:
-	case <-time.After(10 * time.Second):
-		t.Fatal("remote command never started")
-	}
-	sigs <- syscall.SIGTERM
-	select {
-	case code := <-done:
-		if code != 7 || !strings.Contains(out.String(), "got-term") {
-			t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("client did not exit after the signal")
-	}
-	if got := f.srv.Signals(); len(got) != 1 || got[0] != "TERM" {
-		t.Fatalf("server saw signals %q", got)
-	}
-}
-
 // TestSignalGrace: a remote command that ignores the forwarded signal is cut
 // off after the grace period, and the client exits 128+signal.
 func TestSignalGrace(t *testing.T) {

@@ -175,46 +175,64 @@ func TestSharedExitByRemoteSignal(t *testing.T) {
 	oneLine(t, r.stderr, "podmpi-rsh: 127.0.0.1:"+f.port()+": remote command killed by signal 7 (SIGBUS)")
 }
 
-// TestSharedSignalForwarded: a signal the relay receives reaches the remote
-// command, whose status comes back.
-func TestSharedSignalForwarded(t *testing.T) {
+// TestSignalForwarded: a signal the client receives reaches the remote
+// command, whose status comes back, on a connection of the client's own
+// and on the launcher's shared one.
+func TestSignalForwarded(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
-	sh := startShare(t)
-	sigs := make(chan os.Signal, 1)
-	ready := make(chan string, 1)
-	rest := make(chan string, 1)
-	done := make(chan relayRun, 1)
-	go func() {
-		done <- runRelay(t, sh, relayOpts{env: f.shareEnv(), signals: sigs, stdout: func(r *os.File) {
-			go func() {
-				rd := bufio.NewReader(r)
-				l, _ := rd.ReadString('\n')
-				ready <- l
-				b, _ := io.ReadAll(rd)
-				rest <- string(b)
-			}()
-		}}, "-p", f.port(), "127.0.0.1", trapScript)
-	}()
-	select {
-	case l := <-ready:
-		if l != "ready\n" {
-			t.Fatalf("first line %q", l)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("remote command never started")
-	}
-	sigs <- syscall.SIGTERM
-	select {
-	case r := <-done:
-		if r.err != nil || r.code != 7 || <-rest != "got-term\n" {
-			t.Fatalf("got %+v", r)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the session did not end after the signal")
-	}
-	if got := f.srv.Signals(); len(got) != 1 || got[0] != "TERM" {
-		t.Fatalf("server saw signals %q", got)
+	for _, shared := range []bool{false, true} {
+		name := map[bool]string{false: "own connection", true: "shared connection"}[shared]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			args := []string{"-p", f.port(), "127.0.0.1", trapScript}
+			sigs := make(chan os.Signal, 1)
+			out := newLineWaiter("ready\n")
+			type result struct {
+				code   int
+				stderr string
+				err    error
+			}
+			done := make(chan result, 1)
+			if shared {
+				sh := startShare(t)
+				go func() {
+					copied := make(chan struct{})
+					r := runRelay(t, sh, relayOpts{env: f.shareEnv(), signals: sigs, stdout: func(r *os.File) {
+						go func() {
+							defer close(copied)
+							_, _ = io.Copy(out, r)
+						}()
+					}}, args...)
+					<-copied
+					done <- result{r.code, r.stderr, r.err}
+				}()
+			} else {
+				go func() {
+					var errb bytes.Buffer
+					r := &runner{env: f.env(), stdout: out, stderr: &errb, sigs: sigs, grace: 10 * time.Second}
+					code := r.run(context.Background(), args)
+					done <- result{code, errb.String(), nil}
+				}()
+			}
+			select {
+			case <-out.seen:
+			case <-time.After(10 * time.Second):
+				t.Fatal("remote command never started")
+			}
+			sigs <- syscall.SIGTERM
+			select {
+			case r := <-done:
+				if r.err != nil || r.code != 7 || out.String() != "ready\ngot-term\n" {
+					t.Fatalf("exit %d (%v), stdout %q, stderr %q", r.code, r.err, out.String(), r.stderr)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the session did not end after the signal")
+			}
+			if got := f.srv.Signals(); len(got) != 1 || got[0] != "TERM" {
+				t.Fatalf("server saw signals %q", got)
+			}
+		})
 	}
 }
 
