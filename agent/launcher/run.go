@@ -82,6 +82,11 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 			l.log.Info("sharing the launcher's SSH connections with podmpi-rsh", "socket", srv.Path(), "connections", l.pool.Len())
 		}
 	}
+	if cfg.TuneRuntime {
+		if before, changed := rsh.TuneServer(); changed {
+			l.log.Debug("serving sessions with one processor (GOMAXPROCS sets it)", "was", before)
+		}
+	}
 	// What happens after mpirun starts is watched (watch.go).
 	pm := l.newWatch(ctx, p, rshDir)
 	w.Rsh.FailureDir = pm.failDir

@@ -28,3 +28,17 @@ func TuneProcess() {
 		runtime.GOMAXPROCS(1)
 	}
 }
+
+// TuneServer sets the Go runtime of the launcher once its phases are done
+// and it serves shared sessions: one processor unless GOMAXPROCS is set,
+// for the reason TuneProcess gives (a session's packets cross threads
+// otherwise). The phases before (a handshake with every worker at once)
+// used every processor; what remains is moving sessions' streams and light
+// polls. It returns the count before, for the log.
+func TuneServer() (before int, changed bool) {
+	if _, set := os.LookupEnv("GOMAXPROCS"); set {
+		return runtime.GOMAXPROCS(0), false
+	}
+	before = runtime.GOMAXPROCS(1)
+	return before, before != 1
+}

@@ -29,8 +29,13 @@ func main() {
 		_, _ = relay.CloseInheritedFDs()
 		rsh.TuneProcess()
 	}
+	tuneRuntime = true
 	os.Exit(int(run(context.Background(), os.Args, os.Stdin, os.Stdout, os.Stderr)))
 }
+
+// tuneRuntime is set by main, not by the tests that call run in their own
+// process: see launcher.Config.TuneRuntime.
+var tuneRuntime bool
 
 // app is one run of the command line: the settings every subcommand shares
 // (bound to the flags), the streams, and the exit code.
@@ -246,6 +251,7 @@ func (a *app) wire(report bool) error {
 	a.cfg.Logger = lg.With("component", "launcher")
 	a.json = a.cfg.Log.JSON(cli.Getenv)
 	a.cfg.Stdin, a.cfg.Stdout, a.cfg.Stderr = a.stdin, a.stdout, a.stderr
+	a.cfg.TuneRuntime = tuneRuntime
 	if report && !a.json {
 		a.cfg.Report = a.stderr
 	}
