@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -45,7 +46,7 @@ USER 1000:0
 const openSSHRuntime = `apiVersion: trainer.kubeflow.org/v1alpha1
 kind: ClusterTrainingRuntime
 metadata:
-  name: openssh-openmpi
+  name: openssh-%[2]s
 spec:
   mlPolicy:
     numNodes: 1
@@ -107,6 +108,7 @@ spec:
 
 // benchSample is one TrainJob's timeline, in seconds from its creation.
 type benchSample struct {
+	MPI        string // openmpi or mpich: the image (and for OpenSSH, the mpirun) of both runtimes
 	Runtime    string
 	Nodes      int
 	Rep        int
@@ -118,8 +120,9 @@ type benchSample struct {
 }
 
 // TestBench measures TrainJob created -> all pods Running -> the first
-// rank past MPI_Init -> TrainJob Complete for podmpi's OpenMPI runtime and
-// for an OpenSSH runtime in upstream's shape, at 2 and 4 nodes, runs
+// rank past MPI_Init -> TrainJob Complete for podmpi's runtime and for an
+// OpenSSH runtime in upstream's shape on the same image, Open MPI and
+// MPICH, at 2 and 4 nodes (PODMPI_CLUSTER_BENCH_NODES, _MPI), runs
 // alternated; and the podmpi launcher's phases. make cluster-bench.
 func TestBench(t *testing.T) {
 	if os.Getenv("PODMPI_CLUSTER_BENCH") != "1" {
@@ -132,7 +135,16 @@ func TestBench(t *testing.T) {
 	}
 	tool(t, "controllers", "--trainer", e.pins.Trainer[0], "--mpi-operator", "none")
 	installRuntimes(t, nil)
-	installOpenSSHRuntime(t)
+	mpis := []string{"openmpi", "mpich"}
+	if v := os.Getenv("PODMPI_CLUSTER_BENCH_MPI"); v != "" {
+		mpis = strings.Split(v, ",")
+	}
+	for _, mpi := range mpis {
+		if mpi != "openmpi" && mpi != "mpich" {
+			t.Fatalf("PODMPI_CLUSTER_BENCH_MPI=%q: want openmpi, mpich or both, comma-separated", os.Getenv("PODMPI_CLUSTER_BENCH_MPI"))
+		}
+		installOpenSSHRuntime(t, mpi)
+	}
 	// No Pod Security labels: the OpenSSH runtime runs sshd with a
 	// writable root, as upstream's does.
 	ns := namespace(t, "bench", false)
@@ -149,17 +161,19 @@ func TestBench(t *testing.T) {
 		}
 	}
 	var samples []benchSample
-	for _, nodes := range sizes {
-		for rep := 0; rep < reps; rep++ {
-			order := []string{"podmpi", "openssh"}
-			if rep%2 == 1 {
-				order = []string{"openssh", "podmpi"}
-			}
-			for _, r := range order {
-				s := benchOnce(t, ns, r, nodes)
-				s.Rep = rep
-				samples = append(samples, s)
-				t.Logf("%s %d nodes rep %d: all Running %.1f s, MPI_Init %.1f s, Complete %.1f s %v", r, nodes, rep, s.AllRunning, s.MPIInit, s.Complete, s.Phases)
+	for _, mpi := range mpis {
+		for _, nodes := range sizes {
+			for rep := 0; rep < reps; rep++ {
+				order := []string{"podmpi", "openssh"}
+				if rep%2 == 1 {
+					order = []string{"openssh", "podmpi"}
+				}
+				for _, r := range order {
+					s := benchOnce(t, ns, mpi, r, nodes)
+					s.Rep = rep
+					samples = append(samples, s)
+					t.Logf("%s %s %d nodes rep %d: all Running %.1f s, MPI_Init %.1f s, Complete %.1f s %v", mpi, r, nodes, rep, s.AllRunning, s.MPIInit, s.Complete, s.Phases)
+				}
 			}
 		}
 	}
@@ -172,38 +186,52 @@ func TestBench(t *testing.T) {
 	}
 }
 
-// installOpenSSHRuntime builds the OpenSSH baseline image and applies the
-// openssh-openmpi ClusterTrainingRuntime with it.
-func installOpenSSHRuntime(t *testing.T) {
+// installOpenSSHRuntime builds the OpenSSH baseline image on podmpi's image
+// of mpi (openmpi, mpich) and applies the openssh-<mpi>
+// ClusterTrainingRuntime with it.
+func installOpenSSHRuntime(t *testing.T, mpi string) {
 	t.Helper()
 	var rt unstructured.Unstructured
-	if err := yaml.Unmarshal([]byte(fmt.Sprintf(openSSHRuntime, buildOpenSSHImage(t))), &rt.Object); err != nil {
+	if err := yaml.Unmarshal([]byte(fmt.Sprintf(openSSHRuntime, buildOpenSSHImage(t, mpi), mpi)), &rt.Object); err != nil {
 		t.Fatal(err)
 	}
 	apply(t, "", &rt)
 }
 
-// openSSHTrainJob makes tj (a TrainJob on podmpi-openmpi) run on the
-// OpenSSH baseline runtime: the same ranks, under OpenSSH's mpirun and ssh.
-func openSSHTrainJob(t *testing.T, tj *unstructured.Unstructured) {
+// openSSHTrainJob makes tj (a TrainJob on podmpi-<mpi>) run on the
+// OpenSSH baseline runtime: the same ranks, under OpenSSH's ssh and the
+// image's own mpirun. Trainer writes an Open MPI hostfile ("host slots=N")
+// whatever the MPI; an MPICH image without podmpi reads it only rewritten
+// into Hydra's "host:N", as such images' entrypoints do.
+func openSSHTrainJob(t *testing.T, tj *unstructured.Unstructured, mpi string) {
 	t.Helper()
 	args, _, _ := unstructured.NestedStringSlice(tj.Object, "spec", "trainer", "args")
 	if len(args) == 0 || args[0] != "mpirun" {
 		t.Fatalf("TrainJob %s: args %q do not start with mpirun", tj.GetName(), args)
 	}
-	setNested(t, tj, "openssh-openmpi", "spec", "runtimeRef", "name")
+	setNested(t, tj, "openssh-"+mpi, "spec", "runtimeRef", "name")
 	unstructured.RemoveNestedField(tj.Object, "spec", "trainer", "args")
-	cmd := []any{"mpirun", "--hostfile", "/etc/mpi/hostfile"}
-	for _, a := range args[1:] {
-		cmd = append(cmd, a)
+	var cmd []any
+	switch mpi {
+	case "mpich":
+		script := "sed 's/ slots=/:/' /etc/mpi/hostfile > /tmp/hosts && exec mpiexec -launcher ssh -f /tmp/hosts"
+		for _, a := range args[1:] {
+			script += " '" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		cmd = []any{"sh", "-c", script}
+	default:
+		cmd = []any{"mpirun", "--hostfile", "/etc/mpi/hostfile"}
+		for _, a := range args[1:] {
+			cmd = append(cmd, a)
+		}
 	}
 	setNested(t, tj, cmd, "spec", "trainer", "command")
 }
 
-func buildOpenSSHImage(t *testing.T) string {
+func buildOpenSSHImage(t *testing.T, mpi string) string {
 	t.Helper()
-	base := e.info.Images["openmpi"]
-	ref := strings.Replace(base, "/openmpi:", "/openmpi-openssh:", 1)
+	base := e.info.Images[mpi]
+	ref := strings.Replace(base, "/"+mpi+":", "/"+mpi+"-openssh:", 1)
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "Containerfile"), []byte(fmt.Sprintf(openSSHContainerfile, base)), 0o644); err != nil {
 		t.Fatal(err)
@@ -217,18 +245,18 @@ func buildOpenSSHImage(t *testing.T) string {
 	return ref
 }
 
-func benchOnce(t *testing.T, ns, runtime string, nodes int) benchSample {
+func benchOnce(t *testing.T, ns, mpi, runtime string, nodes int) benchSample {
 	t.Helper()
 	ctx := ctxT(t, 6*time.Minute)
-	tj := trainJob(t, "podmpi-openmpi")
+	tj := trainJob(t, "podmpi-"+mpi)
 	setNested(t, tj, int64(nodes), "spec", "trainer", "numNodes")
 	// Every pod on the one 2-core node: past 12 node pods, 100m each would
 	// not fit its allocatable CPU.
 	setNested(t, tj, fmt.Sprintf("%dm", min(100, 1200/nodes)), "spec", "trainer", "resourcesPerNode", "requests", "cpu")
 	if runtime == "openssh" {
-		openSSHTrainJob(t, tj)
+		openSSHTrainJob(t, tj, mpi)
 	}
-	s := benchSample{Runtime: runtime, Nodes: nodes, Phases: map[string]float64{}}
+	s := benchSample{MPI: mpi, Runtime: runtime, Nodes: nodes, Phases: map[string]float64{}}
 	created := time.Now()
 	apply(t, ns, tj)
 	sel := "jobset.sigs.k8s.io/jobset-name=" + tj.GetName()
@@ -341,46 +369,104 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-// benchReport renders the medians as the tables of BENCHMARKS.md.
+// benchReport renders the medians as the tables of BENCHMARKS.md, one row
+// per MPI, node count and runtime measured.
 func benchReport(samples []benchSample) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "| nodes | runtime | runs | all pods Running | first rank past MPI_Init | TrainJob Complete |\n|---|---|---|---|---|---|\n")
-	med := map[string]float64{}
-	for _, nodes := range []int{2, 4} {
-		for _, rt := range []string{"podmpi", "openssh"} {
-			var ar, mi, co []float64
-			for _, s := range samples {
-				if s.Nodes == nodes && s.Runtime == rt {
-					ar, mi, co = append(ar, s.AllRunning), append(mi, s.MPIInit), append(co, s.Complete)
-				}
-			}
-			med[fmt.Sprintf("%s/%d", rt, nodes)] = median(co)
-			fmt.Fprintf(&b, "| %d | %s | %d | %.1f s | %.1f s | %.1f s |\n", nodes, rt, len(co), median(ar), median(mi), median(co))
+	type key struct {
+		mpi   string
+		nodes int
+	}
+	var keys []key
+	for _, s := range samples {
+		if k := (key{s.MPI, s.Nodes}); !slices.Contains(keys, k) {
+			keys = append(keys, k)
 		}
 	}
-	fmt.Fprintf(&b, "\n| nodes | podmpi / OpenSSH, create to Complete |\n|---|---|\n")
-	for _, nodes := range []int{2, 4} {
-		p, o := med[fmt.Sprintf("podmpi/%d", nodes)], med[fmt.Sprintf("openssh/%d", nodes)]
-		if o > 0 {
-			fmt.Fprintf(&b, "| %d | %.2fx (%.1f s vs %.1f s) |\n", nodes, p/o, p, o)
+	slices.SortStableFunc(keys, func(a, b key) int {
+		if a.mpi != b.mpi {
+			return strings.Compare(b.mpi, a.mpi) // openmpi first
 		}
-	}
-	fmt.Fprintf(&b, "\n| nodes | launcher start to mpirun | discovery | dns-wait | slots | hostfile | probe | mpirun |\n|---|---|---|---|---|---|---|---|\n")
-	for _, nodes := range []int{2, 4} {
-		ph := map[string][]float64{}
-		var id []float64
+		return a.nodes - b.nodes
+	})
+	pick := func(k key, rt string) []benchSample {
+		var out []benchSample
 		for _, s := range samples {
-			if s.Nodes == nodes && s.Runtime == "podmpi" {
-				for k, v := range s.Phases {
-					ph[k] = append(ph[k], v)
-				}
-				id = append(id, s.InitDone)
+			if s.MPI == k.mpi && s.Nodes == k.nodes && s.Runtime == rt {
+				out = append(out, s)
 			}
 		}
-		fmt.Fprintf(&b, "| %d | %.2f s | %.3f s | %.3f s | %.3f s | %.3f s | %.3f s | %.2f s |\n", nodes, median(id),
-			median(ph["discovery"]), median(ph["dns-wait"]), median(ph["slots"]), median(ph["hostfile"]), median(ph["probe"]), median(ph["mpirun"]))
+		return out
+	}
+	of := func(ss []benchSample, f func(benchSample) float64) float64 {
+		var xs []float64
+		for _, s := range ss {
+			xs = append(xs, f(s))
+		}
+		return median(xs)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "| MPI | nodes | runtime | runs | all pods Running | first rank past MPI_Init | TrainJob Complete |\n|---|---|---|---|---|---|---|\n")
+	for _, k := range keys {
+		for _, rt := range []string{"podmpi", "openssh"} {
+			ss := pick(k, rt)
+			fmt.Fprintf(&b, "| %s | %d | %s | %d | %.1f s | %.1f s | %.1f s |\n", k.mpi, k.nodes, rt, len(ss),
+				of(ss, func(s benchSample) float64 { return s.AllRunning }), of(ss, func(s benchSample) float64 { return s.MPIInit }),
+				of(ss, func(s benchSample) float64 { return s.Complete }))
+		}
+	}
+	fmt.Fprintf(&b, "\n| MPI | nodes | podmpi / OpenSSH, create to Complete |\n|---|---|---|\n")
+	for _, k := range keys {
+		complete := func(s benchSample) float64 { return s.Complete }
+		p, o := of(pick(k, "podmpi"), complete), of(pick(k, "openssh"), complete)
+		if o > 0 {
+			fmt.Fprintf(&b, "| %s | %d | %.2fx (%.1f s vs %.1f s) |\n", k.mpi, k.nodes, p/o, p, o)
+		}
+	}
+	fmt.Fprintf(&b, "\n| MPI | nodes | launcher start to mpirun | discovery | dns-wait | slots | hostfile | probe | mpirun |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, k := range keys {
+		ss := pick(k, "podmpi")
+		ph := func(name string) float64 { return of(ss, func(s benchSample) float64 { return s.Phases[name] }) }
+		fmt.Fprintf(&b, "| %s | %d | %.2f s | %.3f s | %.3f s | %.3f s | %.3f s | %.3f s | %.2f s |\n", k.mpi, k.nodes,
+			of(ss, func(s benchSample) float64 { return s.InitDone }),
+			ph("discovery"), ph("dns-wait"), ph("slots"), ph("hostfile"), ph("probe"), ph("mpirun"))
 	}
 	return b.String()
 }
 
 var _ = context.Background
+
+// TestBenchReport: every MPI and node count measured gets its rows, Open
+// MPI first, sizes in order.
+func TestBenchReport(t *testing.T) {
+	var samples []benchSample
+	for _, mpi := range []string{"mpich", "openmpi"} {
+		for _, n := range []int{32, 2} {
+			for _, rt := range []string{"podmpi", "openssh"} {
+				c := float64(n)
+				if rt == "openssh" {
+					c *= 2
+				}
+				samples = append(samples, benchSample{MPI: mpi, Runtime: rt, Nodes: n, Complete: c, InitDone: 0.5,
+					Phases: map[string]float64{"probe": 0.01}})
+			}
+		}
+	}
+	got := benchReport(samples)
+	var order []int
+	for _, want := range []string{
+		"| openmpi | 2 | podmpi | 1 | 0.0 s | 0.0 s | 2.0 s |",
+		"| openmpi | 32 | openssh | 1 | 0.0 s | 0.0 s | 64.0 s |",
+		"| mpich | 2 | podmpi |",
+		"| mpich | 32 | 0.50x (32.0 s vs 64.0 s) |",
+		"| openmpi | 32 | 0.50 s | 0.000 s | 0.000 s | 0.000 s | 0.000 s | 0.010 s | 0.00 s |",
+	} {
+		i := strings.Index(got, want)
+		if i < 0 {
+			t.Fatalf("report lacks %q:\n%s", want, got)
+		}
+		order = append(order, i)
+	}
+	if !(order[0] < order[1] && order[1] < order[2]) {
+		t.Fatalf("rows out of order:\n%s", got)
+	}
+}

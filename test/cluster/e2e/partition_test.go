@@ -115,7 +115,7 @@ func TestPartitionBaseline(t *testing.T) {
 	}
 	need(t)
 	installRuntimes(t, nil)
-	installOpenSSHRuntime(t)
+	installOpenSSHRuntime(t, "openmpi")
 	var lines []string
 	for _, s := range strings.Split(spec, ",") {
 		d, err := time.ParseDuration(strings.TrimSpace(s))
@@ -156,7 +156,7 @@ func partitionDrill(t *testing.T, runtime string, f fault) drillResult {
 	sleep := int((f.d + 40*time.Second).Seconds())
 	setNested(t, tj, []any{"mpirun", "bash", "-c", fmt.Sprintf("sleep %d; exec podmpi-allreduce 1048576", sleep)}, "spec", "trainer", "args")
 	if runtime == "openssh" {
-		openSSHTrainJob(t, tj)
+		openSSHTrainJob(t, tj, "openmpi")
 	}
 	timeout := time.Duration(sleep)*time.Second + 4*time.Minute
 	ctx := ctxT(t, timeout+time.Minute)
