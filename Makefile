@@ -123,7 +123,8 @@ cluster-test: cluster-tool
 	  $(GO) test -count=1 -timeout 10m -v -run 'TestDownLeavesNothing|TestKilledRunIsCleaned' .
 
 ## cluster-bench: TrainJob phases on the cluster, podmpi vs an OpenSSH
-## runtime at 2 and 4 nodes (root; the figures in BENCHMARKS.md)
+## runtime, Open MPI and MPICH, at 2 and 4 nodes (root; the figures in
+## BENCHMARKS.md; PODMPI_CLUSTER_BENCH_NODES=16,32 for more)
 cluster-bench: cluster-tool
 	./scripts/cluster-deps.sh
 	PODMPI_CLUSTER_TOOL=$(abspath $(CLUSTER_TOOL)) PODMPI_CLUSTER_BENCH=1 $(CLUSTER_TOOL) run -- \

@@ -214,7 +214,13 @@ func openSSHTrainJob(t *testing.T, tj *unstructured.Unstructured, mpi string) {
 	var cmd []any
 	switch mpi {
 	case "mpich":
-		script := "sed 's/ slots=/:/' /etc/mpi/hostfile > /tmp/hosts && exec mpiexec -launcher ssh -f /tmp/hosts"
+		// Hydra takes Trainer's FQDN of the launcher's own entry for
+		// another host and ssh's to it, and tells the proxies to call back
+		// to its short host name, which does not resolve in their pods:
+		// the launcher runs an sshd too, and names itself by the FQDN.
+		script := `self=$(grep "^$(hostname)\." /etc/mpi/hostfile | cut -d' ' -f1) && ` +
+			`/usr/sbin/sshd -f /home/mpiuser/.sshd_config && ` +
+			`sed 's/ slots=/:/' /etc/mpi/hostfile > /tmp/hosts && exec mpiexec -launcher ssh -localhost "$self" -f /tmp/hosts`
 		for _, a := range args[1:] {
 			script += " '" + strings.ReplaceAll(a, "'", `'\''`) + "'"
 		}
@@ -251,8 +257,12 @@ func benchOnce(t *testing.T, ns, mpi, runtime string, nodes int) benchSample {
 	tj := trainJob(t, "podmpi-"+mpi)
 	setNested(t, tj, int64(nodes), "spec", "trainer", "numNodes")
 	// Every pod on the one 2-core node: past 12 node pods, 100m each would
-	// not fit its allocatable CPU.
+	// not fit its allocatable CPU, and past 22 the example's 1Gi would not
+	// fit its memory (the ranks use a few MB each).
 	setNested(t, tj, fmt.Sprintf("%dm", min(100, 1200/nodes)), "spec", "trainer", "resourcesPerNode", "requests", "cpu")
+	mem := fmt.Sprintf("%dMi", min(1024, 16384/nodes))
+	setNested(t, tj, mem, "spec", "trainer", "resourcesPerNode", "requests", "memory")
+	setNested(t, tj, mem, "spec", "trainer", "resourcesPerNode", "limits", "memory")
 	if runtime == "openssh" {
 		openSSHTrainJob(t, tj, mpi)
 	}
