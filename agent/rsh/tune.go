@@ -24,9 +24,7 @@ const ClientGCPercent = 400
 // hands the processor over during system calls.
 func TuneProcess() {
 	debug.SetGCPercent(ClientGCPercent)
-	if _, set := os.LookupEnv("GOMAXPROCS"); !set {
-		runtime.GOMAXPROCS(1)
-	}
+	_, _ = oneProcessor()
 }
 
 // TuneServer sets the Go runtime of the launcher once its phases are done
@@ -35,7 +33,11 @@ func TuneProcess() {
 // otherwise). The phases before (a handshake with every worker at once)
 // used every processor; what remains is moving sessions' streams and light
 // polls. It returns the count before, for the log.
-func TuneServer() (before int, changed bool) {
+func TuneServer() (before int, changed bool) { return oneProcessor() }
+
+// oneProcessor sets GOMAXPROCS to 1 unless the environment sets it, and
+// returns the count before and whether it changed.
+func oneProcessor() (before int, changed bool) {
 	if _, set := os.LookupEnv("GOMAXPROCS"); set {
 		return runtime.GOMAXPROCS(0), false
 	}

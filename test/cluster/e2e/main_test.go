@@ -127,10 +127,8 @@ func namespace(t *testing.T, prefix string, restricted bool) string {
 	// A node that takes no pods (disk pressure, say) fails every test that
 	// follows at its first wait, minutes later, and with only "Pending":
 	// say so at once, with the cause.
-	if n, err := e.cs.CoreV1().Nodes().Get(ctx, cluster.NodeName, metav1.GetOptions{}); err == nil {
-		if err := cluster.NodeHealthError(n, e.l); err != nil {
-			t.Fatal(err)
-		}
+	if err := nodeHealth(ctx); err != nil {
+		t.Fatal(err)
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: prefix + "-" + randSuffix(), Labels: map[string]string{}}}
 	if restricted {
@@ -159,12 +157,20 @@ func namespace(t *testing.T, prefix string, restricted bool) string {
 	return ns.Name
 }
 
+// nodeHealth is cluster.NodeHealthError for the cluster's node; nil when
+// the node cannot be read (the test's own calls then say why).
+func nodeHealth(ctx context.Context) error {
+	n, err := e.cs.CoreV1().Nodes().Get(ctx, cluster.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	return cluster.NodeHealthError(n, e.l)
+}
+
 func dumpNamespace(t *testing.T, ns string) {
 	ctx := context.Background()
-	if n, err := e.cs.CoreV1().Nodes().Get(ctx, cluster.NodeName, metav1.GetOptions{}); err == nil {
-		if err := cluster.NodeHealthError(n, e.l); err != nil {
-			t.Log(err)
-		}
+	if err := nodeHealth(ctx); err != nil {
+		t.Log(err)
 	}
 	pods, err := e.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
