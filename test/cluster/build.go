@@ -2,14 +2,19 @@ package cluster
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -17,17 +22,24 @@ import (
 // <cache>/bin/<component>-<version>/ with a stamp file written last, so a
 // warm start finds them and an interrupted build is redone.
 type Builder struct {
-	L   Layout
-	Log io.Writer
+	L    Layout
+	Log  io.Writer
+	Pins Pins
+
+	sharedMu sync.Mutex
+	shared   []Part
+	buildMu  sync.Mutex // one go build at a time in the shared module
 }
 
 const stampFile = ".built"
 
 func (b *Builder) logf(format string, a ...any) { fmt.Fprintf(b.Log, format+"\n", a...) }
 
-// cached reports whether dir holds a complete build of every binary.
-func cached(dir string, bins ...string) bool {
-	if _, err := os.Stat(filepath.Join(dir, stampFile)); err != nil {
+// cached reports whether dir holds a complete build of every binary whose
+// stamp has the line id (any stamp when id is "").
+func cached(dir, id string, bins ...string) bool {
+	stamp, err := os.ReadFile(filepath.Join(dir, stampFile))
+	if err != nil || (id != "" && !slices.Contains(strings.Split(string(stamp), "\n"), id)) {
 		return false
 	}
 	for _, n := range bins {
@@ -91,116 +103,316 @@ func (b *Builder) Download(ctx context.Context, mod, version string) (ModuleInfo
 	return mi, nil
 }
 
-// Kubernetes builds kube-apiserver, kube-controller-manager, kube-scheduler,
-// kubelet and kubectl of version v from the k8s.io/kubernetes module: a
-// scratch module requires it and replaces every staging module (k8s.io/api,
-// k8s.io/client-go, ...) with its published twin of the same minor, as the
-// Kubernetes go.mod points them at ./staging. The version is stamped so that
-// `kubectl version` and the API server report it.
-func (b *Builder) Kubernetes(ctx context.Context, v string) (string, error) {
-	bins := []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl"}
-	out := filepath.Join(b.L.Bin(), "kubernetes-"+v)
-	if cached(out, bins...) {
-		return out, nil
-	}
-	start := time.Now()
-	b.logf("== building Kubernetes %s (%s) from the module proxy; about 10 minutes on 2 cores when cold", v, strings.Join(bins, ", "))
-	mi, err := b.Download(ctx, "k8s.io/kubernetes", v)
+// A Part is one Go-built component of the cluster at one version: the main
+// packages to build, in the order of the binaries they make.
+type Part struct {
+	Name, Module, Version string
+	Pkgs, Bins            []string
+	LDFlags               string
+}
+
+// Key names the part in logs, step names and the build cache.
+func (p Part) Key() string { return p.Name + " " + p.Version }
+
+// Dir is where the part's binaries go.
+func (b *Builder) Dir(p Part) string { return filepath.Join(b.L.Bin(), p.Name+"-"+p.Version) }
+
+// Build builds the part, or finds it built, and returns its folder. The
+// parts of the shared module (Shared) build there, one at a time; any other
+// version builds as released, with its own go.mod and go.sum.
+//
+// A shared part's stamp names the module it was built in (sharedID): a part
+// built as released, or in a shared module of other versions, is built again.
+func (b *Builder) Build(ctx context.Context, p Part) (string, error) {
+	out := b.Dir(p)
+	shared, err := b.Shared(ctx)
 	if err != nil {
 		return "", err
+	}
+	if slices.ContainsFunc(shared, func(s Part) bool { return s.Key() == p.Key() }) {
+		return out, b.buildShared(ctx, p)
+	}
+	if p.Name == "kubernetes" || p.Name == "coredns" {
+		return "", fmt.Errorf("%s is not the pinned version (%s): it builds only in the shared module", p.Key(), shared[0].Version)
+	}
+	if cached(out, "", p.Bins...) {
+		return out, nil
+	}
+	return out, b.buildReleased(ctx, p)
+}
+
+// sharedID names the shared module of parts: every module version in it and
+// the CoreDNS plugins.
+func sharedID(parts []Part) string {
+	var ids []string
+	for _, p := range parts {
+		ids = append(ids, p.Module+"@"+p.Version)
+	}
+	ids = append(ids, coreDNSPlugins...)
+	sum := sha256.Sum256([]byte(strings.Join(ids, "\n")))
+	return "shared-" + hex.EncodeToString(sum[:6])
+}
+
+// The parts, by component.
+func kubernetesPart(v string) Part {
+	bins := []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl"}
+	p := Part{Name: "kubernetes", Module: "k8s.io/kubernetes", Version: v, Bins: bins,
+		// Stamped as the release's own build is, so that `kubectl version`
+		// and the API server report it.
+		LDFlags: fmt.Sprintf("-X k8s.io/component-base/version.gitVersion=%[1]s -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=%[2]s -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/client-go/pkg/version.gitVersion=%[1]s -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=%[2]s", v, Minor(v))}
+	for _, n := range bins {
+		p.Pkgs = append(p.Pkgs, "k8s.io/kubernetes/cmd/"+n)
+	}
+	return p
+}
+
+func modulePart(name, mod, v, pkg, bin, ldflags string) Part {
+	return Part{Name: name, Module: mod, Version: v, Pkgs: []string{path.Join(mod, pkg)}, Bins: []string{bin}, LDFlags: ldflags}
+}
+
+// CoreDNS is built with only the plugins of coreDNSPlugins (its own main
+// package, written into the shared module), not with its default plugin
+// set, which compiles every cloud provider's SDK.
+func coreDNSPart(v string) Part {
+	return Part{Name: "coredns", Module: CoreDNSModule, Version: v, Pkgs: []string{sharedModule + "/coredns"}, Bins: []string{"coredns"},
+		LDFlags: "-X github.com/coredns/coredns/coremain.GitCommit=" + v}
+}
+
+func trainerPart(v string) Part {
+	return modulePart("trainer", TrainerModule, v, "cmd/trainer-controller-manager", "trainer-controller-manager", "")
+}
+
+func jobSetPart(v string) Part {
+	return modulePart("jobset", JobSetModule, v, "", "jobset-controller-manager", "-X sigs.k8s.io/jobset/pkg/version.GitVersion="+v)
+}
+
+func mpiOperatorPart(v string) Part {
+	return modulePart("mpi-operator", MPIOperatorModule, v, "cmd/mpi-operator", "mpi-operator", "")
+}
+
+func kueuePart(v string) Part {
+	return modulePart("kueue", KueueModule, v, "cmd/kueue", "kueue", "-X sigs.k8s.io/kueue/pkg/version.GitVersion="+v)
+}
+
+func kubeRouterPart(v string) Part {
+	return modulePart("kube-router", KubeRouterModule, v, "cmd/kube-router", "kube-router", "-X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version="+v)
+}
+
+// coreDNSPlugins are the CoreDNS plugins built in: kubeadm's Corefile's
+// (errors, health, ready, kubernetes, prometheus, forward, cache, loop,
+// reload, loadbalance) and bind and log. Each is a package under
+// github.com/coredns/coredns/plugin; prometheus is the package metrics.
+var coreDNSPlugins = []string{"bind", "cache", "errors", "forward", "health", "kubernetes", "loadbalance", "log", "loop", "metrics", "ready", "reload"}
+
+// sharedModule is the module path of the shared build.
+const sharedModule = "podmpi.local/build/shared"
+
+// Shared returns the parts built in one Go module: Kubernetes, CoreDNS and
+// the default version of every controller (the first pinned Trainer, the
+// JobSet it requires, the first pinned mpi-operator, Kueue, kube-router),
+// in the order they build. One module means one build list: the packages
+// they have in common (client-go, apimachinery, controller-runtime,
+// gRPC, ...) compile once rather than once per controller, and none of them
+// compiles twice side by side. The cost: each controller is built with the
+// newest version any of them requires of a dependency (its Kubernetes
+// libraries at the cluster's Kubernetes), not with exactly its release's
+// go.sum. The other pinned versions build as released.
+func (b *Builder) Shared(ctx context.Context) ([]Part, error) {
+	b.sharedMu.Lock()
+	defer b.sharedMu.Unlock()
+	if b.shared != nil {
+		return b.shared, nil
+	}
+	p := b.Pins
+	if p.Kubernetes == "" || len(p.Trainer) == 0 || len(p.MPIOperator) == 0 {
+		return nil, fmt.Errorf("builder: no pins")
+	}
+	jsv, err := b.RequiredVersion(ctx, TrainerModule, p.Trainer[0], JobSetModule)
+	if err != nil {
+		return nil, err
+	}
+	b.shared = []Part{kubernetesPart(p.Kubernetes), coreDNSPart(p.CoreDNS), trainerPart(p.Trainer[0]), jobSetPart(jsv),
+		mpiOperatorPart(p.MPIOperator[0]), kueuePart(p.Kueue), kubeRouterPart(p.KubeRouter)}
+	return b.shared, nil
+}
+
+// buildShared builds p in the shared module, after any other build there
+// (one go build at a time: each reuses what the one before compiled).
+func (b *Builder) buildShared(ctx context.Context, p Part) error {
+	shared, err := b.Shared(ctx)
+	if err != nil {
+		return err
+	}
+	id := sharedID(shared)
+	b.buildMu.Lock()
+	defer b.buildMu.Unlock()
+	if cached(b.Dir(p), id, p.Bins...) {
+		return nil
+	}
+	start := time.Now()
+	dir, err := b.sharedModuleDir(ctx)
+	if err != nil {
+		return err
+	}
+	b.logf("== building %s in the shared module %s", p.Key(), dir)
+	if err := b.goBuild(ctx, dir, p, nil, id); err != nil {
+		return err
+	}
+	b.logf("== built %s in %s", p.Key(), time.Since(start).Round(time.Second))
+	return nil
+}
+
+// sharedModuleDir writes the shared module (once per set of versions) and
+// returns its folder: a go.mod that requires every shared part's module and
+// replaces each Kubernetes staging module (k8s.io/api, k8s.io/client-go,
+// ...) with its published twin of the same version, as Kubernetes' own
+// go.mod points them at ./staging; a tools.go that imports every main
+// package; and CoreDNS's main package with coreDNSPlugins.
+func (b *Builder) sharedModuleDir(ctx context.Context) (string, error) {
+	parts, err := b.Shared(ctx)
+	if err != nil {
+		return "", err
+	}
+	id := sharedID(parts)
+	dir := filepath.Join(b.L.Src(), id)
+	if _, err := os.Stat(filepath.Join(dir, stampFile)); err == nil {
+		return dir, nil
+	}
+	replaces, err := b.stagingReplaces(ctx, parts[0].Version)
+	if err != nil {
+		return "", err
+	}
+	files := sharedModuleFiles(parts, replaces)
+	_ = os.RemoveAll(dir)
+	for name, text := range files {
+		f := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(f, []byte(text), 0o644); err != nil {
+			return "", err
+		}
+	}
+	logFile := dir + ".log"
+	if err := b.goCmd(ctx, dir, logFile, []string{"GOFLAGS=-mod=mod"}, "mod", "tidy"); err != nil {
+		return "", fmt.Errorf("%w\n(a staging module missing on the proxy at its Kubernetes version is the usual cause: the log names it)", err)
+	}
+	return dir, os.WriteFile(filepath.Join(dir, stampFile), []byte(id+"\n"), 0o644)
+}
+
+// sharedModuleFiles are the files of the shared module, by name.
+func sharedModuleFiles(parts []Part, replaces []string) map[string]string {
+	var mod, tools, dns strings.Builder
+	fmt.Fprintf(&mod, "module %s\n\ngo 1.26.0\n\nrequire (\n", sharedModule)
+	tools.WriteString("//go:build tools\n\n// Package tools imports every main package the shared module builds.\npackage tools\n\nimport (\n")
+	for _, p := range parts {
+		fmt.Fprintf(&mod, "\t%s %s\n", p.Module, p.Version)
+		for _, pkg := range p.Pkgs {
+			if !strings.HasPrefix(pkg, sharedModule+"/") {
+				fmt.Fprintf(&tools, "\t_ %q\n", pkg)
+			}
+		}
+	}
+	mod.WriteString(")\n\nreplace (\n")
+	for _, m := range replaces {
+		fmt.Fprintf(&mod, "\t%s\n", m)
+	}
+	mod.WriteString(")\n")
+	tools.WriteString(")\n")
+	dns.WriteString("// CoreDNS with only the plugins the cluster's Corefile may use.\npackage main\n\nimport (\n\t\"github.com/coredns/coredns/coremain\"\n\n")
+	for _, pl := range coreDNSPlugins {
+		fmt.Fprintf(&dns, "\t_ \"github.com/coredns/coredns/plugin/%s\"\n", pl)
+	}
+	dns.WriteString(")\n\nfunc main() { coremain.Run() }\n")
+	return map[string]string{"go.mod": mod.String(), "tools.go": tools.String(), "coredns/main.go": dns.String()}
+}
+
+// stagingReplaces are the replace lines that point each staging module of
+// k8s.io/kubernetes v at its published twin (v0.36.3 for v1.36.3).
+func (b *Builder) stagingReplaces(ctx context.Context, v string) ([]string, error) {
+	mi, err := b.Download(ctx, "k8s.io/kubernetes", v)
+	if err != nil {
+		return nil, err
 	}
 	gomod, err := os.ReadFile(mi.GoMod)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	staging := regexp.MustCompile(`(?m)^\s*(k8s\.io/[a-z0-9-]+)\s*=>\s*\./staging/`).FindAllStringSubmatch(string(gomod), -1)
 	if len(staging) == 0 {
-		return "", fmt.Errorf("k8s.io/kubernetes %s: no staging replace lines in %s", v, mi.GoMod)
+		return nil, fmt.Errorf("k8s.io/kubernetes %s: no staging replace lines in %s", v, mi.GoMod)
 	}
 	twin := "v0." + strings.TrimPrefix(v, "v1.")
-	var sb strings.Builder
-	fmt.Fprintf(&sb, "module podmpi.local/build/kubernetes\n\ngo 1.26.0\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n", v)
+	var out []string
 	for _, m := range staging {
-		fmt.Fprintf(&sb, "\t%s => %s %s\n", m[1], m[1], twin)
+		out = append(out, fmt.Sprintf("%s => %s %s", m[1], m[1], twin))
 	}
-	sb.WriteString(")\n")
-	src := filepath.Join(b.L.Src(), "kubernetes-"+v)
-	if err := os.MkdirAll(src, 0o755); err != nil {
-		return "", err
-	}
-	var imports strings.Builder
-	imports.WriteString("//go:build tools\n\npackage tools\n\nimport (\n")
-	for _, n := range bins {
-		fmt.Fprintf(&imports, "\t_ \"k8s.io/kubernetes/cmd/%s\"\n", n)
-	}
-	imports.WriteString(")\n")
-	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte(sb.String()), 0o644); err != nil {
-		return "", err
-	}
-	if err := os.WriteFile(filepath.Join(src, "tools.go"), []byte(imports.String()), 0o644); err != nil {
-		return "", err
-	}
-	logFile := filepath.Join(b.L.Src(), "kubernetes-"+v+".log")
-	if err := b.goCmd(ctx, src, logFile, nil, "mod", "tidy"); err != nil {
-		return "", fmt.Errorf("%w\n(a staging module missing at %s on the proxy is the usual cause: the log names it)", err, twin)
-	}
-	tmpOut := out + ".tmp"
-	_ = os.RemoveAll(tmpOut)
-	if err := os.MkdirAll(tmpOut, 0o755); err != nil {
-		return "", err
-	}
-	ld := fmt.Sprintf("-s -w -X k8s.io/component-base/version.gitVersion=%[1]s -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=%[2]s -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/client-go/pkg/version.gitVersion=%[1]s -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=%[2]s", v, Minor(v))
-	args := []string{"build", "-ldflags", ld, "-o", tmpOut + "/"}
-	for _, n := range bins {
-		args = append(args, "k8s.io/kubernetes/cmd/"+n)
-	}
-	if err := b.goCmd(ctx, src, logFile, nil, args...); err != nil {
-		return "", err
-	}
-	if err := finish(tmpOut, out); err != nil {
-		return "", err
-	}
-	b.logf("== built Kubernetes %s in %s", v, time.Since(start).Round(time.Second))
 	return out, nil
 }
 
-// Module builds the main package pkg (relative to the module root) of
-// mod@version as released: in the module's own folder, with its own go.mod
-// and go.sum, so the dependencies are exactly the release's.
-func (b *Builder) Module(ctx context.Context, name, mod, version, pkg, bin string, ldflags string) (string, error) {
-	out := filepath.Join(b.L.Bin(), name+"-"+version)
-	if cached(out, bin) {
-		return filepath.Join(out, bin), nil
-	}
+// buildReleased builds p in its module's own folder, with its own go.mod and
+// go.sum, so the dependencies are exactly the release's.
+func (b *Builder) buildReleased(ctx context.Context, p Part) error {
 	start := time.Now()
-	b.logf("== building %s %s (%s) from the module proxy", name, version, mod)
-	mi, err := b.Download(ctx, mod, version)
+	b.logf("== building %s (%s) as released, from the module proxy", p.Key(), p.Module)
+	mi, err := b.Download(ctx, p.Module, p.Version)
 	if err != nil {
-		return "", err
+		return err
 	}
+	if err := b.goBuild(ctx, mi.Dir, p, []string{"GOFLAGS=-buildvcs=false -mod=readonly"}, "released"); err != nil {
+		return err
+	}
+	b.logf("== built %s in %s", p.Key(), time.Since(start).Round(time.Second))
+	return nil
+}
+
+// goBuild runs go build of p's packages in dir into a temporary folder and
+// moves that into place, stamped with how it was built (how), when every
+// binary is there.
+func (b *Builder) goBuild(ctx context.Context, dir string, p Part, env []string, how string) error {
 	if err := os.MkdirAll(b.L.Src(), 0o755); err != nil {
-		return "", err
+		return err
 	}
+	out := b.Dir(p)
 	tmpOut := out + ".tmp"
 	_ = os.RemoveAll(tmpOut)
 	if err := os.MkdirAll(tmpOut, 0o755); err != nil {
+		return err
+	}
+	logFile := filepath.Join(b.L.Src(), p.Name+"-"+p.Version+".log")
+	args := []string{"build", "-ldflags", strings.TrimSpace("-s -w " + p.LDFlags), "-o", tmpOut + "/"}
+	if err := b.goCmd(ctx, dir, logFile, env, append(args, p.Pkgs...)...); err != nil {
+		return err
+	}
+	// go build -o dir/ names each binary after its package's last element.
+	for i, pkg := range p.Pkgs {
+		if got := filepath.Join(tmpOut, path.Base(pkg)); got != filepath.Join(tmpOut, p.Bins[i]) {
+			if err := os.Rename(got, filepath.Join(tmpOut, p.Bins[i])); err != nil {
+				return err
+			}
+		}
+	}
+	return finish(tmpOut, out, how)
+}
+
+// bin builds (or finds) p and returns the path of its first binary.
+func (b *Builder) bin(ctx context.Context, p Part) (string, error) {
+	dir, err := b.Build(ctx, p)
+	if err != nil {
 		return "", err
 	}
-	logFile := filepath.Join(b.L.Src(), name+"-"+version+".log")
-	args := []string{"build", "-ldflags", "-s -w " + ldflags, "-o", filepath.Join(tmpOut, bin), pkg}
-	if err := b.goCmd(ctx, mi.Dir, logFile, []string{"GOFLAGS=-buildvcs=false -mod=readonly"}, args...); err != nil {
-		return "", err
-	}
-	if err := finish(tmpOut, out); err != nil {
-		return "", err
-	}
-	b.logf("== built %s %s in %s", name, version, time.Since(start).Round(time.Second))
-	return filepath.Join(out, bin), nil
+	return filepath.Join(dir, p.Bins[0]), nil
+}
+
+// Kubernetes builds (or finds) kube-apiserver, kube-controller-manager,
+// kube-scheduler, kubelet and kubectl of version v and returns their folder.
+func (b *Builder) Kubernetes(ctx context.Context, v string) (string, error) {
+	return b.Build(ctx, kubernetesPart(v))
 }
 
 // finish stamps a finished build and moves it into place.
-func finish(tmp, out string) error {
-	if err := os.WriteFile(filepath.Join(tmp, stampFile), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
+func finish(tmp, out, how string) error {
+	if err := os.WriteFile(filepath.Join(tmp, stampFile), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"+how+"\n"), 0o644); err != nil {
 		return err
 	}
 	_ = os.RemoveAll(out)
@@ -244,33 +456,28 @@ const (
 	KubeRouterModule  = "github.com/cloudnativelabs/kube-router/v2"
 )
 
-// CoreDNS builds coredns as released (all its default plugins).
+// CoreDNS, Trainer, JobSet, MPIOperator, Kueue and KubeRouter build (or
+// find) the component's version and return the path of its binary.
 func (b *Builder) CoreDNS(ctx context.Context, v string) (string, error) {
-	return b.Module(ctx, "coredns", CoreDNSModule, v, ".", "coredns", "-X github.com/coredns/coredns/coremain.GitCommit="+v)
+	return b.bin(ctx, coreDNSPart(v))
 }
 
-// Trainer builds Trainer's controller manager.
 func (b *Builder) Trainer(ctx context.Context, v string) (string, error) {
-	return b.Module(ctx, "trainer", TrainerModule, v, "./cmd/trainer-controller-manager", "trainer-controller-manager", "")
+	return b.bin(ctx, trainerPart(v))
 }
 
-// JobSet builds JobSet's controller manager.
 func (b *Builder) JobSet(ctx context.Context, v string) (string, error) {
-	return b.Module(ctx, "jobset", JobSetModule, v, ".", "jobset-controller-manager", "-X sigs.k8s.io/jobset/pkg/version.GitVersion="+v)
+	return b.bin(ctx, jobSetPart(v))
 }
 
-// MPIOperator builds mpi-operator.
 func (b *Builder) MPIOperator(ctx context.Context, v string) (string, error) {
-	return b.Module(ctx, "mpi-operator", MPIOperatorModule, v, "./cmd/mpi-operator", "mpi-operator", "")
+	return b.bin(ctx, mpiOperatorPart(v))
 }
 
-// Kueue builds Kueue's controller manager.
 func (b *Builder) Kueue(ctx context.Context, v string) (string, error) {
-	return b.Module(ctx, "kueue", KueueModule, v, "./cmd/kueue", "kueue", "-X sigs.k8s.io/kueue/pkg/version.GitVersion="+v)
+	return b.bin(ctx, kueuePart(v))
 }
 
-// KubeRouter builds kube-router (the cluster runs only its NetworkPolicy
-// firewall).
 func (b *Builder) KubeRouter(ctx context.Context, v string) (string, error) {
-	return b.Module(ctx, "kube-router", KubeRouterModule, v, "./cmd/kube-router", "kube-router", "-X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version="+v)
+	return b.bin(ctx, kubeRouterPart(v))
 }

@@ -48,7 +48,7 @@ func New(repo string, log io.Writer) (*Cluster, error) {
 		return nil, err
 	}
 	l := DefaultLayout(repo)
-	return &Cluster{L: l, Pins: pins, B: &Builder{L: l, Log: log}, Log: log, Self: self, pki: &PKI{Dir: l.PKI()}}, nil
+	return &Cluster{L: l, Pins: pins, B: &Builder{L: l, Log: log, Pins: pins}, Log: log, Self: self, pki: &PKI{Dir: l.PKI()}}, nil
 }
 
 func (c *Cluster) logf(format string, a ...any) { fmt.Fprintf(c.Log, format+"\n", a...) }
@@ -178,7 +178,11 @@ func (c *Cluster) Up(ctx context.Context, opts UpOptions) (Info, error) {
 	bctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var refs map[string]string
-	b := c.startBuilds(bctx, buildLanes, c.upBuilds(opts, jobset, &refs))
+	steps, err := c.upBuilds(ctx, opts, jobset, &refs)
+	if err != nil {
+		return Info{}, err
+	}
+	b := c.startBuilds(bctx, buildLanes, steps)
 
 	if err := b.wait(ctx, "kubernetes "+c.Pins.Kubernetes, "coredns "+c.Pins.CoreDNS); err != nil {
 		return Info{}, err
@@ -448,29 +452,30 @@ func (c *Cluster) killContainers(ctx context.Context) error {
 // CPU busy while one build downloads modules or links.
 const buildLanes = 3
 
-// upBuilds are the builds of up, longest first: Kubernetes, CoreDNS (both
-// needed before anything starts), the podmpi images (mostly apt and podman),
-// then the controllers. refs receives the images' references.
-func (c *Cluster) upBuilds(opts UpOptions, jobset string, refs *map[string]string) []buildStep {
-	steps := []buildStep{
-		moduleStep("kubernetes", c.Pins.Kubernetes, c.B.Kubernetes),
-		moduleStep("coredns", c.Pins.CoreDNS, c.B.CoreDNS),
-	}
-	if !opts.NoImages {
-		steps = append(steps, buildStep{name: "podmpi images", run: func(ctx context.Context) error {
-			r, err := c.buildPodmpiImages(ctx)
-			*refs = r
-			return err
-		}})
-	}
-	steps = append(steps, moduleStep("kueue", c.Pins.Kueue, c.B.Kueue))
+// upBuilds are the builds of up: the shared module's parts one after the
+// other in one lane (Kubernetes and CoreDNS first: the control plane waits
+// for them), the podmpi images (mostly apt and podman) beside them, and any
+// controller version outside the shared module in a lane of its own. refs
+// receives the images' references.
+func (c *Cluster) upBuilds(ctx context.Context, opts UpOptions, jobset string, refs *map[string]string) ([]buildStep, error) {
+	parts := []Part{kubernetesPart(c.Pins.Kubernetes), coreDNSPart(c.Pins.CoreDNS)}
 	if opts.Trainer != "none" {
-		steps = append(steps, moduleStep("trainer", opts.Trainer, c.B.Trainer), moduleStep("jobset", jobset, c.B.JobSet))
+		parts = append(parts, trainerPart(opts.Trainer), jobSetPart(jobset))
 	}
 	if opts.MPIOperator != "none" {
-		steps = append(steps, moduleStep("mpi-operator", opts.MPIOperator, c.B.MPIOperator))
+		parts = append(parts, mpiOperatorPart(opts.MPIOperator))
 	}
-	return append(steps, moduleStep("kube-router", c.Pins.KubeRouter, c.B.KubeRouter))
+	parts = append(parts, kueuePart(c.Pins.Kueue), kubeRouterPart(c.Pins.KubeRouter))
+	steps, err := c.partSteps(ctx, parts)
+	if err != nil || opts.NoImages {
+		return steps, err
+	}
+	images := buildStep{name: "podmpi images", run: func(ctx context.Context) error {
+		r, err := c.buildPodmpiImages(ctx)
+		*refs = r
+		return err
+	}}
+	return append(steps[:1], append([]buildStep{images}, steps[1:]...)...), nil
 }
 
 // startCore writes the PKI and configuration and starts the control plane,

@@ -331,11 +331,16 @@ maxPods: 110
 		return err
 	}
 
+	return os.WriteFile(filepath.Join(c.L.State, "Corefile"), []byte(corefile(c.kubeconfig("coredns"))), 0o644)
+}
+
+// corefile is the cluster DNS configuration.
+func corefile(kubeconfig string) string {
 	// kubeadm v1.36's Corefile without forward, loop and reload: cluster
 	// names only, nothing leaves the machine. Like kubeadm's it does not
 	// cache cluster.local answers (neither success nor denial), so a pod's
 	// name is served as soon as its EndpointSlice is.
-	corefile := fmt.Sprintf(`.:53 {
+	return fmt.Sprintf(`.:53 {
     bind %[1]s
     errors
     health %[1]s:%[2]d {
@@ -355,8 +360,7 @@ maxPods: 110
     }
     loadbalance
 }
-`, Gateway, CoreDNSHealth, CoreDNSReady, ClusterDomain, c.kubeconfig("coredns"), CoreDNSMetrics)
-	return os.WriteFile(filepath.Join(c.L.State, "Corefile"), []byte(corefile), 0o644)
+`, Gateway, CoreDNSHealth, CoreDNSReady, ClusterDomain, kubeconfig, CoreDNSMetrics)
 }
 
 // corednsRBAC lets CoreDNS's user read what the kubernetes plugin watches

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -52,16 +53,43 @@ func (c *Cluster) step(name string, fn func() error) error {
 }
 
 // buildStep is one independent build of up: a Go binary from the module
-// proxy, or the podmpi images.
+// proxy, or the podmpi images. The steps of then run after it, one by one, in
+// its lane (the shared module builds one part at a time); each is waited for
+// by its own name.
 type buildStep struct {
 	name string
 	run  func(context.Context) error
+	then []buildStep
 }
 
-// moduleStep is the build step of one binary (or set of binaries) of a
-// version.
-func moduleStep(name, v string, fn func(context.Context, string) (string, error)) buildStep {
-	return buildStep{name: name + " " + v, run: func(ctx context.Context) error { _, err := fn(ctx, v); return err }}
+// partSteps are the build steps of parts, in two chains side by side: the
+// shared module's parts (in the order given), and the others, each built as
+// released. One after the other, a released part reuses what the one before
+// compiled of the same dependency versions (a Trainer and the JobSet it
+// requires pin the same Kubernetes libraries).
+func (c *Cluster) partSteps(ctx context.Context, parts []Part) ([]buildStep, error) {
+	shared, err := c.B.Shared(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var chains [2][]buildStep
+	for _, p := range parts {
+		s := buildStep{name: p.Key(), run: func(ctx context.Context) error { _, err := c.B.Build(ctx, p); return err }}
+		i := 1
+		if slices.ContainsFunc(shared, func(q Part) bool { return q.Key() == p.Key() }) {
+			i = 0
+		}
+		chains[i] = append(chains[i], s)
+	}
+	var steps []buildStep
+	for _, ch := range chains {
+		if len(ch) > 0 {
+			first := ch[0]
+			first.then = ch[1:]
+			steps = append(steps, first)
+		}
+	}
+	return steps, nil
 }
 
 // builds runs independent build steps side by side, lanes at a time, in the
@@ -78,21 +106,25 @@ func (c *Cluster) startBuilds(ctx context.Context, lanes int, steps []buildStep)
 	b := &builds{done: map[string]chan struct{}{}, errs: map[string]error{}}
 	queue := make(chan buildStep, len(steps))
 	for _, s := range steps {
-		b.done[s.name] = make(chan struct{})
+		for _, t := range append([]buildStep{s}, s.then...) {
+			b.done[t.name] = make(chan struct{})
+		}
 		queue <- s
 	}
 	close(queue)
 	for i := 0; i < lanes; i++ {
 		go func() {
 			for s := range queue {
-				err := ctx.Err()
-				if err == nil {
-					err = c.step("build "+s.name, func() error { return s.run(ctx) })
+				for _, t := range append([]buildStep{s}, s.then...) {
+					err := ctx.Err()
+					if err == nil {
+						err = c.step("build "+t.name, func() error { return t.run(ctx) })
+					}
+					b.mu.Lock()
+					b.errs[t.name] = err
+					b.mu.Unlock()
+					close(b.done[t.name])
 				}
-				b.mu.Lock()
-				b.errs[s.name] = err
-				b.mu.Unlock()
-				close(b.done[s.name])
 			}
 		}()
 	}
@@ -132,25 +164,25 @@ func (c *Cluster) BuildAll(ctx context.Context, all bool) error {
 	if all {
 		trainers, mpiops = c.Pins.Trainer, c.Pins.MPIOperator
 	}
-	steps := []buildStep{
-		moduleStep("kubernetes", c.Pins.Kubernetes, c.B.Kubernetes),
-		moduleStep("coredns", c.Pins.CoreDNS, c.B.CoreDNS),
-		moduleStep("kueue", c.Pins.Kueue, c.B.Kueue),
-	}
-	var names []string
+	parts := []Part{kubernetesPart(c.Pins.Kubernetes), coreDNSPart(c.Pins.CoreDNS)}
 	for _, v := range trainers {
 		jsv, err := c.B.RequiredVersion(ctx, TrainerModule, v, JobSetModule)
 		if err != nil {
 			return err
 		}
-		steps = append(steps, moduleStep("trainer", v, c.B.Trainer), moduleStep("jobset", jsv, c.B.JobSet))
+		parts = append(parts, trainerPart(v), jobSetPart(jsv))
 	}
 	for _, v := range mpiops {
-		steps = append(steps, moduleStep("mpi-operator", v, c.B.MPIOperator))
+		parts = append(parts, mpiOperatorPart(v))
 	}
-	steps = append(steps, moduleStep("kube-router", c.Pins.KubeRouter, c.B.KubeRouter))
-	for _, s := range steps {
-		names = append(names, s.name)
+	parts = append(parts, kueuePart(c.Pins.Kueue), kubeRouterPart(c.Pins.KubeRouter))
+	steps, err := c.partSteps(ctx, parts)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, p := range parts {
+		names = append(names, p.Key())
 	}
 	return c.startBuilds(ctx, buildLanes, steps).wait(ctx, names...)
 }

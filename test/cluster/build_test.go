@@ -1,0 +1,159 @@
+package cluster
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// Every plugin the cluster's Corefile names is built into CoreDNS: a
+// directive without its plugin makes CoreDNS refuse the Corefile.
+func TestCorefilePluginsBuiltIn(t *testing.T) {
+	pkg := map[string]string{"prometheus": "metrics"}
+	var used []string
+	for _, line := range strings.Split(corefile("/k"), "\n") {
+		f := strings.Fields(line)
+		// A directive is the first word of a line indented by four spaces.
+		if len(f) == 0 || !strings.HasPrefix(line, "    ") || strings.HasPrefix(line, "     ") || f[0] == "}" {
+			continue
+		}
+		name := f[0]
+		if p, ok := pkg[name]; ok {
+			name = p
+		}
+		used = append(used, name)
+		if !slices.Contains(coreDNSPlugins, name) {
+			t.Errorf("the Corefile uses %q, which the CoreDNS build leaves out (coreDNSPlugins: %v)", f[0], coreDNSPlugins)
+		}
+	}
+	if len(used) < 5 || !slices.Contains(used, "kubernetes") {
+		t.Fatalf("found directives %v in the Corefile: the parser above is wrong", used)
+	}
+}
+
+func TestSharedModuleFiles(t *testing.T) {
+	parts := []Part{kubernetesPart("v1.36.3"), coreDNSPart("v1.14.2"), trainerPart("v2.3.0"), jobSetPart("v0.12.0")}
+	files := sharedModuleFiles(parts, []string{"k8s.io/api => k8s.io/api v0.36.3"})
+	mod := files["go.mod"]
+	for _, want := range []string{"module " + sharedModule, "\tk8s.io/kubernetes v1.36.3\n", "\tgithub.com/coredns/coredns v1.14.2\n",
+		"\tgithub.com/kubeflow/trainer/v2 v2.3.0\n", "\tsigs.k8s.io/jobset v0.12.0\n", "replace (\n\tk8s.io/api => k8s.io/api v0.36.3\n)"} {
+		if !strings.Contains(mod, want) {
+			t.Errorf("go.mod lacks %q:\n%s", want, mod)
+		}
+	}
+	tools := files["tools.go"]
+	for _, want := range []string{`_ "k8s.io/kubernetes/cmd/kubelet"`, `_ "github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager"`, `_ "sigs.k8s.io/jobset"`} {
+		if !strings.Contains(tools, want) {
+			t.Errorf("tools.go lacks %s:\n%s", want, tools)
+		}
+	}
+	if strings.Contains(tools, sharedModule) {
+		t.Errorf("tools.go imports the module's own package:\n%s", tools)
+	}
+	dns := files["coredns/main.go"]
+	if strings.Contains(dns, "core/plugin") {
+		t.Errorf("CoreDNS's main imports the default plugin set:\n%s", dns)
+	}
+	for _, pl := range coreDNSPlugins {
+		if !strings.Contains(dns, `"github.com/coredns/coredns/plugin/`+pl+`"`) {
+			t.Errorf("CoreDNS's main lacks plugin %s", pl)
+		}
+	}
+}
+
+// The shared parts are Kubernetes, CoreDNS and every controller's default;
+// another version is built as released, and a Kubernetes or CoreDNS the pins
+// do not name is refused rather than built some other way.
+func TestSharedParts(t *testing.T) {
+	pins, err := LoadPins()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	b := &Builder{L: Layout{Cache: dir}, Pins: pins}
+	b.shared = []Part{kubernetesPart(pins.Kubernetes), coreDNSPart(pins.CoreDNS), trainerPart(pins.Trainer[0]), jobSetPart(pins.JobSet[0]),
+		mpiOperatorPart(pins.MPIOperator[0]), kueuePart(pins.Kueue), kubeRouterPart(pins.KubeRouter)}
+	c := &Cluster{B: b, Pins: pins}
+	parts := []Part{kubernetesPart(pins.Kubernetes), coreDNSPart(pins.CoreDNS), trainerPart(pins.Trainer[1]), mpiOperatorPart(pins.MPIOperator[0]),
+		jobSetPart(pins.JobSet[1])}
+	steps, err := c.partSteps(context.Background(), parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range steps {
+		names := []string{s.name}
+		for _, n := range s.then {
+			names = append(names, n.name)
+		}
+		got = append(got, strings.Join(names, " -> "))
+	}
+	want := []string{
+		"kubernetes " + pins.Kubernetes + " -> coredns " + pins.CoreDNS + " -> mpi-operator " + pins.MPIOperator[0],
+		"trainer " + pins.Trainer[1] + " -> jobset " + pins.JobSet[1],
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("steps %q, want %q", got, want)
+	}
+	if _, err := b.Build(context.Background(), kubernetesPart("v1.30.0")); err == nil || !strings.Contains(err.Error(), "not the pinned version") {
+		t.Errorf("Build of an unpinned Kubernetes = %v, want it refused", err)
+	}
+	// A complete build in the cache is found without building.
+	p := trainerPart(pins.Trainer[0])
+	out := b.Dir(p)
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	id := sharedID(b.shared)
+	if err := os.WriteFile(filepath.Join(out, p.Bins[0]), []byte("x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(out, stampFile), []byte("2026-11-26T00:00:00Z\nreleased\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if cached(out, id, p.Bins...) || !cached(out, "", p.Bins...) {
+		t.Error("a part built as released counts as built in the shared module, or not as built at all")
+	}
+	if err := os.WriteFile(filepath.Join(out, stampFile), []byte("2026-11-26T00:00:00Z\n"+id+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if bin, err := b.Trainer(context.Background(), pins.Trainer[0]); err != nil || bin != filepath.Join(out, p.Bins[0]) {
+		t.Errorf("Trainer = %q, %v; want the cached %s", bin, err, filepath.Join(out, p.Bins[0]))
+	}
+}
+
+// A chained step's parts run one after the other, each waited for by its
+// own name, beside the other lanes.
+func TestBuildChain(t *testing.T) {
+	c := &Cluster{Log: &lockedWriter{}}
+	var mu = make(chan struct{}, 1)
+	var order []string
+	rec := func(name string, err error) buildStep {
+		return buildStep{name: name, run: func(context.Context) error {
+			select {
+			case mu <- struct{}{}:
+			default:
+				t.Errorf("%s ran while another part of the chain ran", name)
+			}
+			order = append(order, name)
+			<-mu
+			return err
+		}}
+	}
+	first := rec("k8s", nil)
+	first.then = []buildStep{rec("dns", os.ErrNotExist), rec("ctl", nil)}
+	other := buildStep{name: "images", run: func(context.Context) error { return nil }}
+	b := c.startBuilds(context.Background(), 2, []buildStep{first, other})
+	if err := b.wait(context.Background(), "ctl", "k8s", "images"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.wait(context.Background(), "dns"); err == nil {
+		t.Error("the failed link of the chain: want its error")
+	}
+	if !slices.Equal(order, []string{"k8s", "dns", "ctl"}) {
+		t.Errorf("chain ran %v", order)
+	}
+}
