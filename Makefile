@@ -88,9 +88,12 @@ image-test:
 ## cluster-tool: bin/podmpi-cluster, the single-node Kubernetes of the
 ## cluster-* targets (test/cluster; its own Go module)
 CLUSTER_TOOL := $(BIN)/podmpi-cluster
+# Without cgo, as the cluster's own builds: what building the tool compiles
+# (client-go, apimachinery) is then reused by the Kubernetes build.
+CLUSTER_GO := CGO_ENABLED=0 $(GO)
 cluster-tool:
 	@mkdir -p $(BIN)
-	$(GO) -C test/cluster build -o $(abspath $(CLUSTER_TOOL)) github.com/podmpi/podmpi/test/cluster/cmd/podmpi-cluster
+	$(CLUSTER_GO) -C test/cluster build -o $(abspath $(CLUSTER_TOOL)) github.com/podmpi/podmpi/test/cluster/cmd/podmpi-cluster
 
 ## cluster-up: a single-node Kubernetes (etcd, API server, controller-manager,
 ## scheduler, kubelet, containerd, CNI bridge, CoreDNS) with Trainer + JobSet,
@@ -115,12 +118,12 @@ cluster-down: cluster-tool
 ## starts the cluster when none runs and takes it down afterwards)
 cluster-test: cluster-tool
 	./scripts/cluster-deps.sh
-	cd test/cluster && $(GO) vet ./... && $(GO) test -count=1 .
+	cd test/cluster && $(CLUSTER_GO) vet ./... && $(CLUSTER_GO) test -count=1 .
 	$(CLUSTER_TOOL) build --all
 	PODMPI_CLUSTER_TOOL=$(abspath $(CLUSTER_TOOL)) $(CLUSTER_TOOL) run -- \
-	  $(GO) -C test/cluster test -count=1 -timeout 50m -v $(TESTFLAGS) ./e2e/
+	  $(CLUSTER_GO) -C test/cluster test -count=1 -timeout 50m -v $(TESTFLAGS) ./e2e/
 	cd test/cluster && PODMPI_CLUSTER_TOOL=$(abspath $(CLUSTER_TOOL)) PODMPI_CLUSTER_LEAKTEST=1 \
-	  $(GO) test -count=1 -timeout 10m -v -run 'TestDownLeavesNothing|TestKilledRunIsCleaned' .
+	  $(CLUSTER_GO) test -count=1 -timeout 10m -v -run 'TestDownLeavesNothing|TestKilledRunIsCleaned' .
 
 ## cluster-bench: TrainJob phases on the cluster, podmpi vs an OpenSSH
 ## runtime, Open MPI and MPICH, at 2 and 4 nodes (root; the figures in
@@ -128,7 +131,7 @@ cluster-test: cluster-tool
 cluster-bench: cluster-tool
 	./scripts/cluster-deps.sh
 	PODMPI_CLUSTER_TOOL=$(abspath $(CLUSTER_TOOL)) PODMPI_CLUSTER_BENCH=1 $(CLUSTER_TOOL) run -- \
-	  $(GO) -C test/cluster test -count=1 -timeout 60m -v -run TestBench ./e2e/
+	  $(CLUSTER_GO) -C test/cluster test -count=1 -timeout 60m -v -run TestBench ./e2e/
 
 clean-stale:
 	$(GO) run ./test/harness/cmd/harness-cleanup

@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -130,7 +131,7 @@ func (b *Builder) Build(ctx context.Context, p Part) (string, error) {
 		return "", err
 	}
 	if slices.ContainsFunc(shared, func(s Part) bool { return s.Key() == p.Key() }) {
-		return out, b.buildShared(ctx, p)
+		return out, b.BuildShared(ctx, p)
 	}
 	if p.Name == "kubernetes" || p.Name == "coredns" {
 		return "", fmt.Errorf("%s is not the pinned version (%s): it builds only in the shared module", p.Key(), shared[0].Version)
@@ -149,6 +150,7 @@ func sharedID(parts []Part) string {
 		ids = append(ids, p.Module+"@"+p.Version)
 	}
 	ids = append(ids, coreDNSPlugins...)
+	ids = append(ids, toolModules()...)
 	sum := sha256.Sum256([]byte(strings.Join(ids, "\n")))
 	return "shared-" + hex.EncodeToString(sum[:6])
 }
@@ -236,9 +238,10 @@ func (b *Builder) Shared(ctx context.Context) ([]Part, error) {
 	return b.shared, nil
 }
 
-// buildShared builds p in the shared module, after any other build there
-// (one go build at a time: each reuses what the one before compiled).
-func (b *Builder) buildShared(ctx context.Context, p Part) error {
+// BuildShared builds those of parts (all of the shared module) that are not
+// built yet, in one go build there, after any other build there (one at a
+// time: each reuses what the ones before compiled).
+func (b *Builder) BuildShared(ctx context.Context, parts ...Part) error {
 	shared, err := b.Shared(ctx)
 	if err != nil {
 		return err
@@ -246,7 +249,15 @@ func (b *Builder) buildShared(ctx context.Context, p Part) error {
 	id := sharedID(shared)
 	b.buildMu.Lock()
 	defer b.buildMu.Unlock()
-	if cached(b.Dir(p), id, p.Bins...) {
+	var todo []Part
+	var keys []string
+	for _, p := range parts {
+		if !cached(b.Dir(p), id, p.Bins...) {
+			todo = append(todo, p)
+			keys = append(keys, p.Key())
+		}
+	}
+	if len(todo) == 0 {
 		return nil
 	}
 	start := time.Now()
@@ -254,11 +265,12 @@ func (b *Builder) buildShared(ctx context.Context, p Part) error {
 	if err != nil {
 		return err
 	}
-	b.logf("== building %s in the shared module %s", p.Key(), dir)
-	if err := b.goBuild(ctx, dir, p, nil, id); err != nil {
+	what := strings.Join(keys, ", ")
+	b.logf("== building %s in the shared module %s", what, dir)
+	if err := b.goBuild(ctx, dir, todo, nil, id); err != nil {
 		return err
 	}
-	b.logf("== built %s in %s", p.Key(), time.Since(start).Round(time.Second))
+	b.logf("== built %s in %s", what, time.Since(start).Round(time.Second))
 	return nil
 }
 
@@ -282,7 +294,7 @@ func (b *Builder) sharedModuleDir(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	files := sharedModuleFiles(parts, replaces)
+	files := sharedModuleFiles(parts, replaces, toolModules())
 	_ = os.RemoveAll(dir)
 	for name, text := range files {
 		f := filepath.Join(dir, name)
@@ -297,13 +309,64 @@ func (b *Builder) sharedModuleDir(ctx context.Context) (string, error) {
 	if err := b.goCmd(ctx, dir, logFile, []string{"GOFLAGS=-mod=mod"}, "mod", "tidy"); err != nil {
 		return "", fmt.Errorf("%w\n(a staging module missing on the proxy at its Kubernetes version is the usual cause: the log names it)", err)
 	}
+	if gomod, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil {
+		if off := unaligned(toolModules(), string(gomod)); len(off) > 0 {
+			b.logf("== the shared module has other versions than test/cluster/go.mod of %s: the Kubernetes build compiles again what building podmpi-cluster compiled (go get those versions in test/cluster to share it)", strings.Join(off, ", "))
+		}
+	}
 	return dir, os.WriteFile(filepath.Join(dir, stampFile), []byte(id+"\n"), 0o644)
 }
 
-// sharedModuleFiles are the files of the shared module, by name.
-func sharedModuleFiles(parts []Part, replaces []string) map[string]string {
+// toolModules are the modules this program was built with ("path version").
+// The shared module requires them too, at least at these versions: where
+// test/cluster's go.mod has the same versions as the shared module (make
+// cluster-tool builds with CGO_ENABLED=0, as the cluster's builds do), what
+// building this program compiled (client-go, apimachinery, the API types) is
+// found in Go's build cache by the Kubernetes build instead of compiled
+// again.
+func toolModules() []string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, d := range bi.Deps {
+		if d.Replace != nil {
+			continue
+		}
+		out = append(out, d.Path+" "+d.Version)
+	}
+	return out
+}
+
+// unaligned lists the modules of tool ("path version") that gomod requires
+// at another version, as "path@version".
+func unaligned(tool []string, gomod string) []string {
+	have := map[string]string{}
+	for _, line := range strings.Split(gomod, "\n") {
+		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "require "))
+		if len(f) >= 2 && strings.HasPrefix(f[1], "v") {
+			have[f[0]] = f[1]
+		}
+	}
+	var off []string
+	for _, m := range tool {
+		f := strings.Fields(m)
+		if v, ok := have[f[0]]; ok && v != f[1] {
+			off = append(off, f[0]+"@"+v)
+		}
+	}
+	return off
+}
+
+// sharedModuleFiles are the files of the shared module, by name: it
+// requires every part's module, and the modules in also ("path version").
+func sharedModuleFiles(parts []Part, replaces, also []string) map[string]string {
 	var mod, tools, dns strings.Builder
 	fmt.Fprintf(&mod, "module %s\n\ngo 1.26.0\n\nrequire (\n", sharedModule)
+	for _, m := range also {
+		fmt.Fprintf(&mod, "\t%s\n", m)
+	}
 	tools.WriteString("//go:build tools\n\n// Package tools imports every main package the shared module builds.\npackage tools\n\nimport (\n")
 	for _, p := range parts {
 		fmt.Fprintf(&mod, "\t%s %s\n", p.Module, p.Version)
@@ -359,40 +422,69 @@ func (b *Builder) buildReleased(ctx context.Context, p Part) error {
 	if err != nil {
 		return err
 	}
-	if err := b.goBuild(ctx, mi.Dir, p, []string{"GOFLAGS=-buildvcs=false -mod=readonly"}, "released"); err != nil {
+	if err := b.goBuild(ctx, mi.Dir, []Part{p}, []string{"GOFLAGS=-buildvcs=false -mod=readonly"}, "released"); err != nil {
 		return err
 	}
 	b.logf("== built %s in %s", p.Key(), time.Since(start).Round(time.Second))
 	return nil
 }
 
-// goBuild runs go build of p's packages in dir into a temporary folder and
-// moves that into place, stamped with how it was built (how), when every
+// goBuild runs one go build of the packages of parts in dir, with the
+// linker flags of all of them (each -X names a variable of its own part's
+// packages; the linker skips those a binary lacks), and moves each part's
+// binaries into place, stamped with how they were built (how), once every
 // binary is there.
-func (b *Builder) goBuild(ctx context.Context, dir string, p Part, env []string, how string) error {
-	if err := os.MkdirAll(b.L.Src(), 0o755); err != nil {
+func (b *Builder) goBuild(ctx context.Context, dir string, parts []Part, env []string, how string) error {
+	for _, d := range []string{b.L.Src(), b.L.Bin()} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	tmp, err := os.MkdirTemp(b.L.Bin(), ".build-")
+	if err != nil {
 		return err
 	}
-	out := b.Dir(p)
-	tmpOut := out + ".tmp"
-	_ = os.RemoveAll(tmpOut)
-	if err := os.MkdirAll(tmpOut, 0o755); err != nil {
+	defer os.RemoveAll(tmp)
+	ld := []string{"-s", "-w"}
+	var pkgs, names []string
+	seen := map[string]bool{}
+	for _, p := range parts {
+		if p.LDFlags != "" {
+			ld = append(ld, p.LDFlags)
+		}
+		names = append(names, p.Name+"-"+p.Version)
+		for _, pkg := range p.Pkgs {
+			// go build -o dir/ names each binary after its package's last
+			// element.
+			if seen[path.Base(pkg)] {
+				return fmt.Errorf("two packages named %s in one build (%s)", path.Base(pkg), strings.Join(names, ", "))
+			}
+			seen[path.Base(pkg)] = true
+			pkgs = append(pkgs, pkg)
+		}
+	}
+	logFile := filepath.Join(b.L.Src(), strings.Join(names, "+")+".log")
+	args := append([]string{"build", "-ldflags", strings.Join(ld, " "), "-o", tmp + "/"}, pkgs...)
+	if err := b.goCmd(ctx, dir, logFile, env, args...); err != nil {
 		return err
 	}
-	logFile := filepath.Join(b.L.Src(), p.Name+"-"+p.Version+".log")
-	args := []string{"build", "-ldflags", strings.TrimSpace("-s -w " + p.LDFlags), "-o", tmpOut + "/"}
-	if err := b.goCmd(ctx, dir, logFile, env, append(args, p.Pkgs...)...); err != nil {
-		return err
-	}
-	// go build -o dir/ names each binary after its package's last element.
-	for i, pkg := range p.Pkgs {
-		if got := filepath.Join(tmpOut, path.Base(pkg)); got != filepath.Join(tmpOut, p.Bins[i]) {
-			if err := os.Rename(got, filepath.Join(tmpOut, p.Bins[i])); err != nil {
+	for _, p := range parts {
+		out := b.Dir(p)
+		tmpOut := out + ".tmp"
+		_ = os.RemoveAll(tmpOut)
+		if err := os.MkdirAll(tmpOut, 0o755); err != nil {
+			return err
+		}
+		for i, pkg := range p.Pkgs {
+			if err := os.Rename(filepath.Join(tmp, path.Base(pkg)), filepath.Join(tmpOut, p.Bins[i])); err != nil {
 				return err
 			}
 		}
+		if err := finish(tmpOut, out, how); err != nil {
+			return err
+		}
 	}
-	return finish(tmpOut, out, how)
+	return nil
 }
 
 // bin builds (or finds) p and returns the path of its first binary.

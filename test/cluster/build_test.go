@@ -36,10 +36,10 @@ func TestCorefilePluginsBuiltIn(t *testing.T) {
 
 func TestSharedModuleFiles(t *testing.T) {
 	parts := []Part{kubernetesPart("v1.36.3"), coreDNSPart("v1.14.2"), trainerPart("v2.3.0"), jobSetPart("v0.12.0")}
-	files := sharedModuleFiles(parts, []string{"k8s.io/api => k8s.io/api v0.36.3"})
+	files := sharedModuleFiles(parts, []string{"k8s.io/api => k8s.io/api v0.36.3"}, []string{"golang.org/x/net v0.60.0"})
 	mod := files["go.mod"]
 	for _, want := range []string{"module " + sharedModule, "\tk8s.io/kubernetes v1.36.3\n", "\tgithub.com/coredns/coredns v1.14.2\n",
-		"\tgithub.com/kubeflow/trainer/v2 v2.3.0\n", "\tsigs.k8s.io/jobset v0.12.0\n", "replace (\n\tk8s.io/api => k8s.io/api v0.36.3\n)"} {
+		"\tgithub.com/kubeflow/trainer/v2 v2.3.0\n", "\tsigs.k8s.io/jobset v0.12.0\n", "\tgolang.org/x/net v0.60.0\n", "replace (\n\tk8s.io/api => k8s.io/api v0.36.3\n)"} {
 		if !strings.Contains(mod, want) {
 			t.Errorf("go.mod lacks %q:\n%s", want, mod)
 		}
@@ -92,8 +92,11 @@ func TestSharedParts(t *testing.T) {
 		got = append(got, strings.Join(names, " -> "))
 	}
 	want := []string{
-		"kubernetes " + pins.Kubernetes + " -> coredns " + pins.CoreDNS + " -> mpi-operator " + pins.MPIOperator[0],
+		"kubernetes " + pins.Kubernetes + " + coredns " + pins.CoreDNS + " -> mpi-operator " + pins.MPIOperator[0],
 		"trainer " + pins.Trainer[1] + " -> jobset " + pins.JobSet[1],
+	}
+	if p := steps[0].names(); !slices.Equal(p, []string{"kubernetes " + pins.Kubernetes, "coredns " + pins.CoreDNS}) {
+		t.Errorf("the first step is waited for by %q, want each part's name", p)
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("steps %q, want %q", got, want)
@@ -144,10 +147,11 @@ func TestBuildChain(t *testing.T) {
 		}}
 	}
 	first := rec("k8s", nil)
+	first.provides = []string{"k8s", "coredns"}
 	first.then = []buildStep{rec("dns", os.ErrNotExist), rec("ctl", nil)}
 	other := buildStep{name: "images", run: func(context.Context) error { return nil }}
 	b := c.startBuilds(context.Background(), 2, []buildStep{first, other})
-	if err := b.wait(context.Background(), "ctl", "k8s", "images"); err != nil {
+	if err := b.wait(context.Background(), "ctl", "k8s", "coredns", "images"); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.wait(context.Background(), "dns"); err == nil {
@@ -155,5 +159,13 @@ func TestBuildChain(t *testing.T) {
 	}
 	if !slices.Equal(order, []string{"k8s", "dns", "ctl"}) {
 		t.Errorf("chain ran %v", order)
+	}
+}
+
+func TestUnaligned(t *testing.T) {
+	gomod := "module m\n\nrequire golang.org/x/net v0.60.0\n\nrequire (\n\tk8s.io/api v0.36.3 // indirect\n\tgolang.org/x/sys v0.49.0\n)\n\nreplace k8s.io/api => k8s.io/api v0.36.3\n"
+	got := unaligned([]string{"golang.org/x/net v0.60.0", "k8s.io/api v0.36.2", "golang.org/x/sys v0.49.0", "github.com/x/y v1.0.0"}, gomod)
+	if !slices.Equal(got, []string{"k8s.io/api@v0.36.3"}) {
+		t.Errorf("unaligned = %v, want only k8s.io/api@v0.36.3", got)
 	}
 }

@@ -59,27 +59,57 @@ func (c *Cluster) step(name string, fn func() error) error {
 type buildStep struct {
 	name string
 	run  func(context.Context) error
-	then []buildStep
+	// provides are the names it is waited for by (default: name).
+	provides []string
+	then     []buildStep
 }
 
-// partSteps are the build steps of parts, in two chains side by side: the
-// shared module's parts (in the order given), and the others, each built as
-// released. One after the other, a released part reuses what the one before
-// compiled of the same dependency versions (a Trainer and the JobSet it
-// requires pin the same Kubernetes libraries).
+func (s buildStep) names() []string {
+	if len(s.provides) > 0 {
+		return s.provides
+	}
+	return []string{s.name}
+}
+
+// partSteps are the build steps of parts, in two chains side by side. The
+// shared module's parts: Kubernetes and CoreDNS in one go build (the control
+// plane waits for them), then the controllers in another (their links and
+// what they alone need compile side by side). The other parts, each built as
+// released: one after the other, each reuses what the one before compiled of
+// the same dependency versions (a Trainer and the JobSet it requires pin the
+// same Kubernetes libraries).
 func (c *Cluster) partSteps(ctx context.Context, parts []Part) ([]buildStep, error) {
 	shared, err := c.B.Shared(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var chains [2][]buildStep
+	var core, controllers, released []Part
 	for _, p := range parts {
-		s := buildStep{name: p.Key(), run: func(ctx context.Context) error { _, err := c.B.Build(ctx, p); return err }}
-		i := 1
-		if slices.ContainsFunc(shared, func(q Part) bool { return q.Key() == p.Key() }) {
-			i = 0
+		switch {
+		case !slices.ContainsFunc(shared, func(q Part) bool { return q.Key() == p.Key() }):
+			released = append(released, p)
+		case p.Name == "kubernetes" || p.Name == "coredns":
+			core = append(core, p)
+		default:
+			controllers = append(controllers, p)
 		}
-		chains[i] = append(chains[i], s)
+	}
+	group := func(ps []Part) buildStep {
+		var keys []string
+		for _, p := range ps {
+			keys = append(keys, p.Key())
+		}
+		return buildStep{name: strings.Join(keys, " + "), provides: keys,
+			run: func(ctx context.Context) error { return c.B.BuildShared(ctx, ps...) }}
+	}
+	var chains [2][]buildStep
+	for _, g := range [][]Part{core, controllers} {
+		if len(g) > 0 {
+			chains[0] = append(chains[0], group(g))
+		}
+	}
+	for _, p := range released {
+		chains[1] = append(chains[1], buildStep{name: p.Key(), run: func(ctx context.Context) error { _, err := c.B.Build(ctx, p); return err }})
 	}
 	var steps []buildStep
 	for _, ch := range chains {
@@ -107,7 +137,10 @@ func (c *Cluster) startBuilds(ctx context.Context, lanes int, steps []buildStep)
 	queue := make(chan buildStep, len(steps))
 	for _, s := range steps {
 		for _, t := range append([]buildStep{s}, s.then...) {
-			b.done[t.name] = make(chan struct{})
+			ch := make(chan struct{})
+			for _, n := range t.names() {
+				b.done[n] = ch
+			}
 		}
 		queue <- s
 	}
@@ -121,9 +154,11 @@ func (c *Cluster) startBuilds(ctx context.Context, lanes int, steps []buildStep)
 						err = c.step("build "+t.name, func() error { return t.run(ctx) })
 					}
 					b.mu.Lock()
-					b.errs[t.name] = err
+					for _, n := range t.names() {
+						b.errs[n] = err
+					}
 					b.mu.Unlock()
-					close(b.done[t.name])
+					close(b.done[t.names()[0]])
 				}
 			}
 		}()
