@@ -89,8 +89,9 @@ image-test:
 ## cluster-* targets (test/cluster; its own Go module)
 CLUSTER_TOOL := $(BIN)/podmpi-cluster
 # Without cgo, as the cluster's own builds: what building the tool compiles
-# (client-go, apimachinery) is then reused by the Kubernetes build.
-CLUSTER_GO := CGO_ENABLED=0 $(GO)
+# (client-go, apimachinery) is then reused by the Kubernetes build. env: the
+# e2e command also runs as podmpi-cluster run's argv.
+CLUSTER_GO := env CGO_ENABLED=0 $(GO)
 cluster-tool:
 	@mkdir -p $(BIN)
 	$(CLUSTER_GO) -C test/cluster build -o $(abspath $(CLUSTER_TOOL)) github.com/podmpi/podmpi/test/cluster/cmd/podmpi-cluster
