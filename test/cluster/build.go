@@ -130,7 +130,7 @@ func (b *Builder) Build(ctx context.Context, p Part) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if slices.ContainsFunc(shared, func(s Part) bool { return s.Key() == p.Key() }) {
+	if inSet(shared, p) {
 		return out, b.BuildShared(ctx, p)
 	}
 	if p.Name == "kubernetes" || p.Name == "coredns" {
@@ -140,6 +140,11 @@ func (b *Builder) Build(ctx context.Context, p Part) (string, error) {
 		return out, nil
 	}
 	return out, b.buildReleased(ctx, p)
+}
+
+// inSet reports whether parts has p (by name and version).
+func inSet(parts []Part, p Part) bool {
+	return slices.ContainsFunc(parts, func(q Part) bool { return q.Key() == p.Key() })
 }
 
 // sharedID names the shared module of parts: every module version in it and
@@ -494,12 +499,6 @@ func (b *Builder) bin(ctx context.Context, p Part) (string, error) {
 		return "", err
 	}
 	return filepath.Join(dir, p.Bins[0]), nil
-}
-
-// Kubernetes builds (or finds) kube-apiserver, kube-controller-manager,
-// kube-scheduler, kubelet and kubectl of version v and returns their folder.
-func (b *Builder) Kubernetes(ctx context.Context, v string) (string, error) {
-	return b.Build(ctx, kubernetesPart(v))
 }
 
 // finish stamps a finished build and moves it into place.

@@ -452,11 +452,11 @@ func (c *Cluster) killContainers(ctx context.Context) error {
 // CPU busy while one build downloads modules or links.
 const buildLanes = 3
 
-// upBuilds are the builds of up: the shared module's parts one after the
-// other in one lane (Kubernetes and CoreDNS first: the control plane waits
-// for them), the podmpi images (mostly apt and podman) beside them, and any
-// controller version outside the shared module in a lane of its own. refs
-// receives the images' references.
+// upBuilds are the builds of up (see partSteps): the shared module's in one
+// lane (Kubernetes and CoreDNS first: the control plane waits for them), the
+// podmpi images (mostly apt and podman) beside them, and any controller
+// version outside the shared module in a lane of its own. refs receives the
+// images' references.
 func (c *Cluster) upBuilds(ctx context.Context, opts UpOptions, jobset string, refs *map[string]string) ([]buildStep, error) {
 	parts := []Part{kubernetesPart(c.Pins.Kubernetes), coreDNSPart(c.Pins.CoreDNS)}
 	if opts.Trainer != "none" {

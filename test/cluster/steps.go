@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -52,10 +51,10 @@ func (c *Cluster) step(name string, fn func() error) error {
 	return nil
 }
 
-// buildStep is one independent build of up: a Go binary from the module
+// buildStep is one independent build of up: Go binaries from the module
 // proxy, or the podmpi images. The steps of then run after it, one by one, in
-// its lane (the shared module builds one part at a time); each is waited for
-// by its own name.
+// its lane (the shared module runs one go build at a time); each is waited
+// for by its own names.
 type buildStep struct {
 	name string
 	run  func(context.Context) error
@@ -86,7 +85,7 @@ func (c *Cluster) partSteps(ctx context.Context, parts []Part) ([]buildStep, err
 	var core, controllers, released []Part
 	for _, p := range parts {
 		switch {
-		case !slices.ContainsFunc(shared, func(q Part) bool { return q.Key() == p.Key() }):
+		case !inSet(shared, p):
 			released = append(released, p)
 		case p.Name == "kubernetes" || p.Name == "coredns":
 			core = append(core, p)
