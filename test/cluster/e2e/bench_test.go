@@ -16,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 )
@@ -117,6 +118,7 @@ type benchSample struct {
 	Complete   float64 // TrainJob Complete
 	Phases     map[string]float64
 	InitDone   float64 // podmpi: the launcher's start to mpirun, as it logs it (init_seconds)
+	Failed     string  // why the run did not complete (its TrainJob's message or the timeout, and the launcher's last lines)
 }
 
 // TestBench measures TrainJob created -> all pods Running -> the first
@@ -172,6 +174,12 @@ func TestBench(t *testing.T) {
 					s := benchOnce(t, ns, mpi, r, nodes)
 					s.Rep = rep
 					samples = append(samples, s)
+					if s.Failed != "" {
+						// The other runtime still runs: whether it fails the
+						// same way tells the job's own failure from ours.
+						t.Errorf("%s %s %d nodes rep %d failed: %s", mpi, r, nodes, rep, s.Failed)
+						continue
+					}
 					t.Logf("%s %s %d nodes rep %d: all Running %.1f s, MPI_Init %.1f s, Complete %.1f s %v", mpi, r, nodes, rep, s.AllRunning, s.MPIInit, s.Complete, s.Phases)
 				}
 			}
@@ -273,7 +281,7 @@ func benchOnce(t *testing.T, ns, mpi, runtime string, nodes int) benchSample {
 	var allRunning time.Time
 	for {
 		if time.Since(created) > 5*time.Minute {
-			t.Fatalf("%s TrainJob %s not Complete after 5 minutes", runtime, tj.GetName())
+			return benchFailed(t, ns, tj.GetName(), s, "not Complete after 5 minutes")
 		}
 		if allRunning.IsZero() {
 			pods, err := podsWith(ctx, ns, sel)
@@ -287,7 +295,7 @@ func benchOnce(t *testing.T, ns, mpi, runtime string, nodes int) benchSample {
 				break
 			}
 			if st, msg := condition(o, "Failed"); st == "True" {
-				t.Fatalf("%s TrainJob %s failed: %s", runtime, tj.GetName(), msg)
+				return benchFailed(t, ns, tj.GetName(), s, "Failed: "+msg)
 			}
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -340,6 +348,28 @@ func benchOnce(t *testing.T, ns, mpi, runtime string, nodes int) benchSample {
 	}
 	s.AllRunning = allRunning.Sub(created).Seconds()
 	s.Complete = complete.Sub(created).Seconds()
+	return s
+}
+
+// benchFailed records why a run did not complete, with the last lines of its
+// launcher's log, and deletes its TrainJob, waiting (bounded) for its pods to
+// go so that the next run has the node to itself.
+func benchFailed(t *testing.T, ns, name string, s benchSample, why string) benchSample {
+	t.Helper()
+	ctx := ctxT(t, 3*time.Minute)
+	sel := "jobset.sigs.k8s.io/jobset-name=" + name
+	if ls, err := podsWith(ctx, ns, sel+","+launcherSel); err == nil && len(ls) > 0 {
+		why += "; launcher log:\n" + lastLines(podLogs(ctx, ns, ls[0].Name, false), 15)
+	}
+	s.Failed = "TrainJob " + name + " " + why
+	policy := metav1.DeletePropagationForeground
+	if err := e.dyn.Resource(trainJobGVR).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &policy}); err != nil && !isNotFound(err) {
+		t.Fatalf("deleting the failed TrainJob %s: %v", name, err)
+	}
+	waitFor(t, 2*time.Minute, "the failed TrainJob "+name+"'s pods gone", func() (bool, error) {
+		pods, err := podsWith(ctx, ns, sel)
+		return err == nil && len(pods) == 0, err
+	})
 	return s
 }
 
@@ -398,14 +428,18 @@ func benchReport(samples []benchSample) string {
 		}
 		return a.nodes - b.nodes
 	})
-	pick := func(k key, rt string) []benchSample {
-		var out []benchSample
+	// pick returns the runs of k under rt that completed, and how many did not.
+	pick := func(k key, rt string) (ok []benchSample, failed int) {
 		for _, s := range samples {
 			if s.MPI == k.mpi && s.Nodes == k.nodes && s.Runtime == rt {
-				out = append(out, s)
+				if s.Failed != "" {
+					failed++
+				} else {
+					ok = append(ok, s)
+				}
 			}
 		}
-		return out
+		return ok, failed
 	}
 	of := func(ss []benchSample, f func(benchSample) float64) float64 {
 		var xs []float64
@@ -418,8 +452,16 @@ func benchReport(samples []benchSample) string {
 	fmt.Fprintf(&b, "| MPI | nodes | runtime | runs | all pods Running | first rank past MPI_Init | TrainJob Complete |\n|---|---|---|---|---|---|---|\n")
 	for _, k := range keys {
 		for _, rt := range []string{"podmpi", "openssh"} {
-			ss := pick(k, rt)
-			fmt.Fprintf(&b, "| %s | %d | %s | %d | %.1f s | %.1f s | %.1f s |\n", k.mpi, k.nodes, rt, len(ss),
+			ss, failed := pick(k, rt)
+			runs := strconv.Itoa(len(ss))
+			if failed > 0 {
+				runs += fmt.Sprintf(" (%d failed)", failed)
+			}
+			if len(ss) == 0 {
+				fmt.Fprintf(&b, "| %s | %d | %s | %s | | | |\n", k.mpi, k.nodes, rt, runs)
+				continue
+			}
+			fmt.Fprintf(&b, "| %s | %d | %s | %s | %.1f s | %.1f s | %.1f s |\n", k.mpi, k.nodes, rt, runs,
 				of(ss, func(s benchSample) float64 { return s.AllRunning }), of(ss, func(s benchSample) float64 { return s.MPIInit }),
 				of(ss, func(s benchSample) float64 { return s.Complete }))
 		}
@@ -427,18 +469,35 @@ func benchReport(samples []benchSample) string {
 	fmt.Fprintf(&b, "\n| MPI | nodes | podmpi / OpenSSH, create to Complete |\n|---|---|---|\n")
 	for _, k := range keys {
 		complete := func(s benchSample) float64 { return s.Complete }
-		p, o := of(pick(k, "podmpi"), complete), of(pick(k, "openssh"), complete)
-		if o > 0 {
-			fmt.Fprintf(&b, "| %s | %d | %.2fx (%.1f s vs %.1f s) |\n", k.mpi, k.nodes, p/o, p, o)
+		pOK, pFailed := pick(k, "podmpi")
+		oOK, oFailed := pick(k, "openssh")
+		if len(pOK) == 0 || len(oOK) == 0 {
+			fmt.Fprintf(&b, "| %s | %d | no ratio: podmpi %d of %d completed, OpenSSH %d of %d |\n", k.mpi, k.nodes,
+				len(pOK), len(pOK)+pFailed, len(oOK), len(oOK)+oFailed)
+			continue
 		}
+		p, o := of(pOK, complete), of(oOK, complete)
+		fmt.Fprintf(&b, "| %s | %d | %.2fx (%.1f s vs %.1f s) |\n", k.mpi, k.nodes, p/o, p, o)
 	}
 	fmt.Fprintf(&b, "\n| MPI | nodes | launcher start to mpirun | discovery | dns-wait | slots | hostfile | probe | mpirun |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, k := range keys {
-		ss := pick(k, "podmpi")
+		ss, _ := pick(k, "podmpi")
+		if len(ss) == 0 {
+			continue
+		}
 		ph := func(name string) float64 { return of(ss, func(s benchSample) float64 { return s.Phases[name] }) }
 		fmt.Fprintf(&b, "| %s | %d | %.2f s | %.3f s | %.3f s | %.3f s | %.3f s | %.3f s | %.2f s |\n", k.mpi, k.nodes,
 			of(ss, func(s benchSample) float64 { return s.InitDone }),
 			ph("discovery"), ph("dns-wait"), ph("slots"), ph("hostfile"), ph("probe"), ph("mpirun"))
+	}
+	header := "\nFailed runs:\n"
+	for _, s := range samples {
+		if s.Failed == "" {
+			continue
+		}
+		b.WriteString(header)
+		header = ""
+		fmt.Fprintf(&b, "- %s %d nodes %s rep %d: %s\n", s.MPI, s.Nodes, s.Runtime, s.Rep, s.Failed)
 	}
 	return b.String()
 }
@@ -461,14 +520,25 @@ func TestBenchReport(t *testing.T) {
 			}
 		}
 	}
+	// A failed run is named, left out of the medians, and takes the ratio
+	// away when no run of its runtime completed.
+	samples = append(samples,
+		benchSample{MPI: "openmpi", Runtime: "podmpi", Nodes: 2, Rep: 1, Complete: 999, Failed: "TrainJob x Failed: boom"},
+		benchSample{MPI: "mpich", Runtime: "podmpi", Nodes: 64, Failed: "TrainJob y not Complete after 5 minutes"},
+		benchSample{MPI: "mpich", Runtime: "openssh", Nodes: 64, Complete: 50})
 	got := benchReport(samples)
 	var order []int
 	for _, want := range []string{
-		"| openmpi | 2 | podmpi | 1 | 0.0 s | 0.0 s | 2.0 s |",
+		"| openmpi | 2 | podmpi | 1 (1 failed) | 0.0 s | 0.0 s | 2.0 s |",
 		"| openmpi | 32 | openssh | 1 | 0.0 s | 0.0 s | 64.0 s |",
 		"| mpich | 2 | podmpi |",
 		"| mpich | 32 | 0.50x (32.0 s vs 64.0 s) |",
 		"| openmpi | 32 | 0.50 s | 0.000 s | 0.000 s | 0.000 s | 0.000 s | 0.010 s | 0.00 s |",
+		"| mpich | 64 | podmpi | 0 (1 failed) | | | |",
+		"| mpich | 64 | openssh | 1 | 0.0 s | 0.0 s | 50.0 s |",
+		"| openmpi | 2 | 0.50x (2.0 s vs 4.0 s) |",
+		"| mpich | 64 | no ratio: podmpi 0 of 1 completed, OpenSSH 1 of 1 |",
+		"\nFailed runs:\n- openmpi 2 nodes podmpi rep 1: TrainJob x Failed: boom\n- mpich 64 nodes podmpi rep 0: TrainJob y not Complete",
 	} {
 		i := strings.Index(got, want)
 		if i < 0 {
