@@ -8,7 +8,7 @@ FUZZTIME   ?= 30s
 TESTFLAGS  ?=
 
 .PHONY: all build test test-short lint vet fmt staticcheck fuzz bench e2e e2e-ompi5 demo images images-prune image-test clean clean-stale \
-        cluster-tool cluster-up cluster-down cluster-test cluster-bench
+        cluster-tool cluster-build cluster-up cluster-down cluster-test cluster-bench
 
 all: build
 
@@ -106,6 +106,12 @@ cluster-tool:
 cluster-up: cluster-tool
 	./scripts/cluster-deps.sh
 	$(CLUSTER_TOOL) up
+
+## cluster-build: build the cluster's binaries for every pin (Kubernetes,
+## CoreDNS, every pinned controller) into the cache, without starting
+## anything (no root needed; .ci/run runs it in the background)
+cluster-build: cluster-tool
+	$(CLUSTER_TOOL) build --all
 
 ## cluster-down: stop every daemon by PID, remove every mount, link, rule and
 ## state folder of the cluster (the build cache stays)
