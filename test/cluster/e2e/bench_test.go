@@ -359,7 +359,7 @@ func benchFailed(t *testing.T, ns, name string, s benchSample, why string) bench
 	ctx := ctxT(t, 3*time.Minute)
 	sel := "jobset.sigs.k8s.io/jobset-name=" + name
 	if ls, err := podsWith(ctx, ns, sel+","+launcherSel); err == nil && len(ls) > 0 {
-		why += "; launcher log:\n" + lastLines(podLogs(ctx, ns, ls[0].Name, false), 15)
+		why += "; launcher log, its last lines other than podmpi's INFO:\n" + lastLines(notInfo(podLogs(ctx, ns, ls[0].Name, false)), 15)
 	}
 	s.Failed = "TrainJob " + name + " " + why
 	policy := metav1.DeletePropagationForeground
@@ -371,6 +371,19 @@ func benchFailed(t *testing.T, ns, name string, s benchSample, why string) bench
 		return err == nil && len(pods) == 0, err
 	})
 	return s
+}
+
+// notInfo drops podmpi's INFO lines from log (a worker-agent answering
+// again, say), which would otherwise hide the MPI library's own errors.
+func notInfo(log string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(log, "\n") {
+		if !strings.Contains(l, `"level":"INFO"`) {
+			b.WriteString(l)
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
 }
 
 func allStarted(pods []corev1.Pod) bool {
@@ -548,5 +561,18 @@ func TestBenchReport(t *testing.T) {
 	}
 	if !(order[0] < order[1] && order[1] < order[2]) {
 		t.Fatalf("rows out of order:\n%s", got)
+	}
+}
+
+// TestNotInfo: a failed run's launcher lines keep the MPI library's errors
+// and podmpi's warnings, not its INFO lines.
+func TestNotInfo(t *testing.T) {
+	log := `{"level":"INFO","msg":"a worker-agent answers again"}
+[x] UCX  ERROR connect failed: Connection refused
+{"level":"WARN","msg":"a worker-agent stopped answering"}
+{"level":"INFO","msg":"running"}`
+	got := notInfo(log)
+	if strings.Contains(got, "INFO") || !strings.Contains(got, "UCX  ERROR") || !strings.Contains(got, `"level":"WARN"`) {
+		t.Fatalf("notInfo kept the wrong lines:\n%s", got)
 	}
 }
