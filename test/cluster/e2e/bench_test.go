@@ -356,7 +356,7 @@ func benchOnce(t *testing.T, ns, mpi, runtime string, nodes int) benchSample {
 // go so that the next run has the node to itself.
 func benchFailed(t *testing.T, ns, name string, s benchSample, why string) benchSample {
 	t.Helper()
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := ctxT(t, 4*time.Minute)
 	sel := "jobset.sigs.k8s.io/jobset-name=" + name
 	if ls, err := podsWith(ctx, ns, sel+","+launcherSel); err == nil && len(ls) > 0 {
 		why += "; launcher log, its last lines other than podmpi's INFO:\n" + lastLines(notInfo(podLogs(ctx, ns, ls[0].Name, false)), 15)
@@ -366,7 +366,12 @@ func benchFailed(t *testing.T, ns, name string, s benchSample, why string) bench
 	if err := e.dyn.Resource(trainJobGVR).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &policy}); err != nil && !isNotFound(err) {
 		t.Fatalf("deleting the failed TrainJob %s: %v", name, err)
 	}
-	waitFor(t, 2*time.Minute, "the failed TrainJob "+name+"'s pods gone", func() (bool, error) {
+	// Deleted in the foreground, the TrainJob goes only after its JobSet,
+	// Jobs and pods; until then a Job may still replace a pod that ended.
+	waitFor(t, 3*time.Minute, "the failed TrainJob "+name+" and its pods gone", func() (bool, error) {
+		if _, err := getObj(ctx, trainJobGVR, ns, name); !isNotFound(err) {
+			return false, err
+		}
 		pods, err := podsWith(ctx, ns, sel)
 		return err == nil && len(pods) == 0, err
 	})
