@@ -109,7 +109,8 @@ cluster-up: cluster-tool
 
 ## cluster-build: build the cluster's binaries for every pin (Kubernetes,
 ## CoreDNS, every pinned controller) into the cache, without starting
-## anything (no root needed; .ci/run runs it in the background)
+## anything (root for the default cache in /var/cache/podmpi, or
+## PODMPI_CLUSTER_CACHE; .ci/run runs it in the background)
 cluster-build: cluster-tool
 	$(CLUSTER_TOOL) build --all
 
