@@ -110,7 +110,7 @@ cluster-up: cluster-tool
 ## cluster-build: build the cluster's binaries for every pin (Kubernetes,
 ## CoreDNS, every pinned controller) into the cache, without starting
 ## anything (root for the default cache in /var/cache/podmpi, or
-## PODMPI_CLUSTER_CACHE; .ci/run runs it in the background)
+## PODMPI_CLUSTER_CACHE)
 cluster-build: cluster-tool
 	$(CLUSTER_TOOL) build --all
 
