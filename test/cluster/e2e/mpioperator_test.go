@@ -168,6 +168,7 @@ func TestMPIOperator(t *testing.T) {
 			t.Run("networkpolicy", mpiOperatorNetworkPolicy)
 			t.Run("openshift-restricted-v2", mpiOperatorOpenShift)
 			t.Run("kueue", mpiOperatorKueue)
+			t.Run("quota", mpiOperatorQuota)
 		})
 	}
 }

@@ -171,6 +171,7 @@ func TestTrainer(t *testing.T) {
 			t.Run("networkpolicy", trainerNetworkPolicy)
 			t.Run("openshift-restricted-v2", trainerOpenShift)
 			t.Run("kueue", trainerKueue)
+			t.Run("quota", trainerQuota)
 		})
 	}
 	t.Run("no-rbac", trainJobWithoutRBAC)
