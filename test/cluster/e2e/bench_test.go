@@ -174,6 +174,19 @@ func TestBench(t *testing.T) {
 		}
 		procs = n
 	}
+	// PODMPI_CLUSTER_BENCH_ENV (NAME=value,...) goes into both runtimes'
+	// TrainJobs (trainer.env), e.g. UCX_TCP_MAX_CONN_RETRIES for MPICH's
+	// wire-up of many ranks on the one node; the report lists it.
+	var env []any
+	if v := os.Getenv("PODMPI_CLUSTER_BENCH_ENV"); v != "" {
+		for _, kv := range strings.Split(v, ",") {
+			k, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
+			if !ok || k == "" {
+				t.Fatalf("PODMPI_CLUSTER_BENCH_ENV=%q: want NAME=value pairs, comma-separated", v)
+			}
+			env = append(env, map[string]any{"name": k, "value": val})
+		}
+	}
 	var samples []benchSample
 	for _, mpi := range mpis {
 		for _, nodes := range sizes {
@@ -183,7 +196,7 @@ func TestBench(t *testing.T) {
 					order = []string{"openssh", "podmpi"}
 				}
 				for _, r := range order {
-					s := benchOnce(t, ns, mpi, r, nodes, procs)
+					s := benchOnce(t, ns, mpi, r, nodes, procs, env)
 					s.Rep = rep
 					samples = append(samples, s)
 					if s.Failed != "" {
@@ -198,6 +211,9 @@ func TestBench(t *testing.T) {
 		}
 	}
 	report := benchReport(samples)
+	if v := os.Getenv("PODMPI_CLUSTER_BENCH_ENV"); v != "" {
+		report += "\nBoth runtimes' TrainJobs had trainer.env " + v + ".\n"
+	}
 	t.Log("\n" + report)
 	if out := os.Getenv("PODMPI_CLUSTER_BENCH_OUT"); out != "" {
 		b, _ := json.MarshalIndent(samples, "", "  ")
@@ -271,12 +287,16 @@ func buildOpenSSHImage(t *testing.T, mpi string) string {
 	return ref
 }
 
-func benchOnce(t *testing.T, ns, mpi, runtime string, nodes, procs int) benchSample {
+func benchOnce(t *testing.T, ns, mpi, runtime string, nodes, procs int, env []any) benchSample {
 	t.Helper()
 	ctx := ctxT(t, 6*time.Minute)
 	tj := trainJob(t, "podmpi-"+mpi)
 	setNested(t, tj, int64(nodes), "spec", "trainer", "numNodes")
 	setNested(t, tj, int64(procs), "spec", "trainer", "numProcPerNode")
+	if len(env) > 0 {
+		old, _, _ := unstructured.NestedSlice(tj.Object, "spec", "trainer", "env")
+		setNested(t, tj, append(old, env...), "spec", "trainer", "env")
+	}
 	// Every pod on the one 2-core node: past 12 node pods, 100m each would
 	// not fit its allocatable CPU, and past 22 the example's 1Gi would not
 	// fit its memory (the ranks use a few MB each).
