@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -57,6 +58,7 @@ func resourceNames(l corev1.ResourceList) []string {
 	for n := range l {
 		names = append(names, string(n))
 	}
+	slices.Sort(names)
 	return names
 }
 
