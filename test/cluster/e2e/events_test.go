@@ -237,10 +237,17 @@ const failedWaiting = "WorkersNotResolved|SlotsUnknown|ProbeFailedUnreachable"
 // has examples/rbac) describe shows the Warnings; without, the termination
 // message still names the worker or rank and the cause, and the launcher
 // records no Event.
+//
+// The drills run side by side (t.Parallel; make cluster-test passes
+// -parallel 8), after the caller's sequential subtests: two of them only
+// wait for the launcher's deadline, and each job asks for 0.3 CPU, so all
+// six of a release (with and without rbac) fit the node at once.
 func mpiJobFailures(t *testing.T, ns string, rbac bool) {
 	waitTimeout := func(job *unstructured.Unstructured) {
 		setNested(t, job, "AtStartup", "spec", "launcherCreationPolicy")
-		setLauncherEnv(t, job, "PODMPI_DISCOVERY_TIMEOUT", "45s")
+		// The pods' causes (ErrImagePull, FailedScheduling) are known
+		// within seconds; the deadline only has to outlast them.
+		setLauncherEnv(t, job, "PODMPI_DISCOVERY_TIMEOUT", "30s")
 	}
 	for _, tc := range []struct {
 		name    string
@@ -268,6 +275,7 @@ func mpiJobFailures(t *testing.T, ns string, rbac bool) {
 		}, []string{"RankCrashed"}, []string{"rank 1", "SIGSEGV", "hint:"}, []string{"rank 1", "SIGSEGV", "hint:"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			job := mpiJob(t, "openmpi", tc.mutate)
 			r := runMPIJob(t, ns, job, 4*time.Minute)
 			if r.ok {

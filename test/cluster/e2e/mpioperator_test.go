@@ -162,7 +162,10 @@ func TestMPIOperator(t *testing.T) {
 			if v == e.pins.MPIOperator[0] {
 				// The same failures where the launcher may not use the API
 				// (once: what they show does not depend on the release).
-				t.Run("no-rbac", func(t *testing.T) { mpiJobFailures(t, namespace(t, "mpijob-norbac", true), false) })
+				t.Run("no-rbac", func(t *testing.T) {
+					t.Parallel() // beside the drills above
+					mpiJobFailures(t, namespace(t, "mpijob-norbac", true), false)
+				})
 			}
 			// The isolation drills on this mpi-operator's pods.
 			t.Run("networkpolicy", mpiOperatorNetworkPolicy)
