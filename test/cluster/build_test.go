@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Every plugin the cluster's Corefile names is built into CoreDNS: a
@@ -167,5 +168,57 @@ func TestUnaligned(t *testing.T) {
 	got := unaligned([]string{"golang.org/x/net v0.60.0", "k8s.io/api v0.36.2", "golang.org/x/sys v0.49.0", "github.com/x/y v1.0.0"}, gomod)
 	if !slices.Equal(got, []string{"k8s.io/api@v0.36.3"}) {
 		t.Errorf("unaligned = %v, want only k8s.io/api@v0.36.3", got)
+	}
+}
+
+// Two builders of one part, as a build behind the tests and a test's own
+// `podmpi-cluster controllers` are: the second waits until the first lets
+// go, and a cancelled wait ends at once.
+func TestBuildLock(t *testing.T) {
+	var log strings.Builder
+	b := &Builder{L: Layout{Cache: t.TempDir()}, Log: &log}
+	ctx := context.Background()
+	unlock, err := b.lock(ctx, "mpi-operator v0.6.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		u, err := b.lock(ctx, "mpi-operator v0.6.0") // another open file: flock conflicts as across processes
+		if err != nil {
+			t.Error(err)
+		}
+		got <- time.Now()
+		u()
+	}()
+	time.Sleep(700 * time.Millisecond)
+	released := time.Now()
+	unlock()
+	select {
+	case at := <-got:
+		if at.Before(released) {
+			t.Fatalf("the second holder got the lock while the first held it")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second holder never got the lock after it was let go")
+	}
+	if !strings.Contains(log.String(), "waiting for it") || !strings.Contains(log.String(), "the other build ended") {
+		t.Errorf("the wait was not logged:\n%s", log.String())
+	}
+	// Another part's lock is its own.
+	u2, err := b.lock(ctx, "trainer v2.0.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u2()
+	unlock, err = b.lock(ctx, "mpi-operator v0.6.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := b.lock(cctx, "trainer v2.0.0"); err == nil {
+		t.Fatal("a second lock of a held part while the context ended: no error")
 	}
 }

@@ -199,15 +199,18 @@ func (c *Cluster) BuildAll(ctx context.Context, all bool) error {
 		trainers, mpiops = c.Pins.Trainer, c.Pins.MPIOperator
 	}
 	parts := []Part{kubernetesPart(c.Pins.Kubernetes), coreDNSPart(c.Pins.CoreDNS)}
+	// mpi-operator before Trainer: the e2e suite needs its older pin first
+	// (TestMPIOperator runs before TestTrainer), which matters when this
+	// builds behind the tests (run --build-behind).
+	for _, v := range mpiops {
+		parts = append(parts, mpiOperatorPart(v))
+	}
 	for _, v := range trainers {
 		jsv, err := c.B.RequiredVersion(ctx, TrainerModule, v, JobSetModule)
 		if err != nil {
 			return err
 		}
 		parts = append(parts, trainerPart(v), jobSetPart(jsv))
-	}
-	for _, v := range mpiops {
-		parts = append(parts, mpiOperatorPart(v))
 	}
 	parts = append(parts, kueuePart(c.Pins.Kueue), kubeRouterPart(c.Pins.KubeRouter))
 	steps, err := c.partSteps(ctx, parts)

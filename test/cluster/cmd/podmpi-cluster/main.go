@@ -68,6 +68,7 @@ func run(args []string) int {
 	noImages := fs.Bool("no-images", false, "do not build or import the podmpi images (nor install the runtimes)")
 	all := fs.Bool("all", false, "build: every pinned version, not only the defaults")
 	pid := fs.Int("pid", 0, "reap: the PID to watch")
+	behind := fs.Bool("build-behind", false, "run: while the command runs, build every pinned version not built yet, at the lowest CPU priority")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 64
 	}
@@ -137,7 +138,7 @@ func run(args []string) int {
 		}
 		return 0
 	case "run":
-		return runWith(ctx, c, cluster.UpOptions{Trainer: *trainer, MPIOperator: *mpiop, NoImages: *noImages}, fs.Args(), fail)
+		return runWith(ctx, c, cluster.UpOptions{Trainer: *trainer, MPIOperator: *mpiop, NoImages: *noImages}, *behind, fs.Args(), fail)
 	case "reap":
 		return reap(c, *pid)
 	}
@@ -178,7 +179,15 @@ func buildAll(ctx context.Context, c *cluster.Cluster, all bool, fail func(error
 // cluster down again if it was this command that brought it up: also when
 // interrupted, and, through a reaper process in a session of its own, when
 // this process is killed outright.
-func runWith(ctx context.Context, c *cluster.Cluster, opts cluster.UpOptions, argv []string, fail func(error) int) int {
+//
+// With behind, every pinned version not built yet (the older Trainer and
+// mpi-operator releases) builds while argv runs, niced: on a fresh machine
+// the tests of the default versions need only the CPU their MPI jobs use,
+// and the rest of it builds what the later tests need. A test that reaches
+// an older version first (podmpi-cluster controllers) waits for that build
+// (a lock per part) instead of starting its own. The build is stopped and
+// reaped when argv ends.
+func runWith(ctx context.Context, c *cluster.Cluster, opts cluster.UpOptions, behind bool, argv []string, fail func(error) int) int {
 	if len(argv) == 0 {
 		return usage()
 	}
@@ -220,6 +229,10 @@ func runWith(ctx context.Context, c *cluster.Cluster, opts cluster.UpOptions, ar
 		return code
 	}
 	printInfo(info)
+	stopBehind := func() error { return nil }
+	if behind {
+		stopBehind = buildBehind(ctx, c)
+	}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+info.Kubeconfig, "PODMPI_CLUSTER_TEST=1")
@@ -234,10 +247,42 @@ func runWith(ctx context.Context, c *cluster.Cluster, opts cluster.UpOptions, ar
 			code = fail(err)
 		}
 	}
+	if err := stopBehind(); err != nil && code == 0 {
+		code = fail(fmt.Errorf("the build behind the command: %w", err))
+	}
 	if d := down(); d != 0 && code == 0 {
 		code = d
 	}
 	return code
+}
+
+// buildBehind starts building every pinned version, niced, and returns the
+// function that stops that build (killing what still runs of it), waits
+// for it, and returns its error: nil when it finished or was stopped.
+func buildBehind(ctx context.Context, c *cluster.Cluster) func() error {
+	bctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	c.B.Nice = true
+	start := time.Now()
+	fmt.Fprintln(os.Stderr, "== building the other pinned versions behind the command (nice 19)")
+	go func() {
+		err := c.BuildAll(bctx, true)
+		if err == nil {
+			fmt.Fprintf(os.Stderr, "== every pinned version built, %s after the command started\n", time.Since(start).Round(time.Second))
+		}
+		done <- err
+	}()
+	return func() error {
+		defer cancel()
+		select {
+		case err := <-done: // it ended on its own
+			return err
+		default: // the command ended first: stop it, not a failure
+			cancel()
+			<-done
+			return nil
+		}
+	}
 }
 
 // reap waits until pid has gone, then takes the cluster down unless pid
