@@ -24,7 +24,10 @@
 #                         written here) instead of compiling them in a build
 #                         container, and no Go or bullseye base is needed.
 #                         This machine's platform only.
-#   PODMPI_PARALLEL       1: build the MPI images side by side
+#   PODMPI_PARALLEL       1: build the MPI images side by side, and their
+#                         stand-in bases beside the podmpi image
+#   PODMPI_GO_CACHE       host: the podmpi image's build stage shares this
+#                         machine's Go build and module caches (podman)
 # Builds use the host network (RUN apt-get, go mod download). Base images that
 # cannot be pulled are replaced by local stand-ins (see standin.sh) for Debian
 # and Go; the Intel MPI image needs Intel's apt repository and the Horovod
@@ -51,6 +54,9 @@ if [[ " ${want[*]} " != *" podmpi "* ]]; then
 fi
 
 engine_init
+# The side-by-side builds (PODMPI_PARALLEL) are children of this shell: it
+# ends only after them, also when it stops early.
+trap 'wait' EXIT
 prefix=${PODMPI_IMAGE_PREFIX:-podmpi}
 version=$(git -C "$root" describe --tags --always --dirty 2>/dev/null || echo devel)
 revision=$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)
@@ -76,8 +82,17 @@ fi
 
 # Bases of the images asked for (FROM lines after ARG defaults).
 if [[ -z "$prebuilt" ]]; then
-	ensure_base "$go_image"
-	ensure_base "$build_image"
+	if [[ "${PODMPI_PARALLEL:-0}" == 1 ]]; then
+		ensure_base "$go_image" &
+		go_pid=$!
+		build_ok=1
+		ensure_base "$build_image" || build_ok=0
+		wait "$go_pid" || die "no Go image $go_image (see above)"
+		[[ $build_ok -eq 1 ]] || die "no build image $build_image (see above)"
+	else
+		ensure_base "$go_image"
+		ensure_base "$build_image"
+	fi
 fi
 bases=()
 for w in "${want[@]}"; do
@@ -87,15 +102,14 @@ for w in "${want[@]}"; do
 	esac
 done
 mapfile -t bases < <(printf '%s\n' "${bases[@]}" | sort -u | sed '/^$/d')
+base_pids=()
 if [[ "${PODMPI_PARALLEL:-0}" == 1 ]]; then
-	# Each stand-in is a debootstrap: network and dpkg, side by side.
-	base_pids=()
+	# Each stand-in is a debootstrap: network and dpkg, side by side with
+	# each other and with the podmpi image's build (waited for before the
+	# MPI images).
 	for b in "${bases[@]}"; do
 		ensure_base "$b" &
 		base_pids+=($!)
-	done
-	for p in "${base_pids[@]}"; do
-		wait "$p" || die "a base image could not be had (see above)"
 	done
 else
 	for b in "${bases[@]}"; do
@@ -106,6 +120,23 @@ fi
 common_args=(--network=host "${ULIMITS[@]}"
 	--build-arg GO_IMAGE="$go_image" --build-arg BUILD_IMAGE="$build_image"
 	--build-arg VERSION="$version" --build-arg REVISION="$revision" --build-arg CREATED="$created")
+
+# PODMPI_GO_CACHE=host: the podmpi image's build stage uses this machine's Go
+# build and module caches (podman build volumes; not committed to any
+# layer), so that it compiles only what "make build" has not: the binaries
+# are the same (-trimpath), the build takes seconds instead of minutes when
+# the Go in the build image is this machine's (images/test.sh sets it).
+go_cache_args=()
+if [[ "${PODMPI_GO_CACHE:-}" == host && -z "$prebuilt" ]]; then
+	if [[ "${ENGINE[0]}" != podman ]]; then
+		note "PODMPI_GO_CACHE=host needs podman (docker build takes no volumes): building with the build stage's own caches"
+	elif gocache=$(go env GOCACHE 2>/dev/null) && gomodcache=$(go env GOMODCACHE 2>/dev/null) && [[ -n "$gocache" && -n "$gomodcache" ]]; then
+		mkdir -p "$gocache" "$gomodcache"
+		go_cache_args=(-v "$gocache:/root/.cache/go-build:z" -v "$gomodcache:/go/pkg/mod:z")
+	else
+		note "PODMPI_GO_CACHE=host: no go command here to name its caches; building with the build stage's own"
+	fi
+fi
 
 failed=()
 built=()
@@ -169,7 +200,7 @@ for p in "${platforms[@]}"; do
 	# BUILDPLATFORM explicitly: podman 4.3 leaves it unset, and the build
 	# stage would then run (emulated) on the target platform.
 	if build_one "$name:$tag-$arch ($p)" "$here/podmpi.Dockerfile" "$logdir/podmpi-$arch.log" \
-		--platform "$p" --build-arg BUILDPLATFORM="linux/$hostarch" "${tags[@]}"; then
+		--platform "$p" --build-arg BUILDPLATFORM="linux/$hostarch" "${go_cache_args[@]}" "${tags[@]}"; then
 		built+=("$name:$tag-$arch")
 		[[ "$arch" == "$hostarch" ]] && podmpi_ref=$(local_ref "$name:$tag-$arch")
 	else
@@ -186,6 +217,9 @@ fi
 
 # The MPI images, from the podmpi image of this machine's platform (side by
 # side with PODMPI_PARALLEL=1: each waits mostly on apt, not on the CPU).
+for p in "${base_pids[@]}"; do
+	wait "$p" || die "a base image could not be had (see above)"
+done
 declare -A pids=()
 for w in "${want[@]}"; do
 	[[ "$w" == podmpi ]] && continue

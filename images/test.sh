@@ -27,6 +27,10 @@ export PODMPI_IMAGE_PREFIX=${PODMPI_IMAGE_PREFIX:-podmpi}
 PODMPI_TAG=${PODMPI_TAG:-$(git -C "$root" describe --tags --always --dirty 2>/dev/null || echo devel)}
 export PODMPI_TAG
 export PODMPI_PLATFORMS=${PODMPI_PLATFORMS:-linux/$(host_arch),linux/$([[ $(host_arch) == arm64 ]] && echo amd64 || echo arm64)}
+# The podmpi image's build shares this machine's Go caches (what make build
+# and make test compiled is not compiled again), and the MPI images and
+# their stand-in bases build side by side.
+export PODMPI_GO_CACHE=${PODMPI_GO_CACHE:-host} PODMPI_PARALLEL=${PODMPI_PARALLEL:-1}
 start=$(date +%s)
 if [[ "${PODMPI_IMAGE_TEST_BUILD:-1}" != 0 ]]; then
 	"$here/build.sh" podmpi openmpi mpich
