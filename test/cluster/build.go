@@ -77,8 +77,10 @@ func (b *Builder) goCmd(ctx context.Context, dir, logFile string, env []string, 
 }
 
 // command is the go command with args, niced when b.Nice, in a process
-// group of its own: cancelling ctx kills the whole group (go and the
-// compilers and linkers it started), and so does this process's death.
+// group of its own. Cancelling ctx interrupts the whole group (SIGINT, as
+// ^C would: the compilers and linkers end, and go removes its work
+// folder), then kills go if it has not ended within commandGrace; this
+// process's death kills go too.
 func (b *Builder) command(ctx context.Context, args ...string) *exec.Cmd {
 	name := "go"
 	if b.Nice {
@@ -86,9 +88,12 @@ func (b *Builder) command(ctx context.Context, args ...string) *exec.Cmd {
 	}
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGINT) }
+	cmd.WaitDelay = commandGrace
 	return cmd
 }
+
+const commandGrace = 30 * time.Second
 
 // lock holds an exclusive lock on <cache>/bin/.<name>.lock until the
 // returned function is called: two podmpi-cluster processes (a build behind

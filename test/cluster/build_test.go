@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -220,5 +221,52 @@ func TestBuildLock(t *testing.T) {
 	defer cancel()
 	if _, err := b.lock(cctx, "trainer v2.0.0"); err == nil {
 		t.Fatal("a second lock of a held part while the context ended: no error")
+	}
+}
+
+// Cancelling a go command stops its whole process group: go run's child
+// (the program it built) ends with it, and nothing of it is left.
+func TestCommandCancelStopsTheGroup(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go")
+	}
+	dir := t.TempDir()
+	marker := "podmpi-cancel-" + filepath.Base(dir)
+	prog := "package main\n\nimport (\n\t\"os\"\n\t\"time\"\n)\n\nfunc main() {\n\tos.WriteFile(os.Args[1], nil, 0o644)\n\ttime.Sleep(2 * time.Minute)\n}\n"
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(prog), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	started := filepath.Join(dir, marker)
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &Builder{Nice: true}
+	cmd := b.command(ctx, "run", filepath.Join(dir, "main.go"), started)
+	cmd.Dir = dir
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if _, err := os.Stat(started); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			_ = cmd.Wait()
+			t.Fatal("the program go run built never started")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	pgid := cmd.Process.Pid
+	start := time.Now()
+	cancel()
+	_ = cmd.Wait()
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the cancelled command took %s to end", d)
+	}
+	// The group's members are gone (zombies of init aside, none runs).
+	time.Sleep(200 * time.Millisecond)
+	if err := syscall.Kill(-pgid, 0); err == nil {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		t.Errorf("process group %d still has members after the cancel", pgid)
 	}
 }
