@@ -335,21 +335,24 @@ func (b *Builder) BuildShared(ctx context.Context, parts ...Part) error {
 	id := sharedID(shared)
 	b.buildMu.Lock()
 	defer b.buildMu.Unlock()
-	if !b.sharedBuilt(id, parts) {
-		unlock, err := b.lock(ctx, id)
-		if err != nil {
-			return err
+	missing := func() (todo []Part, keys []string) {
+		for _, p := range parts {
+			if !cached(b.Dir(p), id, p.Bins...) {
+				todo = append(todo, p)
+				keys = append(keys, p.Key())
+			}
 		}
-		defer unlock()
+		return todo, keys
 	}
-	var todo []Part
-	var keys []string
-	for _, p := range parts {
-		if !cached(b.Dir(p), id, p.Bins...) {
-			todo = append(todo, p)
-			keys = append(keys, p.Key())
-		}
+	if todo, _ := missing(); len(todo) == 0 {
+		return nil
 	}
+	unlock, err := b.lock(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	todo, keys := missing() // less if another process built some meanwhile
 	if len(todo) == 0 {
 		return nil
 	}
@@ -365,17 +368,6 @@ func (b *Builder) BuildShared(ctx context.Context, parts ...Part) error {
 	}
 	b.logf("== built %s in %s", what, time.Since(start).Round(time.Second))
 	return nil
-}
-
-// sharedBuilt reports whether every one of parts is built in the shared
-// module id.
-func (b *Builder) sharedBuilt(id string, parts []Part) bool {
-	for _, p := range parts {
-		if !cached(b.Dir(p), id, p.Bins...) {
-			return false
-		}
-	}
-	return true
 }
 
 // sharedModuleDir writes the shared module (once per set of versions) and
