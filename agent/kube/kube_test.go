@@ -250,11 +250,15 @@ func TestDescribe(t *testing.T) {
 				State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off 40s"}},
 				LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 65}}}}
 		}, "is Running: container node CrashLoopBackOff: back-off 40s (restarted 4 times, last Error, exit 65)"},
+		{"sidecar restart", func(p *corev1.Pod) {
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "node", Ready: true}, {Name: "istio-proxy", RestartCount: 1, Ready: true,
+				LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1}}}}
+		}, "is Running and Ready: container istio-proxy restarted 1 times (last Error, exit 1)"},
 		{"oom restart", func(p *corev1.Pod) {
 			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "node", RestartCount: 1, Ready: true,
 				State:                corev1.ContainerState{Running: &corev1.ContainerStateRunning{}},
 				LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137}}}}
-		}, "restarted 1 times (last OOMKilled, exit 137)"},
+		}, "is Running and Ready: container node restarted 1 times (last OOMKilled, exit 137)"},
 		{"deleting", func(p *corev1.Pod) { p.DeletionTimestamp = &now }, "is being deleted"},
 		{"evicted", func(p *corev1.Pod) {
 			p.Status.Phase = corev1.PodFailed
@@ -280,7 +284,12 @@ func TestDescribe(t *testing.T) {
 	}
 }
 
-func TestPodsAndGone(t *testing.T) {
+// TestPodsAndEnded: the API's word that a worker's pod has ended is its
+// deletion, its replacement (a new uid) or its failure; a restart of one
+// of its containers is listed (RestartedSince), never an end: a sidecar
+// restarts alone, and only the worker-agent's own start time says it
+// restarted.
+func TestPodsAndEnded(t *testing.T) {
 	lbl := map[string]string{kube.LabelJobSetName: "tj"}
 	objs := []runtime.Object{pod("tj-launcher-0-0-a", "tj-launcher-0-0", lbl), pod("tj-node-0-0-a", "tj-node-0-0", lbl),
 		pod("tj-node-0-1-a", "tj-node-0-1", lbl), pod("other", "other", map[string]string{kube.LabelJobSetName: "x"})}
@@ -293,8 +302,8 @@ func TestPodsAndGone(t *testing.T) {
 	if !ok || before.Name != "tj-node-0-1-a" {
 		t.Fatalf("For = %+v, %v", before, ok)
 	}
-	if why, gone := kube.Gone(before, ps); gone {
-		t.Fatalf("a running pod is gone: %s", why)
+	if why, ended := kube.PodEnded(before, ps); ended {
+		t.Fatalf("a running pod has ended: %s", why)
 	}
 	// Replaced: deleted and recreated under the same host name.
 	ctx := context.Background()
@@ -302,29 +311,75 @@ func TestPodsAndGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	ps, _ = c.Pods(ctx)
-	if why, gone := kube.Gone(before, ps); !gone || !strings.Contains(why, "no longer exists") {
-		t.Errorf("deleted: %q, %v", why, gone)
+	if why, ended := kube.PodEnded(before, ps); !ended || !strings.Contains(why, "no longer exists") {
+		t.Errorf("deleted: %q, %v", why, ended)
 	}
 	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod("tj-node-0-1-b", "tj-node-0-1", lbl), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	ps, _ = c.Pods(ctx)
-	if why, gone := kube.Gone(before, ps); !gone || !strings.Contains(why, "replaced by tj-node-0-1-b") {
-		t.Errorf("replaced: %q, %v", why, gone)
+	if why, ended := kube.PodEnded(before, ps); !ended || !strings.Contains(why, "replaced by tj-node-0-1-b") {
+		t.Errorf("replaced: %q, %v", why, ended)
 	}
-	// A restart of the worker's container took its daemon with it.
+	// Restarts of the worker's containers, its own and its sidecars', are
+	// listed and are no end of the pod.
 	n0, _ := ps.For("tj-node-0-0")
 	p := pod("tj-node-0-0-a", "tj-node-0-0", lbl, func(p *corev1.Pod) {
 		p.UID = n0.UID
-		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "node", RestartCount: 1,
+		p.Spec.Containers = []corev1.Container{{Name: "node"}, {Name: "istio-proxy"}}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "node"}, {Name: "istio-proxy", RestartCount: 1,
 			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 137}}}}
 	})
 	if _, err := cs.CoreV1().Pods(ns).Update(ctx, p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	ps, _ = c.Pods(ctx)
-	if why, gone := kube.Gone(n0, ps); !gone || !strings.Contains(why, "container restarted (Error, exit 137)") {
-		t.Errorf("restarted: %q, %v", why, gone)
+	if why, ended := kube.PodEnded(n0, ps); ended {
+		t.Errorf("a sidecar's restart ended the pod: %s", why)
+	}
+	rs := kube.RestartedSince(n0, ps)
+	if len(rs) != 1 || rs[0].Container != "istio-proxy" || rs[0].Agent || rs[0].LastEnd != "Error, exit 137" {
+		t.Errorf("RestartedSince = %+v, want istio-proxy's one restart, not the agent's", rs)
+	}
+	// Compared with the list that showed that restart, nothing new.
+	n0, _ = ps.For("tj-node-0-0")
+	if rs := kube.RestartedSince(n0, ps); len(rs) != 0 {
+		t.Errorf("RestartedSince the same list = %+v", rs)
+	}
+}
+
+// TestAgentContainer: the worker-agent's container by the operators'
+// conventions (Trainer's node, else the first), so that a restart of a
+// sidecar is told apart from one of the agent's own container, init
+// containers (native sidecars) never being it.
+func TestAgentContainer(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		containers []string
+		want       string
+	}{
+		{"trainer", []string{"istio-proxy", "node"}, "node"},
+		{"mpi-operator", []string{"worker", "log-shipper"}, "worker"},
+		{"none", nil, ""},
+	} {
+		p := pod("w-1-a", "w-1", nil)
+		for _, n := range c.containers {
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: n})
+		}
+		if got := kube.AgentContainer(p); got != c.want {
+			t.Errorf("%s: AgentContainer = %q, want %q", c.name, got, c.want)
+		}
+	}
+	// A native sidecar (an init container that keeps running) named like
+	// the agent's container is not it.
+	p := pod("w-1-a", "w-1", nil, func(p *corev1.Pod) {
+		p.Spec.Containers = []corev1.Container{{Name: "node"}}
+		p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "node", RestartCount: 2}}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "node", RestartCount: 1}}
+	})
+	rs := kube.Describe(p).Restarts
+	if len(rs) != 2 || rs[0].Agent || !rs[1].Agent {
+		t.Errorf("Restarts = %+v, want the init container's not the agent's, the container's the agent's", rs)
 	}
 }
 

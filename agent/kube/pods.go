@@ -24,10 +24,13 @@ type PodState struct {
 	// Disrupted is the DisruptionTarget condition's reason and message
 	// (evicted, preempted, the node drained or lost), "" without one.
 	Disrupted string
-	// Restarts is the sum of its containers' restart counts, and
-	// LastEnd how the last restarted one ended ("OOMKilled, exit 137").
-	Restarts int32
-	LastEnd  string
+	// Restarts are its containers that have restarted, in the pod's order
+	// (init containers first: a native sidecar is one). A restart is what
+	// the kubelet did to one container, and no proof about the
+	// worker-agent: a sidecar (istio-proxy, a log shipper) restarts alone,
+	// and the agent's own start time (its /events) says whether it
+	// restarted. They are for messages.
+	Restarts []Restart
 	// Started: one of its containers (an init container too: a sidecar
 	// runs through the pod's Pending phase) runs or has run.
 	Started bool
@@ -37,6 +40,39 @@ type PodState struct {
 	// reasons, "" for the others.
 	Why  string
 	Hint string
+}
+
+// Restart is one container of a pod that has restarted.
+type Restart struct {
+	Container string
+	// Agent: the container is the one that runs the worker-agent by the
+	// operators' conventions (Trainer's node, else the pod's first
+	// container, as mpi-operator has it).
+	Agent bool
+	Count int32
+	// LastEnd is how it last ended ("OOMKilled, exit 137").
+	LastEnd string
+}
+
+func (r Restart) String() string {
+	return fmt.Sprintf("container %s restarted %d times (last %s)", r.Container, r.Count, r.LastEnd)
+}
+
+// AgentContainer is the name of the container of p that runs the
+// worker-agent by the operators' conventions: Trainer's runtimes name it
+// node (its MPI plugin sets up only a container of that name), and
+// mpi-operator's is the first container (where it mounts the SSH Secret);
+// "" when p has no containers.
+func AgentContainer(p *corev1.Pod) string {
+	for _, c := range p.Spec.Containers {
+		if c.Name == "node" {
+			return c.Name
+		}
+	}
+	if len(p.Spec.Containers) > 0 {
+		return p.Spec.Containers[0].Name
+	}
+	return ""
 }
 
 // hints are the fixes of the reasons a worker's pod does not come up.
@@ -66,17 +102,27 @@ func Describe(p *corev1.Pod) PodState {
 		}
 	}
 	var waiting []string
-	for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
-		s.Restarts += cs.RestartCount
+	agent := AgentContainer(p)
+	inits := len(p.Status.InitContainerStatuses)
+	for i, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
 		if cs.State.Running != nil || cs.State.Terminated != nil || cs.LastTerminationState.Terminated != nil {
 			s.Started = true
 		}
-		if t := cs.LastTerminationState.Terminated; t != nil && cs.RestartCount > 0 {
-			s.LastEnd = fmt.Sprintf("%s, exit %d", orDefault(t.Reason, "Error"), t.ExitCode)
-			s.Hint = hints[t.Reason]
+		var r *Restart
+		if cs.RestartCount > 0 {
+			s.Restarts = append(s.Restarts, Restart{Container: cs.Name, Agent: i >= inits && cs.Name == agent, Count: cs.RestartCount, LastEnd: "Error"})
+			r = &s.Restarts[len(s.Restarts)-1]
+			if t := cs.LastTerminationState.Terminated; t != nil {
+				r.LastEnd = fmt.Sprintf("%s, exit %d", orDefault(t.Reason, "Error"), t.ExitCode)
+				s.Hint = hints[t.Reason]
+			}
 		}
 		if w := cs.State.Waiting; w != nil && w.Reason != "" && w.Reason != "ContainerCreating" && w.Reason != "PodInitializing" {
-			waiting = append(waiting, fmt.Sprintf("container %s %s", cs.Name, joinReason(w.Reason, w.Message)))
+			entry := fmt.Sprintf("container %s %s", cs.Name, joinReason(w.Reason, w.Message))
+			if r != nil {
+				entry += fmt.Sprintf(" (restarted %d times, last %s)", r.Count, r.LastEnd)
+			}
+			waiting = append(waiting, entry)
 			if h := hints[w.Reason]; h != "" {
 				s.Hint = h
 			}
@@ -104,9 +150,6 @@ func Describe(p *corev1.Pod) PodState {
 		s.Why = "has already ended (Succeeded)"
 	case len(waiting) > 0:
 		s.Why = "is " + string(orPhase(p.Status.Phase)) + ": " + strings.Join(waiting, "; ")
-		if s.LastEnd != "" {
-			s.Why += fmt.Sprintf(" (restarted %d times, last %s)", s.Restarts, s.LastEnd)
-		}
 	case p.Status.Phase == corev1.PodPending || p.Status.Phase == "":
 		s.Why = "is Pending"
 		for _, c := range p.Status.Conditions {
@@ -114,8 +157,16 @@ func Describe(p *corev1.Pod) PodState {
 				s.Why += ", not scheduled: " + joinReason(c.Reason, c.Message)
 			}
 		}
-	case s.Restarts > 0:
-		s.Why = fmt.Sprintf("restarted %d times (last %s)", s.Restarts, s.LastEnd)
+	case len(s.Restarts) > 0:
+		rs := make([]string, len(s.Restarts))
+		for i, r := range s.Restarts {
+			rs[i] = r.String()
+		}
+		ready := "and Ready"
+		if !s.Ready {
+			ready = "but not Ready"
+		}
+		s.Why = fmt.Sprintf("is %s %s: %s", orPhase(p.Status.Phase), ready, strings.Join(rs, "; "))
 	case !s.Ready:
 		s.Why = "is Running but not Ready"
 	}
@@ -155,9 +206,16 @@ type Pods struct {
 // For returns the state of the pod a hostfile entry names (its first DNS
 // label is the pod's host name), and whether there is one.
 func (ps Pods) For(host string) (PodState, bool) {
-	label, _, _ := strings.Cut(strings.ToLower(strings.TrimSuffix(host, ".")), ".")
-	s, ok := ps.ByHost[label]
+	s, ok := ps.ByHost[HostLabel(host)]
 	return s, ok
+}
+
+// HostLabel is the first DNS label of a host name (a hostfile entry such
+// as tj-node-0-1.tj, or an FQDN), lower case: the pod's host name, the key
+// of Pods.ByHost.
+func HostLabel(host string) string {
+	label, _, _ := strings.Cut(strings.ToLower(strings.TrimSuffix(host, ".")), ".")
+	return label
 }
 
 // Pods lists the job's pods (the label its operator gives them, found by
@@ -198,43 +256,68 @@ func (c *Client) Pods(ctx context.Context) (Pods, bool) {
 	return out, true
 }
 
-// GoneAtFirstSight says whether, and why, the pod that ran a worker's
-// daemon is gone for sure when the API's first word on the worker's name
-// came only after mpirun started (the launcher can start mpirun before its
-// first list of the pods): cur is being deleted, was evicted or preempted,
-// or failed; or, when the worker-agent under that name is known to have
-// answered before mpirun (up), cur is Pending with no container started
-// yet: a new pod under the name, made after the one that answered was
-// deleted (a pod Pending with a container running, a sidecar through its
-// init phase, may be the one that answered, and is not proof).
-func GoneAtFirstSight(cur PodState, up bool) (string, bool) {
+// PodEndedAtFirstList says whether, and why, the API's first word on a
+// worker's pod, which came only after mpirun started (the launcher can
+// start mpirun before its first list of the pods), shows that the pod
+// that ran the worker's daemon has ended or is ending: cur is being
+// deleted, evicted or preempted, or failed; or, when the worker-agent
+// under that name is known to have answered before mpirun (agentUp), cur
+// is Pending with no container started yet: a new pod under the name,
+// made after the one that answered was deleted (a pod Pending with a
+// container running, a sidecar through its init phase, may be the one
+// that answered, and is not proof).
+func PodEndedAtFirstList(cur PodState, agentUp bool) (string, bool) {
 	switch {
 	case cur.Deleting || cur.Disrupted != "" || cur.Phase == corev1.PodFailed:
 		return fmt.Sprintf("its pod %s %s", cur.Name, cur.Why), true
-	case up && cur.Phase == corev1.PodPending && !cur.Started:
+	case agentUp && cur.Phase == corev1.PodPending && !cur.Started:
 		return fmt.Sprintf("the pod under its name, %s, is Pending: a new pod, made after the one whose worker-agent answered before mpirun was deleted", cur.Name), true
 	}
 	return "", false
 }
 
-// Gone says whether, and why, the pod that ran a worker's daemon (before,
-// seen when mpirun started) is gone for sure by what the API says now: no
-// pod under its name, another pod (a new uid), deleted, evicted or
-// preempted, failed, or its container restarted (the daemon's process went
-// with it). A node that is NotReady is not proof: its pods may run on.
-func Gone(before PodState, now Pods) (string, bool) {
-	cur, ok := now.ByHost[strings.ToLower(before.Hostname)]
+// PodEnded says whether, and why, the pod that ran a worker's daemon
+// (first, as the API showed it while mpirun ran) has ended or is ending by
+// what the API says now: no pod under its name (deleted), another pod (a
+// new uid: deleted and recreated), being deleted, evicted or preempted, or
+// failed. A restart of one of its containers is not: a sidecar restarts
+// alone, and whether the worker-agent itself restarted is for its own
+// start time to say. A node that is NotReady is not either: its pods may
+// run on.
+func PodEnded(first PodState, now Pods) (string, bool) {
+	cur, ok := now.ByHost[strings.ToLower(first.Hostname)]
 	switch {
 	case !ok:
-		return fmt.Sprintf("its pod %s no longer exists (deleted)", before.Name), true
-	case cur.UID != before.UID:
-		return fmt.Sprintf("its pod %s was replaced by %s (deleted and recreated)", before.Name, cur.Name), true
+		return fmt.Sprintf("its pod %s no longer exists (deleted)", first.Name), true
+	case cur.UID != first.UID:
+		return fmt.Sprintf("its pod %s was replaced by %s (deleted and recreated)", first.Name, cur.Name), true
 	case cur.Deleting || cur.Disrupted != "" || cur.Phase == corev1.PodFailed:
 		return fmt.Sprintf("its pod %s %s", cur.Name, cur.Why), true
-	case cur.Restarts > before.Restarts:
-		return fmt.Sprintf("its pod %s's container restarted (%s)", cur.Name, cur.LastEnd), true
 	}
 	return "", false
+}
+
+// RestartedSince lists the containers of the pod first shows that have
+// restarted since (more often than first counted), the same pod (uid) in
+// now; none when it is another pod or gone.
+func RestartedSince(first PodState, now Pods) []Restart {
+	cur, ok := now.ByHost[strings.ToLower(first.Hostname)]
+	if !ok || cur.UID != first.UID {
+		return nil
+	}
+	var out []Restart
+	for _, r := range cur.Restarts {
+		before := int32(0)
+		for _, b := range first.Restarts {
+			if b.Container == r.Container {
+				before = b.Count
+			}
+		}
+		if r.Count > before {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // WhyRestarted is what the kubelet said when it last killed a container of

@@ -147,7 +147,7 @@ func (l *Launcher) refreshPods(ctx context.Context) {
 		return
 	}
 	for host, s := range ps.ByHost {
-		if s.Why == "" || l.kv.c.IsSelf(s) || self != "" && strings.EqualFold(host, hostLabel(self)) {
+		if s.Why == "" || l.kv.c.IsSelf(s) || self != "" && host == kube.HostLabel(self) {
 			continue
 		}
 		l.kv.mu.Lock()
@@ -245,12 +245,6 @@ func (l *Launcher) recordEnd(code exitcode.Code, err error) {
 	}
 	first, _, _ := strings.Cut(TerminationMessage(code, err), "\n")
 	c.Event(ctx, kube.Warning, EventReason(code, err), first)
-}
-
-// hostLabel is the first DNS label of a host name, lower case.
-func hostLabel(host string) string {
-	label, _, _ := strings.Cut(strings.ToLower(strings.TrimSuffix(host, ".")), ".")
-	return label
 }
 
 func (l *Launcher) commandName() string {

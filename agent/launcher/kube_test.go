@@ -293,3 +293,84 @@ func TestNoAPI(t *testing.T) {
 		t.Errorf("want one INFO line saying the API is not used, got %d:\n%s", n, logs.String())
 	}
 }
+
+// TestContainerRestartIsNotGone: while mpirun runs, the API shows a
+// container of a worker's pod restarted: a sidecar (istio-proxy, which
+// Kubeflow namespaces inject), a native sidecar (an init container that
+// keeps running), or the worker-agent's own container while the same
+// agent answers (its restart came before the probe, after the list the
+// launcher compares with). None is proof about the agent: the job runs to
+// its end, the restart is a WARN, and nothing is logged at ERROR. It
+// used to stop mpirun (exit 74, "its pod ...'s container restarted").
+func TestContainerRestartIsNotGone(t *testing.T) {
+	restarted := func(name string) corev1.ContainerStatus {
+		return corev1.ContainerStatus{Name: name, RestartCount: 1, Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}},
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 1}}}
+	}
+	running := func(name string) corev1.ContainerStatus {
+		return corev1.ContainerStatus{Name: name, Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
+	}
+	always := corev1.ContainerRestartPolicyAlways
+	for _, c := range []struct {
+		name   string
+		before func(*corev1.Pod) // the pod when mpirun starts
+		after  func(*corev1.Pod) // once the agent was asked
+		want   string            // the WARN line
+	}{
+		{"istio-proxy", func(p *corev1.Pod) {
+			p.Spec.Containers = []corev1.Container{{Name: "node"}, {Name: "istio-proxy"}}
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{running("node"), running("istio-proxy")}
+		}, func(p *corev1.Pod) {
+			p.Status.ContainerStatuses[1] = restarted("istio-proxy")
+		}, "a container beside a worker's worker-agent restarted"},
+		{"native-sidecar", func(p *corev1.Pod) {
+			p.Spec.InitContainers = []corev1.Container{{Name: "log-shipper", RestartPolicy: &always}}
+			p.Spec.Containers = []corev1.Container{{Name: "node"}}
+			p.Status.InitContainerStatuses = []corev1.ContainerStatus{running("log-shipper")}
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{running("node")}
+		}, func(p *corev1.Pod) {
+			p.Status.InitContainerStatuses[0] = restarted("log-shipper")
+		}, "a container beside a worker's worker-agent restarted"},
+		{"agent-container-same-agent", func(p *corev1.Pod) {
+			p.Spec.Containers = []corev1.Container{{Name: "node"}}
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{running("node")}
+		}, func(p *corev1.Pod) {
+			p.Status.ContainerStatuses[0] = restarted("node")
+		}, "the container that runs a worker's worker-agent restarted"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := startAgent(t)
+			api := newFakeAPI(t, jobPod("tj-node-0-1-bb", "tj-node-0-1", c.before))
+			cfg := Defaults()
+			cfg.Discovery = discovery.Spec{Workers: []string{"tj-node-0-1.tj=2"}, Self: "tj-launcher-0-0"}
+			cfg.Resolver = newNames(map[string]string{"tj-node-0-1.tj": "127.0.0.1"})
+			cfg.Implementation, cfg.SkipProbe, cfg.Slots = "openmpi4", true, 2
+			cfg.WorkerWebPort = a.port
+			cfg.HostfilePath = filepath.Join(t.TempDir(), "hostfile")
+			cfg.TempDir, cfg.Executable = t.TempDir(), "/bin/true"
+			cfg.DiagnosisWatch, cfg.LaunchGrace, cfg.KillGrace = 200*time.Millisecond, 300*time.Millisecond, time.Second
+			cfg.Command = []string{"sleep", "3"}
+			go func() {
+				if !a.waitAsked(30 * time.Second) {
+					return // the test fails on its own: nothing asked the agent
+				}
+				p, err := api.cs.CoreV1().Pods(kns).Get(context.Background(), "tj-node-0-1-bb", metav1.GetOptions{})
+				if err != nil {
+					return
+				}
+				c.after(p)
+				_, _ = api.cs.CoreV1().Pods(kns).UpdateStatus(context.Background(), p, metav1.UpdateOptions{})
+			}()
+			code, msg, logs := runJobWithAPI(t, api, cfg)
+			if code != exitcode.OK {
+				t.Fatalf("exit %d (%s), want 0: a container restart stopped the job", code, msg)
+			}
+			if !strings.Contains(logs, "level=WARN msg=\""+c.want) {
+				t.Errorf("log lacks the restart at WARN (%q):\n%s", c.want, logs)
+			}
+			if strings.Contains(logs, "level=ERROR") {
+				t.Errorf("an ERROR record for a container restart:\n%s", logs)
+			}
+		})
+	}
+}

@@ -105,12 +105,15 @@ type workerState struct {
 	// (the launcher's clock): the pod that ran the job's daemon is gone
 	// and another answers under its name. Zero when not seen.
 	replacedAt time.Time
-	// pod is its pod as the Kubernetes API first showed it while mpirun
-	// ran (kube.go); apiGone says how the API shows that pod gone since
-	// (deleted, replaced, evicted, its container restarted), "" while it
-	// does not.
-	pod     *kube.PodState
-	apiGone string
+	// pod is its pod as the Kubernetes API last showed it: the one it
+	// first showed while mpirun ran (kube.go), the same uid; podListedAt
+	// is when the list that first showed it was made (the launcher's
+	// clock), which may be a little before mpirun started. podEnded says
+	// how the API shows that pod ended since (deleted, replaced, evicted,
+	// failed), "" while it does not.
+	pod         *kube.PodState
+	podListedAt time.Time
+	podEnded    string
 }
 
 // gone reports whether the worker's pod is gone for sure: another
@@ -121,7 +124,7 @@ type workerState struct {
 // bridge forgets the pod's address), is no proof: the worker may be slow,
 // restarting or cut off for a while, and the job may well go on.
 func (s *workerState) gone() bool {
-	return !s.replacedAt.IsZero() || s.nameGone >= lostAfter || s.apiGone != ""
+	return !s.replacedAt.IsZero() || s.nameGone >= lostAfter || s.podEnded != ""
 }
 
 // settledSince reports whether the worker was asked after t and either
@@ -409,15 +412,22 @@ func (w *watch) watchWorkers(ctx context.Context) {
 
 // checkPods compares what the Kubernetes API last listed of each worker's
 // pod with what it showed first while mpirun ran: a pod deleted, replaced,
-// evicted or whose container restarted is gone for sure (kube.Gone), and
-// logged once with the API's words (and, for a restart, the kubelet's
-// Event: a failed liveness probe, say).
+// evicted or failed has ended (kube.PodEnded), and is logged once with the
+// API's words. A container of the pod that restarted is logged at WARN
+// (the agent's own container with the kubelet's reason: a failed liveness
+// probe, say) and is no verdict: a sidecar restarts alone, and a
+// worker-agent that restarted answers younger than the run (replaced).
 func (w *watch) checkPods(ctx context.Context) {
 	ps, ok := w.l.podsNow()
 	if !ok {
 		return
 	}
-	var restarted []*workerState
+	type restart struct {
+		host, pod string
+		since     time.Time
+		kube.Restart
+	}
+	var restarts []restart
 	w.mu.Lock()
 	for _, s := range w.workers {
 		cur, ok := ps.For(s.host)
@@ -426,31 +436,39 @@ func (w *watch) checkPods(ctx context.Context) {
 			if !ok {
 				break
 			}
-			s.pod = &cur
+			s.pod, s.podListedAt = &cur, ps.At
 			// A list made before the probe found the agent up may show a
 			// late worker Pending: only a later one is proof.
 			up := !w.upBefore.IsZero() && ps.At.After(w.upBefore)
-			if why, gone := kube.GoneAtFirstSight(cur, up); gone {
-				s.apiGone = why
+			if why, ended := kube.PodEndedAtFirstList(cur, up); ended {
+				s.podEnded = why
 				w.l.log.Error("Kubernetes says a worker's pod is gone while mpirun runs", "host", s.host, "why", why)
 			}
-		case s.apiGone == "":
-			if why, gone := kube.Gone(*s.pod, ps); gone {
-				s.apiGone = why
-				if s.pod.UID == cur.UID && cur.Restarts > s.pod.Restarts {
-					restarted = append(restarted, s)
-				}
+		case s.podEnded == "":
+			if why, ended := kube.PodEnded(*s.pod, ps); ended {
+				s.podEnded = why
 				w.l.log.Error("Kubernetes says a worker's pod is gone while mpirun runs", "host", s.host, "why", why)
+				break
 			}
+			for _, r := range kube.RestartedSince(*s.pod, ps) {
+				restarts = append(restarts, restart{host: s.host, pod: cur.Name, since: s.podListedAt, Restart: r})
+			}
+			s.pod = &cur // each restart is told once
 		}
 	}
 	w.mu.Unlock()
-	for _, s := range restarted {
-		if why := w.l.kv.c.WhyRestarted(ctx, s.pod.Name); why != "" {
-			w.mu.Lock()
-			s.apiGone += ": " + why
-			w.mu.Unlock()
+	for _, r := range restarts {
+		attrs := []any{"host", r.host, "pod", r.pod, "container", r.Container, "restarts", r.Count, "last", r.LastEnd,
+			"since", r.since.UTC().Format(time.RFC3339)}
+		if !r.Agent {
+			w.l.log.Warn("a container beside a worker's worker-agent restarted while mpirun runs (a sidecar); the job goes on", attrs...)
+			continue
 		}
+		if why := w.l.kv.c.WhyRestarted(ctx, r.pod); why != "" {
+			attrs = append(attrs, "kubelet", why)
+		}
+		w.l.log.Warn("the container that runs a worker's worker-agent restarted while mpirun runs; the job goes on unless its "+
+			"worker-agent answers younger than the run (the MPI daemon went with it) or mpirun fails", attrs...)
 	}
 }
 
@@ -776,7 +794,7 @@ func (w *watch) diagnose(res mpirun.RunResult, program string) *postmortem.Diagn
 	}
 	for _, s := range w.workers {
 		wk := postmortem.Worker{Host: s.host, NoAccount: s.noAccount, ReplacedAt: s.replacedAt, NameGone: nameNotFound(s.err),
-			APIGone: s.apiGone, Kube: w.l.explain(s.host)}
+			APIGone: s.podEnded, Kube: w.l.explain(s.host)}
 		if s.events != nil && s.fails == 0 {
 			wk.Events = s.events
 		} else if !s.noAccount {

@@ -776,8 +776,8 @@ func TestGoneAtFirstList(t *testing.T) {
 				w.upBefore = now.Add(-time.Second)
 			}
 			w.checkPods(context.Background())
-			if c.gone == "" && s.apiGone != "" || !strings.HasPrefix(s.apiGone, c.gone) {
-				t.Errorf("apiGone = %q, want %q", s.apiGone, c.gone)
+			if c.gone == "" && s.podEnded != "" || !strings.HasPrefix(s.podEnded, c.gone) {
+				t.Errorf("podEnded = %q, want %q", s.podEnded, c.gone)
 			}
 			if s.pod == nil || s.pod.UID != c.pod.UID {
 				t.Errorf("the pod first seen is %+v, want %s", s.pod, c.pod.Name)
