@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -68,7 +69,7 @@ const (
 	replacedMargin = 100 * time.Millisecond
 	// lostAfter is how many rounds in a row a worker must fail to answer
 	// before it is logged as not answering, and how many rounds in a row
-	// its name must not exist before it is gone.
+	// its name must be missing from DNS before that is logged.
 	lostAfter = 2
 	// maxRecords bounds the rsh failure records read.
 	maxRecords = 64
@@ -88,19 +89,20 @@ var (
 
 // workerState is what the launcher knows of one worker-agent.
 type workerState struct {
-	host      string
-	events    *api.Events       // the account so far, events merged
-	seen      map[eventKey]bool // events already in it
-	lastSeq   uint64            // the highest Seq its agent had recorded at its last answer
-	err       error             // the last failure to answer
-	fails     int               // rounds in a row without an answer
-	nameGone  int               // rounds in a row its name did not exist
-	lostAt    time.Time         // first failure of the current run of failures
-	logged    bool              // its loss was logged
-	noAccount bool              // it answered 404: it keeps no account
-	started   time.Time         // its agent's start (the agent's clock), from its first answer
-	asked     time.Time         // when it was last asked (the launcher's clock)
-	answered  time.Time         // its last answer of any kind (the launcher's clock)
+	host       string
+	events     *api.Events       // the account so far, events merged
+	seen       map[eventKey]bool // events already in it
+	lastSeq    uint64            // the highest Seq its agent had recorded at its last answer
+	err        error             // the last failure to answer
+	fails      int               // rounds in a row without an answer
+	nameGone   int               // rounds in a row its name did not exist (it was asked at the address the name had)
+	nameWarned bool              // its name's absence was logged
+	lostAt     time.Time         // first failure of the current run of failures
+	logged     bool              // its loss was logged
+	noAccount  bool              // it answered 404: it keeps no account
+	started    time.Time         // its agent's start (the agent's clock), from its first answer
+	asked      time.Time         // when it was last asked (the launcher's clock)
+	answered   time.Time         // its last answer of any kind (the launcher's clock)
 	// replacedAt is when a worker-agent younger than the run started
 	// (the launcher's clock): the pod that ran the job's daemon is gone
 	// and another answers under its name. Zero when not seen.
@@ -116,15 +118,19 @@ type workerState struct {
 	podEnded    string
 }
 
-// gone reports whether the worker's pod is gone for sure: another
-// worker-agent, younger than the run, answers under its name, its name
-// has not existed for lostAfter rounds in a row (a deleted pod's name
-// leaves the headless Service), or the Kubernetes API says so. Anything else, a timeout, a refused
-// connection, no route (what a network partition gives once the pod
-// bridge forgets the pod's address), is no proof: the worker may be slow,
-// restarting or cut off for a while, and the job may well go on.
+// gone reports whether the worker's pod is gone for sure, by proof about
+// the pod or its agent: another worker-agent, younger than the run,
+// answers under its name or at the address it had (the pod, or the agent's
+// container, was recreated; or the address went to another pod), or the
+// Kubernetes API shows the pod deleted, replaced, evicted or failed.
+// Anything else is no proof: a timeout, a refused connection, no route
+// (what a network partition gives once the pod bridge forgets the pod's
+// address), and a name missing from DNS, which is what a pod that is only
+// not Ready gives under a headless Service without
+// publishNotReadyAddresses (mpi-operator's default): the worker may be
+// slow, restarting or cut off for a while, and the job may well go on.
 func (s *workerState) gone() bool {
-	return !s.replacedAt.IsZero() || s.nameGone >= lostAfter || s.podEnded != ""
+	return !s.replacedAt.IsZero() || s.podEnded != ""
 }
 
 // settledSince reports whether the worker was asked after t and either
@@ -145,6 +151,47 @@ func nameNotFound(err error) bool {
 	var dns *net.DNSError
 	return errors.As(err, &dns) && dns.IsNotFound
 }
+
+// lookupNote is what dial's lookup of a worker's name found for one
+// request (ask puts one in the request's context): that the name resolved,
+// or that it did not exist and the addresses it had were asked instead.
+type lookupNote struct {
+	mu        sync.Mutex
+	resolved  bool
+	notFound  error    // the lookup's "no such host"
+	lastAddrs []string // the addresses the name had, asked instead
+}
+
+type lookupNoteKey struct{}
+
+func (n *lookupNote) set(resolved bool, notFound error, lastAddrs []string) {
+	if n == nil {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.resolved, n.notFound, n.lastAddrs = resolved, notFound, lastAddrs
+}
+
+func (n *lookupNote) get() (resolved bool, notFound error, lastAddrs []string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.resolved, n.notFound, n.lastAddrs
+}
+
+// nameGoneError is a worker whose name no longer exists and that did not
+// answer at the addresses the name had either.
+type nameGoneError struct {
+	lookup error    // the "no such host"
+	addrs  []string // where it was asked instead
+	err    error    // how that failed
+}
+
+func (e *nameGoneError) Error() string {
+	return fmt.Sprintf("%v; nothing answers at the address it had (%s) either: %v", e.lookup, strings.Join(e.addrs, ", "), e.err)
+}
+
+func (e *nameGoneError) Unwrap() []error { return []error{e.lookup, e.err} }
 
 type eventKey struct {
 	seq  uint64
@@ -391,7 +438,7 @@ func (w *watch) watchWorkers(ctx context.Context) {
 				if s.fails >= lostAfter && !s.logged {
 					s.logged = true
 					w.l.log.Warn("a worker-agent stopped answering while mpirun runs; it may be slow, restarting or cut off for a while, "+
-						"and the job goes on unless its pod is gone for sure (its name no longer exists, or another agent answers under it)",
+						"and the job goes on unless its pod is gone for sure (the Kubernetes API shows it deleted, or a younger worker-agent answers under its name or at its address)",
 						"host", s.host, "since", s.lostAt.UTC().Format(time.RFC3339), "err", s.err)
 				}
 				if s.gone() {
@@ -556,12 +603,26 @@ func (w *watch) ask(ctx context.Context, s *workerState, timeout time.Duration) 
 	w.mu.Lock()
 	s.asked = asked
 	w.mu.Unlock()
-	ev, noAccount, err := w.get(ctx, u, timeout)
+	note := &lookupNote{}
+	ev, noAccount, err := w.get(context.WithValue(ctx, lookupNoteKey{}, note), u, timeout)
+	resolved, notFound, lastAddrs := note.get()
+	if err != nil && notFound != nil {
+		err = &nameGoneError{lookup: notFound, addrs: lastAddrs, err: err}
+	}
 	now := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err == nil {
 		s.answered = now
+	}
+	switch {
+	case notFound != nil || nameNotFound(err):
+		s.nameGone++
+	case resolved:
+		if s.nameWarned {
+			w.l.log.Info("a worker's name resolves again", "host", s.host)
+		}
+		s.nameGone, s.nameWarned = 0, false
 	}
 	switch {
 	case noAccount:
@@ -572,20 +633,21 @@ func (w *watch) ask(ctx context.Context, s *workerState, timeout time.Duration) 
 		}
 		s.fails++
 		s.err = err
-		if nameNotFound(err) {
-			s.nameGone++
-		} else {
-			s.nameGone = 0
-		}
 	case w.replaced(s, ev, now, now.Sub(asked)):
 		// Another pod answers under the worker's name: what it says is
 		// not about this job. Keep what the first one said.
-		s.fails, s.err, s.nameGone = 0, nil, 0
+		s.fails, s.err = 0, nil
 	default:
 		if s.fails >= lostAfter && s.logged {
 			w.l.log.Info("a worker-agent answers again", "host", s.host, "after", now.Sub(s.lostAt).Round(time.Millisecond))
 		}
-		s.fails, s.err, s.lostAt, s.logged, s.nameGone = 0, nil, time.Time{}, false, 0
+		if s.nameGone >= lostAfter && !s.nameWarned {
+			s.nameWarned = true
+			w.l.log.Warn("a worker's name is missing from DNS, but its worker-agent, the same one, answers at the address the name had: "+
+				"its pod is probably not Ready (a headless Service without publishNotReadyAddresses leaves out a pod that is not Ready); "+
+				"the job goes on", "host", s.host, "addrs", lastAddrs, "rounds", s.nameGone)
+		}
+		s.fails, s.err, s.lostAt, s.logged = 0, nil, time.Time{}, false
 		s.lastSeq = ev.LastSeq
 		if s.events == nil {
 			s.seen = make(map[eventKey]bool)
@@ -642,8 +704,11 @@ func (w *watch) replaced(s *workerState, ev api.Events, now time.Time, took time
 // pod replaced under it is found; but a lookup that has not finished
 // within lookupBudget (one lost DNS packet costs the resolver's 5 s
 // timeout) falls back on the addresses the name last resolved to, which
-// are the pod that ran the job. A name that no longer exists has no
-// fallback: nothing is there.
+// are the pod that ran the job, and so does a name that no longer exists:
+// a headless Service without publishNotReadyAddresses leaves out a pod
+// that is merely not Ready, and the agent that answers there, the same
+// one, is alive (another one there is the proof that the pod is gone).
+// Without a known address a name that does not exist is nothing there.
 func (w *watch) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	var d net.Dialer
 	host, port, err := net.SplitHostPort(addr)
@@ -667,12 +732,14 @@ func (w *watch) dial(ctx context.Context, network, addr string) (net.Conn, error
 	return nil, first
 }
 
-// resolve is dial's lookup: see dial.
+// resolve is dial's lookup: see dial. What it found goes in the request's
+// lookupNote, when it has one.
 func (w *watch) resolve(ctx context.Context, host string) ([]string, error) {
 	type result struct {
 		ips []string
 		err error
 	}
+	note, _ := ctx.Value(lookupNoteKey{}).(*lookupNote)
 	if tr := httptrace.ContextClientTrace(ctx); tr != nil && tr.DNSStart != nil {
 		tr.DNSStart(httptrace.DNSStartInfo{Host: host})
 	}
@@ -703,21 +770,27 @@ func (w *watch) resolve(ctx context.Context, host string) ([]string, error) {
 	if tr := httptrace.ContextClientTrace(ctx); tr != nil && tr.DNSDone != nil {
 		tr.DNSDone(httptrace.DNSDoneInfo{Err: r.err})
 	}
-	var dnsErr *net.DNSError
+	if r.err == nil && len(r.ips) == 0 {
+		r.err = &net.DNSError{Err: "no addresses", Name: host, IsNotFound: true}
+	}
 	switch {
-	case r.err == nil && len(r.ips) > 0:
+	case r.err == nil:
 		w.mu.Lock()
 		if w.known == nil {
 			w.known = make(map[string][]string)
 		}
 		w.known[host] = r.ips
 		w.mu.Unlock()
+		note.set(true, nil, nil)
 		return r.ips, nil
-	case errors.As(r.err, &dnsErr) && dnsErr.IsNotFound:
-		return nil, r.err
-	case r.err == nil:
-		r.err = &net.DNSError{Err: "no addresses", Name: host, IsNotFound: true}
-		return nil, r.err
+	case nameNotFound(r.err):
+		ips := known()
+		if len(ips) == 0 {
+			return nil, r.err
+		}
+		w.l.log.Debug("a worker's name does not exist; asking the address it resolved to before", "host", host, "addrs", ips)
+		note.set(false, r.err, ips)
+		return ips, nil
 	}
 	if ips := known(); len(ips) > 0 {
 		return ips, nil

@@ -169,6 +169,45 @@ func TestDrills(t *testing.T) {
 		}
 	})
 
+	t.Run("worker_name_leaves_dns", func(t *testing.T) {
+		// A worker that is only not Ready leaves a headless Service
+		// without publishNotReadyAddresses (mpi-operator's default) while
+		// its agent and ranks run on: its name is out of DNS for 8 s,
+		// eight rounds of the watch, then back. The launcher asks the
+		// address the name had, finds the same agent there, and the job
+		// completes; it used to stop mpirun (74) after two rounds.
+		start := time.Now()
+		p := f.launch(t, ctx, append(append([]string{}, workers...), "--diagnosis.watch-interval", "1s"),
+			"mpirun.openmpi", "-np", "6", allreduceOMPI, "16")
+		waitOutput(t, p, "sleeping", 6, 60*time.Second)
+		if err := f.c.Unpublish(ctx, 3); err != nil {
+			t.Fatal(err)
+		}
+		published := false
+		defer func() {
+			if !published {
+				_ = f.c.Publish(ctx, 3)
+			}
+		}()
+		time.Sleep(8 * time.Second)
+		if err := f.c.Publish(ctx, 3); err != nil {
+			t.Fatal(err)
+		}
+		published = true
+		r := wait(t, p, start, 60*time.Second)
+		if r.code != 0 {
+			t.Errorf("exit %d, want 0: a worker whose name left DNS while its agent ran ended the job", r.code)
+		}
+		for _, want := range []string{"a worker's name is missing from DNS, but its worker-agent, the same one, answers", "a worker's name resolves again"} {
+			if !strings.Contains(r.out, want) {
+				t.Errorf("the launcher's log lacks %q", want)
+			}
+		}
+		if t.Failed() {
+			t.Logf("launcher exit %d; output:\n%s", r.code, r.out)
+		}
+	})
+
 	t.Run("sigterm_mid_job", func(t *testing.T) {
 		const grace = 5 * time.Second
 		start := time.Now()
