@@ -43,18 +43,19 @@ type kubeView struct {
 	pods    kube.Pods
 	listed  bool
 	waiting bool              // the launcher waits for its workers (before mpirun)
-	self    string            // the launcher's own hostfile entry, never waited for
-	warned  map[string]string // host -> the reason last warned about
+	workers []string          // the hostfile's workers (never the launcher's own entry)
+	warned  map[string]string // worker -> the reason last warned about
 	kick    chan struct{}     // a list now, not at the next tick
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
 }
 
 // setWaiting says whether the launcher now waits for its workers (from
-// dns-wait to the probe's end), and its own entry.
-func (l *Launcher) setWaiting(on bool, self string) {
+// dns-wait to the probe's end), and which: the hostfile's entries but the
+// launcher's own.
+func (l *Launcher) setWaiting(on bool, workers []string) {
 	l.kv.mu.Lock()
-	l.kv.waiting, l.kv.self = on, self
+	l.kv.waiting, l.kv.workers = on, workers
 	kick := l.kv.kick
 	l.kv.mu.Unlock()
 	if on && kick != nil {
@@ -114,7 +115,8 @@ func (l *Launcher) closeKube() {
 
 // pollPods lists the job's pods every podPoll until ctx ends, and warns
 // (log and Event) once per reason about a worker Kubernetes says is not
-// running.
+// running: one of the hostfile's workers, not any pod of the job (a
+// Trainer initializer that has Succeeded is none).
 func (l *Launcher) pollPods(ctx context.Context) {
 	every := podPoll
 	if w := l.cfg.DiagnosisWatch; w > 0 && w < every {
@@ -141,13 +143,14 @@ func (l *Launcher) refreshPods(ctx context.Context) {
 	}
 	l.kv.mu.Lock()
 	l.kv.pods, l.kv.listed = ps, true
-	waiting, self := l.kv.waiting, l.kv.self
+	waiting, workers := l.kv.waiting, l.kv.workers
 	l.kv.mu.Unlock()
 	if !waiting {
 		return
 	}
-	for host, s := range ps.ByHost {
-		if s.Why == "" || l.kv.c.IsSelf(s) || self != "" && host == kube.HostLabel(self) {
+	for _, host := range workers {
+		s, ok := ps.For(host)
+		if !ok || s.Why == "" || l.kv.c.IsSelf(s) {
 			continue
 		}
 		l.kv.mu.Lock()

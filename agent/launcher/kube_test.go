@@ -374,3 +374,44 @@ func TestContainerRestartIsNotGone(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitWarnsOnlyForWorkers: while the launcher waits, the job has pods
+// that are not workers: a Trainer initializer that has Succeeded, a worker
+// of another replicated job not in the hostfile. Only the hostfile's
+// workers get a WorkerNotReady Warning ("the launcher waits for worker
+// ...-initializer-0-0" used to be written).
+func TestWaitWarnsOnlyForWorkers(t *testing.T) {
+	unschedulable := func(p *corev1.Pod) {
+		p.Status.Phase = corev1.PodPending
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable",
+			Message: "0/1 nodes are available: 1 Insufficient cpu."}}
+	}
+	succeeded := func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }
+	api := newFakeAPI(t, jobPod("tj-node-0-1-bb", "tj-node-0-1", unschedulable),
+		jobPod("tj-dataset-initializer-0-0-dd", "tj-dataset-initializer-0-0", succeeded),
+		jobPod("tj-node-0-9-ee", "tj-node-0-9", unschedulable))
+	cfg := Defaults()
+	cfg.Discovery = discovery.Spec{Workers: []string{"tj-node-0-1.tj.invalid"}, Self: "tj-launcher-0-0"}
+	cfg.Resolver = newNames(nil) // nothing resolves
+	cfg.DiscoveryTimeout = 2 * time.Second
+	cfg.Implementation = "openmpi4"
+	cfg.Command = []string{"mpirun", "true"}
+	code, msg, logs := runJobWithAPI(t, api, cfg)
+	if code != exitcode.DiscoveryTimeout {
+		t.Fatalf("exit %d (%s), want %d", code, msg, exitcode.DiscoveryTimeout)
+	}
+	var warned []string
+	for _, e := range api.events(t) {
+		if e.Reason == "WorkerNotReady" {
+			warned = append(warned, e.Message)
+		}
+	}
+	if len(warned) != 1 || !strings.Contains(warned[0], "the launcher waits for worker tj-node-0-1.tj.invalid: pod tj-node-0-1-bb is Pending") {
+		t.Errorf("WorkerNotReady Events %q, want one, for the hostfile's worker", warned)
+	}
+	for _, pod := range []string{"initializer", "tj-node-0-9"} {
+		if strings.Contains(logs, pod) {
+			t.Errorf("a pod that is not a worker (%s) was warned about:\n%s", pod, logs)
+		}
+	}
+}

@@ -288,13 +288,10 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 
 	// From here until the probe ends the launcher waits for its workers:
 	// what Kubernetes says of a worker that is not coming is warned about
-	// and added to the waits' progress and failures (kube.go).
-	selfName := p.Spec.Self
-	if i := p.Plan.SelfIndex; i >= 0 && i < len(p.Plan.Hosts) {
-		selfName = p.Plan.Hosts[i].Name
-	}
-	l.setWaiting(true, selfName)
-	defer l.setWaiting(false, "")
+	// and added to the waits' progress and failures (kube.go). A Service
+	// names them only once they resolve.
+	l.setWaiting(true, workerNames(p.Plan.Hosts, p.Plan.SelfIndex))
+	defer l.setWaiting(false, nil)
 
 	// dns-wait: every name, and the launcher's own, resolves.
 	var resolved []discovery.Resolved
@@ -333,6 +330,7 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 		hosts[i] = r.Host
 		p.Addrs[r.Host.Name] = r.Addrs
 	}
+	l.setWaiting(true, workerNames(hosts, p.Plan.SelfIndex))
 
 	// slots. From here on, workers have until readyBy to answer for their
 	// slots and pass the probe.
@@ -431,11 +429,8 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 			client.InsecureIgnoreHostKey = true
 		}
 		var targets []probe.Target
-		for i, h := range hosts {
-			if i == p.Plan.SelfIndex {
-				continue
-			}
-			targets = append(targets, probe.Target{Host: h.Name, Port: cfg.SSHPort})
+		for _, h := range workerNames(hosts, p.Plan.SelfIndex) {
+			targets = append(targets, probe.Target{Host: h, Port: cfg.SSHPort})
 		}
 		// What the slots phase left of the deadline; every worker still
 		// gets one real attempt (probe.Run's floor) when that is little.
@@ -509,6 +504,18 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 		return nil, err
 	}
 	return p, nil
+}
+
+// workerNames are the names of hosts but the launcher's own entry, at
+// index self (-1: none).
+func workerNames(hosts []hostfile.Host, self int) []string {
+	names := make([]string, 0, len(hosts))
+	for i, h := range hosts {
+		if i != self {
+			names = append(names, h.Name)
+		}
+	}
+	return names
 }
 
 // siblingHint is the hint for workers that never became reachable when

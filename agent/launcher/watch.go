@@ -251,10 +251,8 @@ func (l *Launcher) newWatch(ctx context.Context, p *Prepared, dir string) *watch
 		l.log.Warn("podmpi-rsh failures will not be watched while mpirun runs", "dir", w.failDir, "err", err)
 		w.failDir = ""
 	}
-	for i, h := range p.Hosts {
-		if i != p.Plan.SelfIndex {
-			w.workers = append(w.workers, &workerState{host: h.Name})
-		}
+	for _, h := range workerNames(p.Hosts, p.Plan.SelfIndex) {
+		w.workers = append(w.workers, &workerState{host: h})
 	}
 	if i := p.Plan.SelfIndex; i >= 0 && i < len(p.Hosts) {
 		// The launcher's pod runs ranks: it keeps the account of its own
