@@ -28,17 +28,26 @@ const maxMessage = 1024
 // correlator: a repeat of the same event (object, type, reason, message)
 // becomes a count on the first one (lastTimestamp, count), similar events
 // beyond ten in ten minutes are aggregated, and a token bucket limits the
-// rate. Synchronous, because the failure Event is written right before
-// the launcher exits, and client-go's broadcaster would drop it.
+// rate (25 Events of one type per object, then one every 5 minutes).
+// Synchronous, because the failure Event is written right before the
+// launcher exits, and client-go's broadcaster would drop it.
+//
+// The launcher's last Event goes through a correlator of its own (end),
+// which nothing else uses: the Warnings written while it waited (a
+// worker's pod flapping between ErrImagePull and ImagePullBackOff is a new
+// reason each time) can use up corr's bucket, never the one of the Event
+// that says how the job ended.
 type recorder struct {
 	c    *Client
-	corr *record.EventCorrelator
+	corr *record.EventCorrelator // every Event but the last
+	end  *record.EventCorrelator // the launcher's last Event only
 	host string
 }
 
 func newRecorder(c *Client) *recorder {
 	host, _ := os.Hostname()
-	return &recorder{c: c, corr: record.NewEventCorrelatorWithOptions(record.CorrelatorOptions{}), host: host}
+	return &recorder{c: c, corr: record.NewEventCorrelatorWithOptions(record.CorrelatorOptions{}),
+		end: record.NewEventCorrelatorWithOptions(record.CorrelatorOptions{}), host: host}
 }
 
 // Event records an Event of type typ (Normal or Warning) with reason and
@@ -50,6 +59,21 @@ func (c *Client) Event(ctx context.Context, typ, reason, message string) bool {
 	if c == nil {
 		return false
 	}
+	return c.record(ctx, c.events.corr, typ, reason, message)
+}
+
+// EndEvent is Event for the launcher's last Event (how the job ended),
+// with a rate budget that no other Event spends (see recorder). Call it
+// once per run.
+func (c *Client) EndEvent(ctx context.Context, typ, reason, message string) bool {
+	if c == nil {
+		return false
+	}
+	return c.record(ctx, c.events.end, typ, reason, message)
+}
+
+// record writes one Event through corr (see Event).
+func (c *Client) record(ctx context.Context, corr *record.EventCorrelator, typ, reason, message string) bool {
 	message = shorten(message, maxMessage)
 	// The objects are learned once, in the background from the start; an
 	// Event that comes first waits for them rather than go nowhere.
@@ -59,15 +83,15 @@ func (c *Client) Event(ctx context.Context, typ, reason, message string) bool {
 	c.mu.Unlock()
 	ok := false
 	for _, ref := range refs {
-		if ref != nil && c.events.write(ctx, ref, typ, reason, message) {
+		if ref != nil && c.events.write(ctx, corr, ref, typ, reason, message) {
 			ok = true
 		}
 	}
 	return ok
 }
 
-// write records one Event on ref.
-func (r *recorder) write(ctx context.Context, ref *corev1.ObjectReference, typ, reason, message string) bool {
+// write records one Event on ref, through corr.
+func (r *recorder) write(ctx context.Context, corr *record.EventCorrelator, ref *corev1.ObjectReference, typ, reason, message string) bool {
 	now := metav1.Time{Time: time.Now()}
 	ev := &corev1.Event{
 		ObjectMeta:          metav1.ObjectMeta{Name: util.GenerateEventName(ref.Name, now.UnixNano()), Namespace: ref.Namespace},
@@ -82,7 +106,7 @@ func (r *recorder) write(ctx context.Context, ref *corev1.ObjectReference, typ, 
 		ReportingController: ReportingComponent,
 		ReportingInstance:   r.host,
 	}
-	res, err := r.corr.EventCorrelate(ev)
+	res, err := corr.EventCorrelate(ev)
 	if err != nil || res.Skip {
 		return false // rate-limited
 	}
@@ -103,7 +127,7 @@ func (r *recorder) write(ctx context.Context, ref *corev1.ObjectReference, typ, 
 		r.c.log.Debug("an Event was not written", "reason", reason, "object", ref.Kind+"/"+ref.Name, "err", err)
 		return false
 	}
-	r.corr.UpdateState(out)
+	corr.UpdateState(out)
 	return true
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -395,5 +396,67 @@ func TestWhyRestarted(t *testing.T) {
 	})
 	if got := c.WhyRestarted(context.Background(), "w-1-a"); got != "Container node failed liveness probe, will be restarted" {
 		t.Errorf("WhyRestarted = %q", got)
+	}
+}
+
+// TestEndEventHasItsOwnBudget: client-go's correlator lets 25 Warnings on
+// one object through, then one every 5 minutes. Warnings along the way
+// (different reasons and messages: no repeat to count) use that up; the
+// launcher's last Event still lands, on both objects.
+func TestEndEventHasItsOwnBudget(t *testing.T) {
+	lbl := map[string]string{kube.LabelJobSetName: "tj"}
+	c, cs, _ := client(t, "tj-launcher-0-0-abcde",
+		[]runtime.Object{pod("tj-launcher-0-0-abcde", "tj-launcher-0-0", lbl)},
+		meta(kube.TrainJobs, "TrainJob", "tj", "tj-uid"))
+	ctx := context.Background()
+	dropped := false
+	for i := range 40 {
+		if !c.Event(ctx, kube.Warning, fmt.Sprintf("Reason%d", i%2), fmt.Sprintf("warning %d", i)) {
+			dropped = true
+		}
+	}
+	if !dropped {
+		t.Fatal("40 Warnings all written: the budget this test spends is not client-go's")
+	}
+	if !c.EndEvent(ctx, kube.Warning, "ProbeFailedAuth", "probe: the end") {
+		t.Fatal("the end Event was not written")
+	}
+	evs, _ := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+	on := map[string]bool{}
+	for _, e := range evs.Items {
+		if e.Reason == "ProbeFailedAuth" {
+			on[e.InvolvedObject.Kind] = true
+		}
+	}
+	if !on["TrainJob"] || !on["Pod"] {
+		t.Errorf("the end Event is on %v, want the TrainJob and the pod", on)
+	}
+}
+
+// TestDescribeReason: the trouble's one word stays the same while Why's
+// words change: an image pull flapping between ErrImagePull and
+// ImagePullBackOff is one trouble; an unscheduled pod is Unschedulable.
+func TestDescribeReason(t *testing.T) {
+	waiting := func(reason, msg string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodPending
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "node", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+				Reason: reason, Message: msg}}}}
+		}
+	}
+	pull := kube.Describe(pod("w-1-a", "w-1", nil, waiting("ErrImagePull", `failed to pull image "nope:1"`)))
+	backoff := kube.Describe(pod("w-1-a", "w-1", nil, waiting("ImagePullBackOff", `Back-off pulling image "nope:1"`)))
+	if pull.Why == backoff.Why || pull.Reason != "ErrImagePull" || backoff.Reason != pull.Reason {
+		t.Errorf("pull %q/%q, back-off %q/%q: want two messages, one reason", pull.Why, pull.Reason, backoff.Why, backoff.Reason)
+	}
+	unscheduled := kube.Describe(pod("w-1-a", "w-1", nil, func(p *corev1.Pod) {
+		p.Status.Phase = corev1.PodPending
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable"}}
+	}))
+	if unscheduled.Reason != "Unschedulable" {
+		t.Errorf("Reason = %q, want Unschedulable", unscheduled.Reason)
+	}
+	if r := kube.Describe(pod("w-1-a", "w-1", nil)); r.Reason != "" || r.Why != "" {
+		t.Errorf("a running, ready pod: %q/%q", r.Why, r.Reason)
 	}
 }

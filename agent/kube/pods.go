@@ -40,7 +40,18 @@ type PodState struct {
 	// reasons, "" for the others.
 	Why  string
 	Hint string
+	// Reason is the trouble Why tells, in one word that stays the same
+	// while the trouble lasts (Why's counts and messages change): the
+	// Kubernetes reason where there is one (Unschedulable, ErrImagePull,
+	// CrashLoopBackOff; ImagePullBackOff, the same trouble between two
+	// pulls, is ErrImagePull), else Deleting, Disrupted, Failed,
+	// Succeeded, Pending, Restarted or NotReady; "" with Why.
+	Reason string
 }
+
+// sameTrouble maps a container's waiting reason to the one it alternates
+// with while the same trouble lasts.
+var sameTrouble = map[string]string{"ImagePullBackOff": "ErrImagePull"}
 
 // Restart is one container of a pod that has restarted.
 type Restart struct {
@@ -102,6 +113,7 @@ func Describe(p *corev1.Pod) PodState {
 		}
 	}
 	var waiting []string
+	waitingReason := ""
 	agent := AgentContainer(p)
 	inits := len(p.Status.InitContainerStatuses)
 	for i, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
@@ -123,6 +135,9 @@ func Describe(p *corev1.Pod) PodState {
 				entry += fmt.Sprintf(" (restarted %d times, last %s)", r.Count, r.LastEnd)
 			}
 			waiting = append(waiting, entry)
+			if waitingReason == "" {
+				waitingReason = orDefault(sameTrouble[w.Reason], w.Reason)
+			}
 			if h := hints[w.Reason]; h != "" {
 				s.Hint = h
 			}
@@ -135,26 +150,27 @@ func Describe(p *corev1.Pod) PodState {
 	}
 	switch {
 	case s.Deleting:
-		s.Why = "is being deleted"
+		s.Why, s.Reason = "is being deleted", "Deleting"
 		if s.Disrupted != "" {
 			s.Why += " (" + s.Disrupted + ")"
 		}
 	case s.Disrupted != "":
-		s.Why = "is being disrupted: " + s.Disrupted
+		s.Why, s.Reason = "is being disrupted: "+s.Disrupted, "Disrupted"
 	case p.Status.Phase == corev1.PodFailed:
-		s.Why = "has failed"
+		s.Why, s.Reason = "has failed", "Failed"
 		if r := joinReason(p.Status.Reason, p.Status.Message); r != "" {
 			s.Why += ": " + r
 		}
 	case p.Status.Phase == corev1.PodSucceeded:
-		s.Why = "has already ended (Succeeded)"
+		s.Why, s.Reason = "has already ended (Succeeded)", "Succeeded"
 	case len(waiting) > 0:
-		s.Why = "is " + string(orPhase(p.Status.Phase)) + ": " + strings.Join(waiting, "; ")
+		s.Why, s.Reason = "is "+string(orPhase(p.Status.Phase))+": "+strings.Join(waiting, "; "), waitingReason
 	case p.Status.Phase == corev1.PodPending || p.Status.Phase == "":
-		s.Why = "is Pending"
+		s.Why, s.Reason = "is Pending", "Pending"
 		for _, c := range p.Status.Conditions {
 			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
 				s.Why += ", not scheduled: " + joinReason(c.Reason, c.Message)
+				s.Reason = orDefault(c.Reason, s.Reason)
 			}
 		}
 	case len(s.Restarts) > 0:
@@ -166,9 +182,9 @@ func Describe(p *corev1.Pod) PodState {
 		if !s.Ready {
 			ready = "but not Ready"
 		}
-		s.Why = fmt.Sprintf("is %s %s: %s", orPhase(p.Status.Phase), ready, strings.Join(rs, "; "))
+		s.Why, s.Reason = fmt.Sprintf("is %s %s: %s", orPhase(p.Status.Phase), ready, strings.Join(rs, "; ")), "Restarted"
 	case !s.Ready:
-		s.Why = "is Running but not Ready"
+		s.Why, s.Reason = "is Running but not Ready", "NotReady"
 	}
 	return s
 }

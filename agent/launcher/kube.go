@@ -32,6 +32,12 @@ const (
 	// endEventTimeout bounds writing the last Event before the launcher
 	// exits.
 	endEventTimeout = 5 * time.Second
+	// maxWaitEvents bounds the WorkerNotReady Events of a run (each
+	// worker's trouble is told once): below client-go's aggregation of
+	// similar Events (ten in ten minutes) and well within its 25 Warnings
+	// per object, so that the other Warnings of the run still land. The
+	// log tells every one.
+	maxWaitEvents = 10
 )
 
 // kubeView is the launcher's view of the API: the client (nil without
@@ -42,12 +48,15 @@ type kubeView struct {
 	mu      sync.Mutex
 	pods    kube.Pods
 	listed  bool
-	waiting bool              // the launcher waits for its workers (before mpirun)
-	workers []string          // the hostfile's workers (never the launcher's own entry)
-	warned  map[string]string // worker -> the reason last warned about
-	kick    chan struct{}     // a list now, not at the next tick
-	stop    context.CancelFunc
-	wg      sync.WaitGroup
+	waiting bool            // the launcher waits for its workers (before mpirun)
+	workers []string        // the hostfile's workers (never the launcher's own entry)
+	warned  map[string]bool // worker and kube.PodState.Reason, warned about
+	// warnings counts the workers' troubles warned about; the first
+	// maxWaitEvents are also Events.
+	warnings int
+	kick     chan struct{} // a list now, not at the next tick
+	stop     context.CancelFunc
+	wg       sync.WaitGroup
 }
 
 // setWaiting says whether the launcher now waits for its workers (from
@@ -153,23 +162,42 @@ func (l *Launcher) refreshPods(ctx context.Context) {
 		if !ok || s.Why == "" || l.kv.c.IsSelf(s) {
 			continue
 		}
-		l.kv.mu.Lock()
-		if l.kv.warned == nil {
-			l.kv.warned = map[string]string{}
-		}
-		same := l.kv.warned[host] == s.Why
-		l.kv.warned[host] = s.Why
-		l.kv.mu.Unlock()
-		if same {
+		warn, event, capped := l.kv.claimWarning(host, s.Reason)
+		if !warn {
 			continue
 		}
 		msg := fmt.Sprintf("the launcher waits for worker %s: pod %s %s", host, s.Name, s.Why)
 		if s.Hint != "" {
 			msg += "; hint: " + s.Hint
 		}
-		l.log.Warn(msg, "host", host, "pod", s.Name, "component", "kube")
-		l.kv.c.Event(ctx, kube.Warning, "WorkerNotReady", msg)
+		l.log.Warn(msg, "host", host, "pod", s.Name, "reason", s.Reason, "component", "kube")
+		if capped {
+			l.log.Info("further WorkerNotReady Events are not written; the log says what Kubernetes says of every worker", "events", maxWaitEvents,
+				"component", "kube")
+		}
+		if event {
+			l.kv.c.Event(ctx, kube.Warning, "WorkerNotReady", msg)
+		}
 	}
+}
+
+// claimWarning reports whether the trouble reason of host's pod is new in
+// this run (warn), whether an Event may still tell it (event, counted: at
+// most maxWaitEvents), and whether it is the first one past that bound
+// (capped).
+func (kv *kubeView) claimWarning(host, reason string) (warn, event, capped bool) {
+	kv.mu.Lock()
+	defer kv.mu.Unlock()
+	key := host + "\x00" + reason
+	if kv.warned[key] {
+		return false, false, false
+	}
+	if kv.warned == nil {
+		kv.warned = map[string]bool{}
+	}
+	kv.warned[key] = true
+	kv.warnings++
+	return true, kv.warnings <= maxWaitEvents, kv.warnings == maxWaitEvents+1
 }
 
 // explain is what Kubernetes last said about host's pod, "" when nothing
@@ -232,8 +260,9 @@ func (l *Launcher) event(typ, reason, msg string) {
 
 // recordEnd records the Event of the launcher's end: a Warning with the
 // termination message's first line and a reason for its cause, or a
-// Normal one when the job succeeded. It waits for the write (bounded):
-// the process exits next.
+// Normal one when the job succeeded, with a rate budget of its own
+// (kube.Client.EndEvent): the Warnings before it cannot use it up. It
+// waits for the write (bounded): the process exits next.
 func (l *Launcher) recordEnd(code exitcode.Code, err error) {
 	c := l.kv.c
 	if c == nil {
@@ -242,12 +271,12 @@ func (l *Launcher) recordEnd(code exitcode.Code, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), endEventTimeout)
 	defer cancel()
 	if err == nil && code == exitcode.OK {
-		c.Event(ctx, kube.Normal, "Completed", fmt.Sprintf("%s finished with exit code 0 after %s", l.commandName(),
+		c.EndEvent(ctx, kube.Normal, "Completed", fmt.Sprintf("%s finished with exit code 0 after %s", l.commandName(),
 			time.Since(l.start).Round(time.Second)))
 		return
 	}
 	first, _, _ := strings.Cut(TerminationMessage(code, err), "\n")
-	c.Event(ctx, kube.Warning, EventReason(code, err), first)
+	c.EndEvent(ctx, kube.Warning, EventReason(code, err), first)
 }
 
 func (l *Launcher) commandName() string {

@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -413,5 +414,112 @@ func TestWaitWarnsOnlyForWorkers(t *testing.T) {
 		if strings.Contains(logs, pod) {
 			t.Errorf("a pod that is not a worker (%s) was warned about:\n%s", pod, logs)
 		}
+	}
+}
+
+// TestEndEventAfterFlappingWarnings: a worker's image cannot be pulled,
+// and its pod flaps between ErrImagePull and ImagePullBackOff (each a new
+// message) while the launcher waits. That is one trouble, warned about
+// once; and however many Warnings come before it, the Event of the
+// launcher's end (WorkersNotResolved) is written. The flaps used to take
+// client-go's whole budget of 25 Warnings, and the end Event was dropped.
+func TestEndEventAfterFlappingWarnings(t *testing.T) {
+	pulling := func(reason string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodPending
+			p.Status.Conditions = nil
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "node", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+				Reason: reason, Message: reason + ` for image "registry.invalid/nope:1"`}}}}
+		}
+	}
+	api := newFakeAPI(t, jobPod("tj-node-0-1-bb", "tj-node-0-1", pulling("ErrImagePull")))
+	stop := make(chan struct{})
+	flapped := make(chan int)
+	go func() {
+		n := 0
+		defer func() { flapped <- n }()
+		for reason := "ImagePullBackOff"; ; {
+			select {
+			case <-stop:
+				return
+			case <-time.After(30 * time.Millisecond):
+			}
+			p := jobPod("tj-node-0-1-bb", "tj-node-0-1", pulling(reason))
+			if _, err := api.cs.CoreV1().Pods(kns).UpdateStatus(context.Background(), p, metav1.UpdateOptions{}); err == nil {
+				n++
+			}
+			if reason == "ErrImagePull" {
+				reason = "ImagePullBackOff"
+			} else {
+				reason = "ErrImagePull"
+			}
+		}
+	}()
+	cfg := Defaults()
+	cfg.Discovery = discovery.Spec{Workers: []string{"tj-node-0-1.tj.invalid"}, Self: "tj-launcher-0-0"}
+	cfg.Resolver = newNames(nil) // nothing resolves
+	cfg.DiscoveryTimeout = 3 * time.Second
+	cfg.DiagnosisWatch = 50 * time.Millisecond // the pods are listed as often
+	cfg.Implementation = "openmpi4"
+	cfg.Command = []string{"mpirun", "true"}
+	code, msg, _ := runJobWithAPI(t, api, cfg)
+	close(stop)
+	if n := <-flapped; n < 30 {
+		t.Fatalf("the pod flapped %d times; the test needs more than client-go's 25 Warnings", n)
+	}
+	if code != exitcode.DiscoveryTimeout {
+		t.Fatalf("exit %d (%s), want %d", code, msg, exitcode.DiscoveryTimeout)
+	}
+	reasons := map[string]int{}
+	for _, e := range api.events(t) {
+		reasons[e.Reason]++
+	}
+	if reasons["WorkersNotResolved"] != 1 {
+		t.Errorf("Events by reason %v: the end Event (WorkersNotResolved) was not written", reasons)
+	}
+	if reasons["WorkerNotReady"] != 1 {
+		t.Errorf("Events by reason %v: want one WorkerNotReady for the one trouble", reasons)
+	}
+}
+
+// TestWaitEventsAreBounded: 12 workers that cannot be scheduled are each
+// warned about in the log, and the first maxWaitEvents of them in Events,
+// so that the run's other Warnings keep their place in client-go's budget.
+func TestWaitEventsAreBounded(t *testing.T) {
+	unschedulable := func(p *corev1.Pod) {
+		p.Status.Phase = corev1.PodPending
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable"}}
+	}
+	var pods []*corev1.Pod
+	var workers []string
+	for i := range 12 {
+		pods = append(pods, jobPod(fmt.Sprintf("tj-node-0-%d-x", i), fmt.Sprintf("tj-node-0-%d", i), unschedulable))
+		workers = append(workers, fmt.Sprintf("tj-node-0-%d.tj.invalid", i))
+	}
+	api := newFakeAPI(t, pods...)
+	cfg := Defaults()
+	cfg.Discovery = discovery.Spec{Workers: workers, Self: "tj-launcher-0-0"}
+	cfg.Resolver = newNames(nil) // nothing resolves
+	cfg.DiscoveryTimeout = 2 * time.Second
+	cfg.Implementation = "openmpi4"
+	cfg.Command = []string{"mpirun", "true"}
+	code, msg, logs := runJobWithAPI(t, api, cfg)
+	if code != exitcode.DiscoveryTimeout {
+		t.Fatalf("exit %d (%s), want %d", code, msg, exitcode.DiscoveryTimeout)
+	}
+	events := 0
+	for _, e := range api.events(t) {
+		if e.Reason == "WorkerNotReady" {
+			events++
+		}
+	}
+	if events != maxWaitEvents {
+		t.Errorf("%d WorkerNotReady Events, want %d", events, maxWaitEvents)
+	}
+	if n := strings.Count(logs, "msg=\"the launcher waits for worker"); n != 12 {
+		t.Errorf("%d warnings in the log, want one per worker (12)", n)
+	}
+	if !strings.Contains(logs, "further WorkerNotReady Events are not written") {
+		t.Errorf("the log does not say the Events stopped:\n%s", logs)
 	}
 }
