@@ -121,9 +121,7 @@ func (r *recorder) write(ctx context.Context, corr *record.EventCorrelator, ref 
 		out, err = r.c.core.CreateEvent(ctx, ref.Namespace, res.Event)
 	}
 	if err != nil {
-		r.c.mu.Lock()
 		_ = r.c.explain("create events", err)
-		r.c.mu.Unlock()
 		r.c.log.Debug("an Event was not written", "reason", reason, "object", ref.Kind+"/"+ref.Name, "err", err)
 		return false
 	}

@@ -98,12 +98,17 @@ type Client struct {
 	podUID  string
 	events  *recorder
 
-	mu       sync.Mutex
-	resolved bool
-	self     *corev1.ObjectReference // the launcher's pod
-	job      *corev1.ObjectReference // the TrainJob, MPIJob or JobSet
-	selector string                  // the job's pods
-	denied   map[string]bool         // what RBAC refused, said once each
+	// resolving makes one Resolve attempt at a time, its requests made
+	// without mu.
+	resolving sync.Mutex
+
+	mu         sync.Mutex
+	resolved   bool                    // Resolve learned what it could, or failed for good
+	resolveErr error                   // why it failed for good
+	self       *corev1.ObjectReference // the launcher's pod
+	job        *corev1.ObjectReference // the TrainJob, MPIJob or JobSet
+	selector   string                  // the job's pods
+	denied     map[string]bool         // what RBAC refused, said once each
 }
 
 // Connect returns a client of the in-cluster API, or nil and why the
@@ -164,48 +169,101 @@ func (c *Client) Namespace() string {
 }
 
 // Resolve learns the launcher's own pod and the object that owns the job
-// (a TrainJob, else a JobSet; an MPIJob), once; later calls return what the
-// first learned. It is bounded by the client's timeout per request.
+// (a TrainJob, else a JobSet; an MPIJob). Once it has learned them, or
+// failed for good (RBAC refused, the pod does not exist), later calls
+// return what the first said at once; after a transient failure (no
+// answer, a 5xx: see Transient) the next call asks again. Each request is
+// bounded by the client's timeout.
 func (c *Client) Resolve(ctx context.Context) error {
 	if c == nil {
 		return nil
 	}
+	c.resolving.Lock()
+	defer c.resolving.Unlock()
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.resolved {
-		return nil
-	}
-	c.resolved = true
-	pod, err := c.ownPod(ctx)
-	if err != nil {
-		if c.podName != "" && c.podUID != "" {
-			// The downward API named the pod: its own Events still work.
-			c.self = &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: c.ns, Name: c.podName, UID: types.UID(c.podUID)}
-		}
+	done, err := c.resolved, c.resolveErr
+	c.mu.Unlock()
+	if done {
 		return err
 	}
-	c.self = &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
+	self, job, selector, err := c.learn(ctx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case self != nil:
+		c.self = self
+	case c.podName != "" && c.podUID != "":
+		// The downward API named the pod: its own Events still work.
+		c.self = &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: c.ns, Name: c.podName, UID: types.UID(c.podUID)}
+	}
+	c.job, c.selector = job, selector
+	if err != nil && Transient(err) {
+		return err
+	}
+	c.resolved, c.resolveErr = true, err
+	return err
+}
+
+// learn asks the API for what Resolve learns: the launcher's pod (nil when
+// it could not be read), the job's object (nil when unknown) and the label
+// selector of the job's pods.
+func (c *Client) learn(ctx context.Context) (self, job *corev1.ObjectReference, selector string, err error) {
+	pod, err := c.ownPod(ctx)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	self = &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
 	switch {
 	case pod.Labels[LabelJobSetName] != "":
 		name := pod.Labels[LabelJobSetName]
-		c.selector = LabelJobSetName + "=" + name
-		if uid, err := c.uidOf(ctx, TrainJobs, name); err == nil {
-			c.job = &corev1.ObjectReference{Kind: "TrainJob", APIVersion: TrainJobs.GroupVersion().String(), Namespace: c.ns, Name: name, UID: uid}
-		} else if uid, err2 := c.uidOf(ctx, JobSets, name); err2 == nil {
-			c.job = &corev1.ObjectReference{Kind: "JobSet", APIVersion: JobSets.GroupVersion().String(), Namespace: c.ns, Name: name, UID: uid}
-		} else {
-			c.log.Info("the launcher's TrainJob or JobSet is unknown; Events go on its own pod only", "jobset", name, "trainjob_err", err, "jobset_err", err2)
+		selector = LabelJobSetName + "=" + name
+		// A TrainJob owns a JobSet of its name: the JobSet is asked only
+		// when no TrainJob is there for sure.
+		uid, err := c.uidOf(ctx, TrainJobs, name)
+		switch {
+		case err == nil:
+			return self, &corev1.ObjectReference{Kind: "TrainJob", APIVersion: TrainJobs.GroupVersion().String(), Namespace: c.ns, Name: name, UID: uid}, selector, nil
+		case Transient(err):
+			return self, nil, selector, err
 		}
+		uid, err2 := c.uidOf(ctx, JobSets, name)
+		switch {
+		case err2 == nil:
+			return self, &corev1.ObjectReference{Kind: "JobSet", APIVersion: JobSets.GroupVersion().String(), Namespace: c.ns, Name: name, UID: uid}, selector, nil
+		case Transient(err2):
+			return self, nil, selector, err2
+		}
+		c.log.Info("the launcher's TrainJob or JobSet is unknown; Events go on its own pod only", "jobset", name, "trainjob_err", err, "jobset_err", err2)
 	case pod.Labels[LabelMPIJobName] != "":
 		name := pod.Labels[LabelMPIJobName]
-		c.selector = LabelMPIJobName + "=" + name
-		if uid, err := c.uidOf(ctx, MPIJobs, name); err == nil {
-			c.job = &corev1.ObjectReference{Kind: "MPIJob", APIVersion: MPIJobs.GroupVersion().String(), Namespace: c.ns, Name: name, UID: uid}
-		} else {
-			c.log.Info("the launcher's MPIJob is unknown; Events go on its own pod only", "mpijob", name, "err", err)
+		selector = LabelMPIJobName + "=" + name
+		uid, err := c.uidOf(ctx, MPIJobs, name)
+		switch {
+		case err == nil:
+			return self, &corev1.ObjectReference{Kind: "MPIJob", APIVersion: MPIJobs.GroupVersion().String(), Namespace: c.ns, Name: name, UID: uid}, selector, nil
+		case Transient(err):
+			return self, nil, selector, err
 		}
+		c.log.Info("the launcher's MPIJob is unknown; Events go on its own pod only", "mpijob", name, "err", err)
 	}
-	return nil
+	return self, nil, selector, nil
+}
+
+// Transient reports whether err, from a request to the API, may well go
+// away when the request is made again: no answer in time, a connection
+// refused or reset (an API server restarting), a 5xx, 429 Too Many
+// Requests. RBAC's refusal (403), a bad token (401), an object or a kind
+// that does not exist (404) and a request the server rejects (400, 422)
+// will not.
+func Transient(err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err), apierrors.IsNotFound(err), apierrors.IsBadRequest(err),
+		apierrors.IsInvalid(err), apierrors.IsMethodNotSupported(err), apierrors.IsNotAcceptable(err), apierrors.IsUnsupportedMediaType(err):
+		return false
+	}
+	return true
 }
 
 // Job is the object the job's Events go on (nil until Resolve found one).
@@ -254,8 +312,10 @@ func (c *Client) uidOf(ctx context.Context, gvr schema.GroupVersionResource, nam
 }
 
 // explain turns an API error into one that says what to do, and logs a
-// refusal by RBAC once per verb.
+// refusal by RBAC once per verb. c.mu must not be held.
 func (c *Client) explain(verb string, err error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if apierrors.IsForbidden(err) {
 		if !c.denied[verb] {
 			c.denied[verb] = true

@@ -460,3 +460,46 @@ func TestDescribeReason(t *testing.T) {
 		t.Errorf("a running, ready pod: %q/%q", r.Why, r.Reason)
 	}
 }
+
+// TestResolveAfterTransientError: an API server that does not answer the
+// first question (503, as while it restarts) is asked again by the next
+// call; RBAC's refusal is final (TestForbidden).
+func TestResolveAfterTransientError(t *testing.T) {
+	lbl := map[string]string{kube.LabelJobSetName: "tj"}
+	c, cs, _ := client(t, "tj-launcher-0-0-abcde",
+		[]runtime.Object{pod("tj-launcher-0-0-abcde", "tj-launcher-0-0", lbl)},
+		meta(kube.TrainJobs, "TrainJob", "tj", "tj-uid"))
+	failed := false
+	cs.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if failed {
+			return false, nil, nil
+		}
+		failed = true
+		return true, nil, apierrors.NewServiceUnavailable("the API server is restarting")
+	})
+	err := c.Resolve(context.Background())
+	if err == nil || !kube.Transient(err) || c.Job() != nil {
+		t.Fatalf("first Resolve = %v (transient %v), job %v; want the 503", err, kube.Transient(err), c.Job())
+	}
+	if err := c.Resolve(context.Background()); err != nil {
+		t.Fatalf("second Resolve = %v", err)
+	}
+	if j := c.Job(); j == nil || j.Kind != "TrainJob" || j.UID != "tj-uid" {
+		t.Fatalf("job = %+v after the API answered", j)
+	}
+	if ps, ok := c.Pods(context.Background()); !ok || len(ps.ByHost) != 1 {
+		t.Errorf("Pods = %v, %v", ps.ByHost, ok)
+	}
+	for _, e := range []error{apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "p", errors.New("RBAC")),
+		apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "p"), apierrors.NewUnauthorized("token")} {
+		if kube.Transient(e) {
+			t.Errorf("Transient(%v) = true", e)
+		}
+	}
+	for _, e := range []error{apierrors.NewTooManyRequests("slow down", 1), apierrors.NewInternalError(errors.New("etcd")),
+		apierrors.NewTimeoutError("get", 1), context.DeadlineExceeded, errors.New("dial tcp 10.96.0.1:443: connect: connection refused")} {
+		if !kube.Transient(e) {
+			t.Errorf("Transient(%v) = false", e)
+		}
+	}
+}

@@ -254,9 +254,7 @@ func (c *Client) Pods(ctx context.Context) (Pods, bool) {
 	defer cancel()
 	list, err := c.core.ListPods(ctx, c.ns, metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
-		c.mu.Lock()
 		_ = c.explain("list pods", err)
-		c.mu.Unlock()
 		c.log.Debug("listing the job's pods", "selector", sel, "err", err)
 		return Pods{}, false
 	}
@@ -348,9 +346,7 @@ func (c *Client) WhyRestarted(ctx context.Context, pod string) string {
 	defer cancel()
 	list, err := c.core.ListEvents(ctx, c.ns, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
 	if err != nil {
-		c.mu.Lock()
 		_ = c.explain("list events", err)
-		c.mu.Unlock()
 		return ""
 	}
 	var last corev1.Event

@@ -10,6 +10,7 @@ import (
 
 	"github.com/podmpi/podmpi/agent/exitcode"
 	"github.com/podmpi/podmpi/agent/kube"
+	"github.com/podmpi/podmpi/agent/launcher/discovery"
 	"github.com/podmpi/podmpi/agent/launcher/postmortem"
 	"github.com/podmpi/podmpi/agent/sshclient"
 	"github.com/podmpi/podmpi/agent/version"
@@ -32,6 +33,11 @@ const (
 	// endEventTimeout bounds writing the last Event before the launcher
 	// exits.
 	endEventTimeout = 5 * time.Second
+	// resolveAttempts bounds the attempts to learn the launcher's pod and
+	// job from an API that does not answer (kube.Transient), resolveBackoff
+	// spaces them: 1 s doubling to 30 s, jittered, about 2 minutes in
+	// all.
+	resolveAttempts = 8
 	// maxWaitEvents bounds the WorkerNotReady Events of a run (each
 	// worker's trouble is told once): below client-go's aggregation of
 	// similar Events (ten in ten minutes) and well within its 25 Warnings
@@ -96,8 +102,10 @@ func (l *Launcher) connectKube(ctx context.Context) {
 	pctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	l.kv.stop = stop
 	l.kv.wg.Go(func() {
-		if err := c.Resolve(pctx); err != nil {
-			l.log.Info("the launcher cannot see its own pod in the API; Events and pod states are not available", "err", err, "component", "kube")
+		if err := l.resolveKube(pctx, c); err != nil {
+			if pctx.Err() == nil {
+				l.log.Info("the launcher cannot see its own pod in the API; Events and pod states are not available", "err", err, "component", "kube")
+			}
 			return
 		}
 		if j := c.Job(); j != nil {
@@ -105,6 +113,37 @@ func (l *Launcher) connectKube(ctx context.Context) {
 		}
 		l.pollPods(pctx)
 	})
+}
+
+// resolveBackoff is the wait before Resolve's attempt n+1.
+var resolveBackoff = discovery.Backoff{Base: time.Second, Max: 30 * time.Second}
+
+// resolveKube learns the launcher's pod and job (c.Resolve), asking again
+// with backoff while the API's answer is a transient failure (an API
+// server restarting, a timeout: kube.Transient), at most resolveAttempts
+// times: one failure at the start must not turn the API off for the whole
+// run. It runs in the background: nothing waits for it but the Events and
+// pod states it makes possible.
+func (l *Launcher) resolveKube(ctx context.Context, c *kube.Client) error {
+	for attempt := 1; ; attempt++ {
+		err := c.Resolve(ctx)
+		switch {
+		case err == nil || !kube.Transient(err):
+			return err
+		case attempt == resolveAttempts:
+			return fmt.Errorf("giving up after %d attempts: %w", attempt, err)
+		}
+		wait := resolveBackoff.Delay(attempt - 1)
+		l.log.Info("the Kubernetes API did not answer the launcher's first questions; asking again", "err", err,
+			"in", wait.Round(time.Millisecond), "attempts_left", resolveAttempts-attempt, "component", "kube")
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // kubeClient is the API client, nil without one.

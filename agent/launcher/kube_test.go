@@ -7,15 +7,18 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	metafake "k8s.io/client-go/metadata/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/podmpi/podmpi/agent/exitcode"
 	"github.com/podmpi/podmpi/agent/kube"
@@ -521,5 +524,52 @@ func TestWaitEventsAreBounded(t *testing.T) {
 	}
 	if !strings.Contains(logs, "further WorkerNotReady Events are not written") {
 		t.Errorf("the log does not say the Events stopped:\n%s", logs)
+	}
+}
+
+// TestAPIRetriedAfterTransientError: the API server does not answer the
+// launcher's first question (503, as while it restarts). The launcher
+// asks again with backoff in the background: while it waits for a worker
+// that cannot be scheduled, it warns with Kubernetes' reason and ends
+// with the failure Event, as with an API that answered at once. One
+// failure used to turn the API off for the whole run.
+func TestAPIRetriedAfterTransientError(t *testing.T) {
+	unschedulable := func(p *corev1.Pod) {
+		p.Status.Phase = corev1.PodPending
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable"}}
+	}
+	api := newFakeAPI(t, jobPod("tj-node-0-1-bb", "tj-node-0-1", unschedulable))
+	var failed atomic.Bool
+	api.cs.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if failed.Swap(true) {
+			return false, nil, nil
+		}
+		return true, nil, apierrors.NewServiceUnavailable("the API server is restarting")
+	})
+	cfg := Defaults()
+	cfg.Discovery = discovery.Spec{Workers: []string{"tj-node-0-1.tj.invalid"}, Self: "tj-launcher-0-0"}
+	cfg.Resolver = newNames(nil) // nothing resolves
+	cfg.DiscoveryTimeout = 4 * time.Second
+	cfg.Implementation = "openmpi4"
+	cfg.Command = []string{"mpirun", "true"}
+	code, msg, logs := runJobWithAPI(t, api, cfg)
+	if code != exitcode.DiscoveryTimeout {
+		t.Fatalf("exit %d (%s), want %d", code, msg, exitcode.DiscoveryTimeout)
+	}
+	if !failed.Load() {
+		t.Fatal("the API's first answer was not the 503 this test is about")
+	}
+	if !strings.Contains(logs, "the Kubernetes API did not answer the launcher's first questions; asking again") {
+		t.Errorf("the log does not say the API is asked again:\n%s", logs)
+	}
+	reasons := map[string]bool{}
+	for _, e := range api.events(t) {
+		reasons[e.Reason] = true
+	}
+	if !reasons["WorkerNotReady"] || !reasons["WorkersNotResolved"] {
+		t.Errorf("Events %v; want WorkerNotReady and WorkersNotResolved", reasons)
+	}
+	if first, _, _ := strings.Cut(msg, "\n"); !strings.Contains(first, "Kubernetes says: tj-node-0-1.tj.invalid: pod tj-node-0-1-bb is Pending") {
+		t.Errorf("first line: %s", first)
 	}
 }
