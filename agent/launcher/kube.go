@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -353,7 +354,7 @@ func EventReason(code exitcode.Code, err error) string {
 		return "HostfileNotWritten"
 	case PhaseProbe:
 		if f.Code == exitcode.ProbeFailed {
-			return "ProbeFailed" + probeReasonSuffix(f)
+			return "ProbeFailed" + probeReason(f.Phases)
 		}
 		return "ProbeFailed"
 	case PhaseMPIRun:
@@ -389,22 +390,53 @@ var causeReasons = map[string]string{
 	postmortem.CauseStopped:     "LauncherStopped",
 }
 
-// probeReasonSuffix names the probe phase that failed first ("Auth" for
-// ProbeFailedAuth), "" when it cannot tell.
-func probeReasonSuffix(f *Failure) string {
-	first := f.Err.Error()
-	for _, p := range []struct {
-		phase  sshclient.Phase
-		suffix string
-	}{
-		{sshclient.PhaseAuth, "Auth"}, {sshclient.PhaseHostKey, "HostKey"}, {sshclient.PhaseNotWorkerAgent, "NotWorkerAgent"},
-		{sshclient.PhaseRemoteCommand, "RemoteCommand"}, {sshclient.PhaseHandshake, "Handshake"},
-		{sshclient.PhaseTCPRefused, "Unreachable"}, {sshclient.PhaseTCPTimeout, "Unreachable"}, {sshclient.PhaseTCP, "Unreachable"},
-		{sshclient.PhaseDNS, "Unreachable"},
-	} {
-		if strings.Contains(first, ": "+string(p.phase)+": ") {
-			return p.suffix
+// probeReasons are the Event reason suffixes of the probe's phases
+// ("Auth" for ProbeFailedAuth), in the order a tie between two goes: the
+// phase met later in a connection first. A worker that got as far as
+// authentication and failed there shows a fault of the job's own setup
+// (the key, the host key, the image), which the workers that did not
+// answer yet will meet too once they do.
+var probeReasons = []struct {
+	suffix string
+	phases []sshclient.Phase
+}{
+	{"Auth", []sshclient.Phase{sshclient.PhaseAuth}},
+	{"HostKey", []sshclient.Phase{sshclient.PhaseHostKey}},
+	{"NotWorkerAgent", []sshclient.Phase{sshclient.PhaseNotWorkerAgent}},
+	{"RemoteCommand", []sshclient.Phase{sshclient.PhaseRemoteCommand}},
+	{"Handshake", []sshclient.Phase{sshclient.PhaseHandshake}},
+	{"Unreachable", []sshclient.Phase{sshclient.PhaseTCPRefused, sshclient.PhaseTCPTimeout, sshclient.PhaseTCP, sshclient.PhaseDNS}},
+}
+
+// probeReasonOf is the reason suffix of phase and its place in
+// probeReasons; "" and len(probeReasons) for a phase that has none.
+func probeReasonOf(phase sshclient.Phase) (string, int) {
+	for i, r := range probeReasons {
+		if slices.Contains(r.phases, phase) {
+			return r.suffix, i
 		}
 	}
-	return ""
+	return "", len(probeReasons)
+}
+
+// probeReason is the reason suffix of a probe that failed in phases (one
+// per worker that failed): the one most of them share, a tie going to the
+// first in probeReasons; "" when none has one. 63 workers refused and 1
+// rejected key is Unreachable: most workers are not up, whatever one says.
+func probeReason(phases []sshclient.Phase) string {
+	counts := make([]int, len(probeReasons)+1)
+	for _, p := range phases {
+		_, i := probeReasonOf(p)
+		counts[i]++
+	}
+	best := len(probeReasons)
+	for i, n := range counts[:len(probeReasons)] {
+		if n > 0 && (best == len(probeReasons) || n > counts[best]) {
+			best = i
+		}
+	}
+	if best == len(probeReasons) {
+		return ""
+	}
+	return probeReasons[best].suffix
 }

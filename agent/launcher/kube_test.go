@@ -24,6 +24,7 @@ import (
 	"github.com/podmpi/podmpi/agent/kube"
 	"github.com/podmpi/podmpi/agent/kube/kubetest"
 	"github.com/podmpi/podmpi/agent/launcher/discovery"
+	"github.com/podmpi/podmpi/agent/sshclient"
 	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
 )
 
@@ -571,5 +572,29 @@ func TestAPIRetriedAfterTransientError(t *testing.T) {
 	}
 	if first, _, _ := strings.Cut(msg, "\n"); !strings.Contains(first, "Kubernetes says: tj-node-0-1.tj.invalid: pod tj-node-0-1-bb is Pending") {
 		t.Errorf("first line: %s", first)
+	}
+}
+
+// TestProbeReason: the reason of a probe failure is the phase most workers
+// failed in (the unreachable ones counted together); a tie goes to the
+// phase met later in a connection.
+func TestProbeReason(t *testing.T) {
+	refused, timeout, auth, hostKey := sshclient.PhaseTCPRefused, sshclient.PhaseTCPTimeout, sshclient.PhaseAuth, sshclient.PhaseHostKey
+	for _, c := range []struct {
+		phases []sshclient.Phase
+		want   string
+	}{
+		{[]sshclient.Phase{auth, refused, refused, refused}, "Unreachable"},
+		{[]sshclient.Phase{refused, timeout, refused, auth, auth}, "Unreachable"},
+		{[]sshclient.Phase{refused, timeout, auth, auth}, "Auth"},
+		{[]sshclient.Phase{refused, auth}, "Auth"},
+		{[]sshclient.Phase{hostKey, auth}, "Auth"},
+		{[]sshclient.Phase{hostKey, hostKey, auth}, "HostKey"},
+		{[]sshclient.Phase{sshclient.PhaseConfig}, ""},
+		{nil, ""},
+	} {
+		if got := probeReason(c.phases); got != c.want {
+			t.Errorf("probeReason(%v) = %q, want %q", c.phases, got, c.want)
+		}
 	}
 }

@@ -50,6 +50,10 @@ type Failure struct {
 	// Kube is what Kubernetes says of each worker the failure is about,
 	// when the launcher may ask it.
 	Kube []KubeNote
+	// Phases is, for a failed probe, the phase each worker that failed
+	// it failed in, in the order Err lists them: the Event's reason is
+	// made of them (probeReason), never of Err's text.
+	Phases []sshclient.Phase
 }
 
 // KubeNote is what Kubernetes says of one worker's pod: "tj-node-0-2.tj:
@@ -482,20 +486,37 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 			probe.WriteReport(l.cfg.Report, results)
 		}
 		if len(failed) > 0 {
+			// The workers of the phase most of them failed in come first:
+			// the first one named (the Event's message), its hint and the
+			// Event's reason tell the same story.
+			phases := make([]sshclient.Phase, len(failed))
+			for i, r := range failed {
+				phases[i] = r.Failure.Phase
+			}
+			reason := probeReason(phases)
+			var lead, rest []probe.Result
+			for _, r := range failed {
+				if suffix, _ := probeReasonOf(r.Failure.Phase); suffix == reason {
+					lead = append(lead, r)
+				} else {
+					rest = append(rest, r)
+				}
+			}
+			failed = append(lead, rest...)
 			var b strings.Builder
 			var late []hostfile.Host
-			for _, r := range failed {
+			var hosts []string
+			for i, r := range failed {
 				fmt.Fprintf(&b, "%v\n", r.Failure)
 				if r.Failure.Phase != sshclient.PhaseNotWorkerAgent {
 					late = append(late, hostfile.Host{Name: r.Target.Host})
 				}
-			}
-			var hosts []string
-			for _, r := range failed {
 				hosts = append(hosts, r.Target.Host)
+				phases[i] = r.Failure.Phase
 			}
-			return &Failure{Phase: PhaseProbe, Code: exitcode.ProbeFailed,
-				Err:  fmt.Errorf("%d of %d workers failed the SSH probe:\n%s", len(failed), len(results), strings.TrimSpace(b.String())),
+			return &Failure{Phase: PhaseProbe, Code: exitcode.ProbeFailed, Phases: phases,
+				Err: fmt.Errorf("%d of %d workers failed the SSH probe%s:\n%s", len(failed), len(results), phaseCounts(phases),
+					strings.TrimSpace(b.String())),
 				Kube: l.kubeNotes(hosts), Hint: siblingHint(p.Spec.Self, late)}
 		}
 		return nil
@@ -504,6 +525,28 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 		return nil, err
 	}
 	return p, nil
+}
+
+// phaseCounts says how many workers failed in each phase, most first
+// (" (63 tcp-refused, 1 auth)"), "" when they all failed in one.
+func phaseCounts(phases []sshclient.Phase) string {
+	counts := map[sshclient.Phase]int{}
+	var order []sshclient.Phase
+	for _, p := range phases {
+		if counts[p] == 0 {
+			order = append(order, p)
+		}
+		counts[p]++
+	}
+	if len(order) < 2 {
+		return ""
+	}
+	slices.SortStableFunc(order, func(a, b sshclient.Phase) int { return counts[b] - counts[a] })
+	parts := make([]string, len(order))
+	for i, p := range order {
+		parts[i] = fmt.Sprintf("%d %s", counts[p], p)
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }
 
 // workerNames are the names of hosts but the launcher's own entry, at

@@ -623,3 +623,32 @@ func TestSiblingHint(t *testing.T) {
 		t.Errorf("mpi-operator's launcher name got the hint: %s", h)
 	}
 }
+
+// TestProbeReasonIsTheCommonPhase: one worker rejects the job's key and
+// three refuse the connection (nothing listens there yet). The failure
+// Event's reason is the phase most workers failed in, ProbeFailedUnreachable,
+// and the one-line summary (the Event's message) names one of those first,
+// with the count of each phase. It used to be ProbeFailedAuth, read from
+// the text by a fixed order of phases.
+func TestProbeReasonIsTheCommonPhase(t *testing.T) {
+	f := newFixture(t, false, "/usr/bin:/bin") // 127.0.0.1 rejects the key
+	cfg := baseConfig(f, "127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4")
+	cfg.Slots = 1
+	cfg.ProbeTimeout = 2 * time.Second
+	cfg.HostfilePath = filepath.Join(t.TempDir(), "hostfile")
+	l, _ := New(cfg)
+	_, err := l.Prepare(context.Background(), true)
+	var fl *Failure
+	if !errors.As(err, &fl) || fl.Code != exitcode.ProbeFailed {
+		t.Fatalf("want a probe failure, got %v", err)
+	}
+	if got := EventReason(fl.Code, err); got != "ProbeFailedUnreachable" {
+		t.Errorf("EventReason = %s, want ProbeFailedUnreachable (3 of 4 refused)", got)
+	}
+	first, _, _ := strings.Cut(TerminationMessage(fl.Code, err), "\n")
+	for _, want := range []string{"4 of 4 workers failed the SSH probe (3 tcp-refused, 1 auth): 127.0.0.2:", ": tcp-refused: ", "(and 3 more)"} {
+		if !strings.Contains(first, want) {
+			t.Errorf("first line lacks %q: %s", want, first)
+		}
+	}
+}
