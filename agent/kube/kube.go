@@ -219,30 +219,21 @@ func (c *Client) learn(ctx context.Context) (self, job *corev1.ObjectReference, 
 		selector = LabelJobSetName + "=" + name
 		// A TrainJob owns a JobSet of its name: the JobSet is asked only
 		// when no TrainJob is there for sure.
-		uid, err := c.uidOf(ctx, TrainJobs, name)
-		switch {
-		case err == nil:
-			return self, &corev1.ObjectReference{Kind: "TrainJob", APIVersion: TrainJobs.GroupVersion().String(), Namespace: c.ns, Name: name, UID: uid}, selector, nil
-		case Transient(err):
-			return self, nil, selector, err
+		job, err := c.jobRef(ctx, "TrainJob", TrainJobs, name)
+		if job != nil || Transient(err) {
+			return self, job, selector, err
 		}
-		uid, err2 := c.uidOf(ctx, JobSets, name)
-		switch {
-		case err2 == nil:
-			return self, &corev1.ObjectReference{Kind: "JobSet", APIVersion: JobSets.GroupVersion().String(), Namespace: c.ns, Name: name, UID: uid}, selector, nil
-		case Transient(err2):
-			return self, nil, selector, err2
+		job, err2 := c.jobRef(ctx, "JobSet", JobSets, name)
+		if job != nil || Transient(err2) {
+			return self, job, selector, err2
 		}
 		c.log.Info("the launcher's TrainJob or JobSet is unknown; Events go on its own pod only", "jobset", name, "trainjob_err", err, "jobset_err", err2)
 	case pod.Labels[LabelMPIJobName] != "":
 		name := pod.Labels[LabelMPIJobName]
 		selector = LabelMPIJobName + "=" + name
-		uid, err := c.uidOf(ctx, MPIJobs, name)
-		switch {
-		case err == nil:
-			return self, &corev1.ObjectReference{Kind: "MPIJob", APIVersion: MPIJobs.GroupVersion().String(), Namespace: c.ns, Name: name, UID: uid}, selector, nil
-		case Transient(err):
-			return self, nil, selector, err
+		job, err := c.jobRef(ctx, "MPIJob", MPIJobs, name)
+		if job != nil || Transient(err) {
+			return self, job, selector, err
 		}
 		c.log.Info("the launcher's MPIJob is unknown; Events go on its own pod only", "mpijob", name, "err", err)
 	}
@@ -298,6 +289,16 @@ func (c *Client) ownPod(ctx context.Context) (*corev1.Pod, error) {
 		}
 	}
 	return nil, fmt.Errorf("no pod in namespace %s has this pod's address %v (set PODMPI_KUBE_POD_NAME from the downward API)", c.ns, ips)
+}
+
+// jobRef is the reference to the object of kind (of gvr) name in the
+// namespace, by its uid; nil and why when it cannot be read.
+func (c *Client) jobRef(ctx context.Context, kind string, gvr schema.GroupVersionResource, name string) (*corev1.ObjectReference, error) {
+	uid, err := c.uidOf(ctx, gvr, name)
+	if err != nil {
+		return nil, err
+	}
+	return &corev1.ObjectReference{Kind: kind, APIVersion: gvr.GroupVersion().String(), Namespace: c.ns, Name: name, UID: uid}, nil
 }
 
 // uidOf reads only the metadata of one object of gvr in the namespace.

@@ -69,6 +69,41 @@ func jobPod(name, host string, mut ...func(*corev1.Pod)) *corev1.Pod {
 	return p
 }
 
+// unschedulable makes a pod Pending, not scheduled for want of room.
+func unschedulable(p *corev1.Pod) {
+	p.Status.Phase = corev1.PodPending
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable",
+		Message: "0/1 nodes are available: 1 Insufficient cpu."}}
+}
+
+// waitingConfig is a launcher that waits for workers whose names never
+// resolve, for timeout.
+func waitingConfig(timeout time.Duration, workers ...string) Config {
+	cfg := Defaults()
+	cfg.Discovery = discovery.Spec{Workers: workers, Self: "tj-launcher-0-0"}
+	cfg.Resolver = newNames(nil) // nothing resolves
+	cfg.DiscoveryTimeout = timeout
+	cfg.Implementation = "openmpi4"
+	cfg.Command = []string{"mpirun", "true"}
+	return cfg
+}
+
+// watchedConfig is a launcher that runs command as mpirun over worker
+// tj-node-0-1.tj, whose agent a answers on 127.0.0.1, without the probe,
+// asking the agent every 200ms and stopping mpirun 300ms after a verdict.
+func watchedConfig(t *testing.T, a *fakeAgent, command ...string) Config {
+	cfg := Defaults()
+	cfg.Discovery = discovery.Spec{Workers: []string{"tj-node-0-1.tj=2"}, Self: "tj-launcher-0-0"}
+	cfg.Resolver = newNames(map[string]string{"tj-node-0-1.tj": "127.0.0.1"})
+	cfg.Implementation, cfg.SkipProbe, cfg.Slots = "openmpi4", true, 2
+	cfg.WorkerWebPort = a.port
+	cfg.HostfilePath = filepath.Join(t.TempDir(), "hostfile")
+	cfg.TempDir, cfg.Executable = t.TempDir(), "/bin/true"
+	cfg.DiagnosisWatch, cfg.LaunchGrace, cfg.KillGrace = 200*time.Millisecond, 300*time.Millisecond, time.Second
+	cfg.Command = command
+	return cfg
+}
+
 // events returns the Events on the TrainJob.
 func (a *fakeAPI) events(t *testing.T) []corev1.Event {
 	t.Helper()
@@ -116,18 +151,8 @@ func runJobWithAPI(t *testing.T, api *fakeAPI, cfg Config) (exitcode.Code, strin
 // with an Event as soon as it knows, and at the deadline the termination
 // message's first line (also the failure Event's message) says it.
 func TestWaitNamesWhatKubernetesSays(t *testing.T) {
-	unschedulable := func(p *corev1.Pod) {
-		p.Status.Phase = corev1.PodPending
-		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable",
-			Message: "0/1 nodes are available: 1 Insufficient cpu."}}
-	}
 	api := newFakeAPI(t, jobPod("tj-node-0-1-bb", "tj-node-0-1", unschedulable), jobPod("tj-node-0-2-cc", "tj-node-0-2", unschedulable))
-	cfg := Defaults()
-	cfg.Discovery = discovery.Spec{Workers: []string{"tj-node-0-1.tj.invalid", "tj-node-0-2.tj.invalid"}, Self: "tj-launcher-0-0"}
-	cfg.Resolver = newNames(nil) // nothing resolves
-	cfg.DiscoveryTimeout = 3 * time.Second
-	cfg.Implementation = "openmpi4"
-	cfg.Command = []string{"mpirun", "true"}
+	cfg := waitingConfig(3*time.Second, "tj-node-0-1.tj.invalid", "tj-node-0-2.tj.invalid")
 	code, msg, logs := runJobWithAPI(t, api, cfg)
 	if code != exitcode.DiscoveryTimeout {
 		t.Fatalf("exit %d (%s), want %d", code, msg, exitcode.DiscoveryTimeout)
@@ -172,15 +197,7 @@ func TestWaitNamesWhatKubernetesSays(t *testing.T) {
 func TestAPIGoneStopsMPIRun(t *testing.T) {
 	a := startAgent(t)
 	api := newFakeAPI(t, jobPod("tj-node-0-1-bb", "tj-node-0-1"))
-	cfg := Defaults()
-	cfg.Discovery = discovery.Spec{Workers: []string{"tj-node-0-1.tj=2"}, Self: "tj-launcher-0-0"}
-	cfg.Resolver = newNames(map[string]string{"tj-node-0-1.tj": "127.0.0.1"})
-	cfg.Implementation, cfg.SkipProbe, cfg.Slots = "openmpi4", true, 2
-	cfg.WorkerWebPort = a.port
-	cfg.HostfilePath = filepath.Join(t.TempDir(), "hostfile")
-	cfg.TempDir, cfg.Executable = t.TempDir(), "/bin/true"
-	cfg.DiagnosisWatch, cfg.LaunchGrace, cfg.KillGrace = 200*time.Millisecond, 300*time.Millisecond, time.Second
-	cfg.Command = []string{"sleep", "30"}
+	cfg := watchedConfig(t, a, "sleep", "30")
 	go func() {
 		// Once the watch has asked the agent, the pod is deleted.
 		if !a.waitAsked(30 * time.Second) {
@@ -346,15 +363,7 @@ func TestContainerRestartIsNotGone(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			a := startAgent(t)
 			api := newFakeAPI(t, jobPod("tj-node-0-1-bb", "tj-node-0-1", c.before))
-			cfg := Defaults()
-			cfg.Discovery = discovery.Spec{Workers: []string{"tj-node-0-1.tj=2"}, Self: "tj-launcher-0-0"}
-			cfg.Resolver = newNames(map[string]string{"tj-node-0-1.tj": "127.0.0.1"})
-			cfg.Implementation, cfg.SkipProbe, cfg.Slots = "openmpi4", true, 2
-			cfg.WorkerWebPort = a.port
-			cfg.HostfilePath = filepath.Join(t.TempDir(), "hostfile")
-			cfg.TempDir, cfg.Executable = t.TempDir(), "/bin/true"
-			cfg.DiagnosisWatch, cfg.LaunchGrace, cfg.KillGrace = 200*time.Millisecond, 300*time.Millisecond, time.Second
-			cfg.Command = []string{"sleep", "3"}
+			cfg := watchedConfig(t, a, "sleep", "3")
 			go func() {
 				if !a.waitAsked(30 * time.Second) {
 					return // the test fails on its own: nothing asked the agent
@@ -386,21 +395,11 @@ func TestContainerRestartIsNotGone(t *testing.T) {
 // workers get a WorkerNotReady Warning ("the launcher waits for worker
 // ...-initializer-0-0" used to be written).
 func TestWaitWarnsOnlyForWorkers(t *testing.T) {
-	unschedulable := func(p *corev1.Pod) {
-		p.Status.Phase = corev1.PodPending
-		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable",
-			Message: "0/1 nodes are available: 1 Insufficient cpu."}}
-	}
 	succeeded := func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }
 	api := newFakeAPI(t, jobPod("tj-node-0-1-bb", "tj-node-0-1", unschedulable),
 		jobPod("tj-dataset-initializer-0-0-dd", "tj-dataset-initializer-0-0", succeeded),
 		jobPod("tj-node-0-9-ee", "tj-node-0-9", unschedulable))
-	cfg := Defaults()
-	cfg.Discovery = discovery.Spec{Workers: []string{"tj-node-0-1.tj.invalid"}, Self: "tj-launcher-0-0"}
-	cfg.Resolver = newNames(nil) // nothing resolves
-	cfg.DiscoveryTimeout = 2 * time.Second
-	cfg.Implementation = "openmpi4"
-	cfg.Command = []string{"mpirun", "true"}
+	cfg := waitingConfig(2*time.Second, "tj-node-0-1.tj.invalid")
 	code, msg, logs := runJobWithAPI(t, api, cfg)
 	if code != exitcode.DiscoveryTimeout {
 		t.Fatalf("exit %d (%s), want %d", code, msg, exitcode.DiscoveryTimeout)
@@ -459,13 +458,8 @@ func TestEndEventAfterFlappingWarnings(t *testing.T) {
 			}
 		}
 	}()
-	cfg := Defaults()
-	cfg.Discovery = discovery.Spec{Workers: []string{"tj-node-0-1.tj.invalid"}, Self: "tj-launcher-0-0"}
-	cfg.Resolver = newNames(nil) // nothing resolves
-	cfg.DiscoveryTimeout = 3 * time.Second
+	cfg := waitingConfig(3*time.Second, "tj-node-0-1.tj.invalid")
 	cfg.DiagnosisWatch = 50 * time.Millisecond // the pods are listed as often
-	cfg.Implementation = "openmpi4"
-	cfg.Command = []string{"mpirun", "true"}
 	code, msg, _ := runJobWithAPI(t, api, cfg)
 	close(stop)
 	if n := <-flapped; n < 30 {
@@ -490,10 +484,6 @@ func TestEndEventAfterFlappingWarnings(t *testing.T) {
 // warned about in the log, and the first maxWaitEvents of them in Events,
 // so that the run's other Warnings keep their place in client-go's budget.
 func TestWaitEventsAreBounded(t *testing.T) {
-	unschedulable := func(p *corev1.Pod) {
-		p.Status.Phase = corev1.PodPending
-		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable"}}
-	}
 	var pods []*corev1.Pod
 	var workers []string
 	for i := range 12 {
@@ -501,12 +491,7 @@ func TestWaitEventsAreBounded(t *testing.T) {
 		workers = append(workers, fmt.Sprintf("tj-node-0-%d.tj.invalid", i))
 	}
 	api := newFakeAPI(t, pods...)
-	cfg := Defaults()
-	cfg.Discovery = discovery.Spec{Workers: workers, Self: "tj-launcher-0-0"}
-	cfg.Resolver = newNames(nil) // nothing resolves
-	cfg.DiscoveryTimeout = 2 * time.Second
-	cfg.Implementation = "openmpi4"
-	cfg.Command = []string{"mpirun", "true"}
+	cfg := waitingConfig(2*time.Second, workers...)
 	code, msg, logs := runJobWithAPI(t, api, cfg)
 	if code != exitcode.DiscoveryTimeout {
 		t.Fatalf("exit %d (%s), want %d", code, msg, exitcode.DiscoveryTimeout)
@@ -535,10 +520,6 @@ func TestWaitEventsAreBounded(t *testing.T) {
 // with the failure Event, as with an API that answered at once. One
 // failure used to turn the API off for the whole run.
 func TestAPIRetriedAfterTransientError(t *testing.T) {
-	unschedulable := func(p *corev1.Pod) {
-		p.Status.Phase = corev1.PodPending
-		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable"}}
-	}
 	api := newFakeAPI(t, jobPod("tj-node-0-1-bb", "tj-node-0-1", unschedulable))
 	var failed atomic.Bool
 	api.cs.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -547,12 +528,7 @@ func TestAPIRetriedAfterTransientError(t *testing.T) {
 		}
 		return true, nil, apierrors.NewServiceUnavailable("the API server is restarting")
 	})
-	cfg := Defaults()
-	cfg.Discovery = discovery.Spec{Workers: []string{"tj-node-0-1.tj.invalid"}, Self: "tj-launcher-0-0"}
-	cfg.Resolver = newNames(nil) // nothing resolves
-	cfg.DiscoveryTimeout = 4 * time.Second
-	cfg.Implementation = "openmpi4"
-	cfg.Command = []string{"mpirun", "true"}
+	cfg := waitingConfig(4*time.Second, "tj-node-0-1.tj.invalid")
 	code, msg, logs := runJobWithAPI(t, api, cfg)
 	if code != exitcode.DiscoveryTimeout {
 		t.Fatalf("exit %d (%s), want %d", code, msg, exitcode.DiscoveryTimeout)
