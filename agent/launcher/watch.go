@@ -153,10 +153,16 @@ func nameNotFound(err error) bool {
 }
 
 // lookupNote is what dial's lookup of a worker's name found for one
-// request (ask puts one in the request's context): that the name resolved,
-// or that it did not exist and the addresses it had were asked instead.
+// request (ask puts one in the request's context).
 type lookupNote struct {
-	mu        sync.Mutex
+	mu sync.Mutex
+	lookup
+}
+
+// lookup is what a lookup of a worker's name found: that the name
+// resolved, or that it did not exist and the addresses it had were asked
+// instead.
+type lookup struct {
 	resolved  bool
 	notFound  error    // the lookup's "no such host"
 	lastAddrs []string // the addresses the name had, asked instead
@@ -164,19 +170,19 @@ type lookupNote struct {
 
 type lookupNoteKey struct{}
 
-func (n *lookupNote) set(resolved bool, notFound error, lastAddrs []string) {
+func (n *lookupNote) set(l lookup) {
 	if n == nil {
 		return
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.resolved, n.notFound, n.lastAddrs = resolved, notFound, lastAddrs
+	n.lookup = l
 }
 
-func (n *lookupNote) get() (resolved bool, notFound error, lastAddrs []string) {
+func (n *lookupNote) get() lookup {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.resolved, n.notFound, n.lastAddrs
+	return n.lookup
 }
 
 // nameGoneError is a worker whose name no longer exists and that did not
@@ -603,9 +609,9 @@ func (w *watch) ask(ctx context.Context, s *workerState, timeout time.Duration) 
 	w.mu.Unlock()
 	note := &lookupNote{}
 	ev, noAccount, err := w.get(context.WithValue(ctx, lookupNoteKey{}, note), u, timeout)
-	resolved, notFound, lastAddrs := note.get()
-	if err != nil && notFound != nil {
-		err = &nameGoneError{lookup: notFound, addrs: lastAddrs, err: err}
+	found := note.get()
+	if err != nil && found.notFound != nil {
+		err = &nameGoneError{lookup: found.notFound, addrs: found.lastAddrs, err: err}
 	}
 	now := time.Now()
 	w.mu.Lock()
@@ -614,9 +620,9 @@ func (w *watch) ask(ctx context.Context, s *workerState, timeout time.Duration) 
 		s.answered = now
 	}
 	switch {
-	case notFound != nil || nameNotFound(err):
+	case found.notFound != nil || nameNotFound(err):
 		s.nameGone++
-	case resolved:
+	case found.resolved:
 		if s.nameWarned {
 			w.l.log.Info("a worker's name resolves again", "host", s.host)
 		}
@@ -643,7 +649,7 @@ func (w *watch) ask(ctx context.Context, s *workerState, timeout time.Duration) 
 			s.nameWarned = true
 			w.l.log.Warn("a worker's name is missing from DNS, but its worker-agent, the same one, answers at the address the name had: "+
 				"its pod is probably not Ready (a headless Service without publishNotReadyAddresses leaves out a pod that is not Ready); "+
-				"the job goes on", "host", s.host, "addrs", lastAddrs, "rounds", s.nameGone)
+				"the job goes on", "host", s.host, "addrs", found.lastAddrs, "rounds", s.nameGone)
 		}
 		s.fails, s.err, s.lostAt, s.logged = 0, nil, time.Time{}, false
 		s.lastSeq = ev.LastSeq
@@ -779,7 +785,7 @@ func (w *watch) resolve(ctx context.Context, host string) ([]string, error) {
 		}
 		w.known[host] = r.ips
 		w.mu.Unlock()
-		note.set(true, nil, nil)
+		note.set(lookup{resolved: true})
 		return r.ips, nil
 	case nameNotFound(r.err):
 		ips := known()
@@ -787,7 +793,7 @@ func (w *watch) resolve(ctx context.Context, host string) ([]string, error) {
 			return nil, r.err
 		}
 		w.l.log.Debug("a worker's name does not exist; asking the address it resolved to before", "host", host, "addrs", ips)
-		note.set(false, r.err, ips)
+		note.set(lookup{notFound: r.err, lastAddrs: ips})
 		return ips, nil
 	}
 	if ips := known(); len(ips) > 0 {
