@@ -441,7 +441,9 @@ func TestEndEventAfterFlappingWarnings(t *testing.T) {
 	go func() {
 		n := 0
 		defer func() { flapped <- n }()
-		for reason := "ImagePullBackOff"; ; {
+		// 40 flaps, more than client-go's budget of 25, within the wait's
+		// 10 s even on a loaded machine.
+		for reason := "ImagePullBackOff"; n < 40; {
 			select {
 			case <-stop:
 				return
@@ -458,7 +460,7 @@ func TestEndEventAfterFlappingWarnings(t *testing.T) {
 			}
 		}
 	}()
-	cfg := waitingConfig(3*time.Second, "tj-node-0-1.tj.invalid")
+	cfg := waitingConfig(10*time.Second, "tj-node-0-1.tj.invalid")
 	cfg.DiagnosisWatch = 50 * time.Millisecond // the pods are listed as often
 	code, msg, _ := runJobWithAPI(t, api, cfg)
 	close(stop)
