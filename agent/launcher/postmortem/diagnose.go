@@ -470,23 +470,16 @@ func oomText(host string, rank, pid int, comm string, rss uint64, m api.Memory) 
 	} else if comm != "" && rank < 0 {
 		who += " (" + comm + ")"
 	}
-	limit := api.FormatBytes(m.LimitBytes)
-	var sentence, hint string
+	sentence := api.OOMSentence(who, m)
+	var hint string
 	switch {
 	case m.LimitBytes == 0:
-		sentence = fmt.Sprintf("OOM: %s was killed by the kernel's OOM killer with no memory limit on its pod (usage %s): the node ran out of memory",
-			who, api.FormatBytes(m.UsageBytes))
 		hint = "set resources.requests.memory and resources.limits.memory of the worker pods (equal, for Guaranteed QoS) so the scheduler reserves the memory; " +
 			"kubectl describe node shows what else uses it"
 	case m.AtLimit:
-		sentence = fmt.Sprintf("OOM: %s was killed by the kernel's OOM killer at its container's memory limit of %s", who, limit)
-		if m.PeakBytes > 0 {
-			sentence += fmt.Sprintf(" (peak usage %s)", api.FormatBytes(m.PeakBytes))
-		}
-		hint = fmt.Sprintf("raise resources.limits.memory of the worker pods above %s, or lower the per-rank batch size or the ranks per pod (slots)", limit)
+		hint = fmt.Sprintf("raise resources.limits.memory of the worker pods above %s, or lower the per-rank batch size or the ranks per pod (slots)",
+			api.FormatBytes(m.LimitBytes))
 	default:
-		sentence = fmt.Sprintf("OOM: %s was killed by the kernel's OOM killer below its memory limit of %s (usage %s): the node ran out of memory",
-			who, limit, api.FormatBytes(m.UsageBytes))
 		hint = "the node is overcommitted (its pods' memory requests are below what they use), not the limit too low: kubectl describe node and kubectl get events; " +
 			"give the worker pods memory requests equal to their limits (Guaranteed QoS)"
 	}

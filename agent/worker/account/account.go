@@ -454,22 +454,9 @@ func (a *Account) recordOOM(p *pendingOOM, victim *procInfo) {
 		who = describe(victim.rank, victim.key.pid, victim.comm)
 		a.m.rankExits.WithLabelValues("oom").Inc()
 	}
-	ev.Message = "OOM: " + who + " was killed by the kernel's OOM killer " + oomWhere(mem)
+	ev.Message = api.OOMSentence(who, mem)
 	a.record(ev, slog.LevelError, "oom_kills", mem.OOMKills, "limit_bytes", mem.LimitBytes, "usage_bytes", mem.UsageBytes,
 		"peak_bytes", mem.PeakBytes, "at_limit", mem.AtLimit, "rss_bytes", ev.RSSBytes)
-}
-
-// oomWhere says where the memory ran out.
-func oomWhere(m api.Memory) string {
-	switch {
-	case m.LimitBytes == 0:
-		return fmt.Sprintf("with no memory limit on its cgroup (usage %s): the node ran out of memory", api.FormatBytes(m.UsageBytes))
-	case m.AtLimit:
-		return fmt.Sprintf("at the memory limit of %s (usage %s, peak %s)", api.FormatBytes(m.LimitBytes),
-			api.FormatBytes(m.UsageBytes), api.FormatBytes(m.PeakBytes))
-	}
-	return fmt.Sprintf("below the memory limit of %s (usage %s): the node ran out of memory", api.FormatBytes(m.LimitBytes),
-		api.FormatBytes(m.UsageBytes))
 }
 
 func (a *Account) recordRankExit(p procInfo, at time.Time) {
@@ -667,7 +654,7 @@ func (a *Account) Snapshot(ctx context.Context, q api.EventsQuery) api.Events {
 	for _, p := range a.pending {
 		mem := p.mem
 		ev := api.Event{Time: p.at, Kind: api.KindOOMKill, Rank: -1, ExitCode: -1, Signal: "SIGKILL", Memory: &mem, Provisional: true,
-			Message: "OOM: a process of this pod was killed by the kernel's OOM killer " + oomWhere(mem) + " (its victim is not named yet)"}
+			Message: api.OOMSentence("a process of this pod", mem) + " (its victim is not named yet)"}
 		for range p.n {
 			if q.Match(ev) {
 				out.Events = append(out.Events, ev)

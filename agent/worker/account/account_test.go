@@ -129,7 +129,7 @@ func TestOOMKillNamesTheLargestVanishedRank(t *testing.T) {
 	if !oom.Memory.AtLimit || oom.Memory.LimitBytes != 200<<20 || oom.Memory.OOMKills != 1 || oom.Memory.Version != 1 {
 		t.Errorf("memory = %+v, want at the 200 MiB limit, 1 kill, v1", *oom.Memory)
 	}
-	for _, want := range []string{"OOM: rank 1 (pid 12, train)", "at the memory limit of 200 MiB"} {
+	for _, want := range []string{"OOM: rank 1 (pid 12, train)", "at its container's memory limit of 200 MiB"} {
 		if !strings.Contains(oom.Message, want) {
 			t.Errorf("message %q lacks %q", oom.Message, want)
 		}
@@ -198,7 +198,7 @@ func TestOOMKillWithoutVictim(t *testing.T) {
 		t.Fatalf("events = %+v, want two OOM kills without a victim", evs)
 	}
 	for _, ev := range evs {
-		if ev.Rank != -1 || ev.PID != 0 || ev.Memory.AtLimit || !strings.Contains(ev.Message, "below the memory limit of 200 MiB") ||
+		if ev.Rank != -1 || ev.PID != 0 || ev.Memory.AtLimit || !strings.Contains(ev.Message, "below its memory limit of 200 MiB") ||
 			!strings.Contains(ev.Message, "the node ran out of memory") {
 			t.Errorf("event = %+v; want no victim and the node named", ev)
 		}
@@ -526,9 +526,9 @@ func TestOOMKillAtTheLimitOrTheNode(t *testing.T) {
 				t.Fatalf("events = %+v; want an OOM kill", evs)
 			}
 			ev := evs[0]
-			words := []string{"below the memory limit of 200 MiB", "the node ran out of memory"}
+			words := []string{"below its memory limit of 200 MiB", "the node ran out of memory"}
 			if tc.atLimit {
-				words = []string{"at the memory limit of 200 MiB"}
+				words = []string{"at its container's memory limit of 200 MiB"}
 			}
 			if ev.Memory.AtLimit != tc.atLimit {
 				t.Errorf("memory = %+v; want atLimit %v", *ev.Memory, tc.atLimit)

@@ -7,6 +7,29 @@ import (
 	"time"
 )
 
+// TestOOMSentence: the account and the diagnosis say an OOM kill in one
+// wording, which tells the three cases apart: at the cgroup's own limit,
+// below it (the node ran out) and without a limit.
+func TestOOMSentence(t *testing.T) {
+	for _, tc := range []struct {
+		m    Memory
+		want string
+	}{
+		{Memory{LimitBytes: 256 << 20, UsageBytes: 256 << 20, PeakBytes: 256 << 20, AtLimit: true},
+			"OOM: rank 3 on w-1 was killed by the kernel's OOM killer at its container's memory limit of 256 MiB (peak usage 256 MiB)"},
+		{Memory{LimitBytes: 256 << 20, UsageBytes: 256 << 20, AtLimit: true},
+			"OOM: rank 3 on w-1 was killed by the kernel's OOM killer at its container's memory limit of 256 MiB"},
+		{Memory{LimitBytes: 64 << 30, UsageBytes: 3 << 29, PeakBytes: 64 << 30},
+			"OOM: rank 3 on w-1 was killed by the kernel's OOM killer below its memory limit of 64 GiB (usage 1.5 GiB): the node ran out of memory"},
+		{Memory{UsageBytes: 1 << 30},
+			"OOM: rank 3 on w-1 was killed by the kernel's OOM killer with no memory limit on its pod (usage 1 GiB): the node ran out of memory"},
+	} {
+		if got := OOMSentence("rank 3 on w-1", tc.m); got != tc.want {
+			t.Errorf("OOMSentence(%+v) =\n%s\nwant\n%s", tc.m, got, tc.want)
+		}
+	}
+}
+
 func TestFormatBytes(t *testing.T) {
 	for n, want := range map[uint64]string{
 		0: "0 B", 1023: "1023 B", 1024: "1 KiB", 200 << 20: "200 MiB", 3 << 29: "1.5 GiB", 1<<64 - 1: "16384 PiB",
