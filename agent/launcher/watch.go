@@ -882,6 +882,7 @@ func (w *watch) diagnose(res mpirun.RunResult, program string) *postmortem.Diagn
 			if s.logged {
 				wk.LostAt = s.lostAt
 			}
+			wk.AnsweredAt = s.answered
 			if s.events != nil {
 				// What it said before it went quiet still counts.
 				wk.Events = s.events

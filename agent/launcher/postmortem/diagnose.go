@@ -16,7 +16,10 @@
 //     only listed) and a worker whose pod is gone (another agent answers
 //     under its name, or its name no longer exists: deleted, evicted, node
 //     lost) or, without that proof, whose agent does not answer at all
-//     (unreachable: named as what it is, never as gone).
+//     (unreachable: named as what it is, never as gone). Each outranks the
+//     crashes and failures of rules 4 and 5 only when it did not come after
+//     them (orderAgainstFailures): a worker whose agent went quiet while the
+//     job was torn down after a rank crashed is not why it crashed.
 //  4. A rank that crashed (SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE, ...).
 //  5. A rank killed by SIGKILL without an OOM kill, a rank that exited with
 //     a non-zero status, a daemon mpirun lost.
@@ -24,8 +27,25 @@
 //     follows a failure; it is listed, never named the cause.
 //
 // Within a rule, the first failure in time wins: the aborts that follow it
-// come later. A launcher stopped by SIGTERM names that as the cause unless
+// come later (each by the earliest time any source gives it; two findings
+// closer than the clocks' disagreement may come in either order). A launcher stopped by SIGTERM names that as the cause unless
 // one of rules 1-4 found something.
+//
+// Times come from two kinds of clock. The launcher's own: when it read
+// mpirun's line (Report.Time), when podmpi-rsh wrote its record (it runs
+// in the launcher's pod), when its questions saw a worker stop answering
+// or answer (Worker.LostAt, Worker.AnsweredAt), a replaced agent's start
+// (Worker.ReplacedAt, from the agent's uptime, not its clock), the
+// launcher's account of its own pod (Input.SelfEvents), mpirun's start and
+// the stop signal (Outcome). And each worker-agent's wall clock, on
+// another node: the times of its events. Times on the launcher's clock are
+// compared as they are; a worker-agent's time is compared with one on the
+// launcher's clock only across more than clockSlack, the disagreement the
+// launcher already allows when it asks for the accounts since mpirun
+// started (nodes keep their clocks by NTP); closer than that, the order is
+// not known. An agent's answer (its clock at Events.Now) would measure its
+// offset, but only to within the request's duration, which on a busy
+// agent, the case that matters here, is no better.
 package postmortem
 
 import (
@@ -70,9 +90,14 @@ var Causes = []string{CauseOOM, CauseGPU, CauseLaunch, CauseGone, CauseUnreachab
 const (
 	tierOOM = iota
 	tierGPU
-	tierGone
+	// tierLaunchOrSilent: rule 3, a daemon podmpi-rsh could not start and a
+	// worker that is gone or does not answer.
+	tierLaunchOrSilent
 	tierCrash
 	tierFailed
+	// tierLate: what rule 3 holds, moved below a crash or a failure
+	// elsewhere that it did not come before (orderAgainstFailures).
+	tierLate
 	tierCascade
 	tierInfo
 )
@@ -84,7 +109,8 @@ const maxOthers = 8
 type Worker struct {
 	Host string
 	// Events is its answer; nil when it gave none. With Err set, it is
-	// what it said before it stopped answering.
+	// what it said before it stopped answering. Its times are on the
+	// agent's clock.
 	Events *api.Events
 	// Err says why it does not answer (connection refused, timeout, ...);
 	// nil when it answered.
@@ -93,12 +119,16 @@ type Worker struct {
 	// older worker-agent): it is there, it just cannot say.
 	NoAccount bool
 	// LostAt is when the launcher first saw it stop answering while mpirun
-	// ran; zero when it never did.
+	// ran, on the launcher's clock: its silence began at that time at the
+	// latest. Zero when it never did.
 	LostAt time.Time
+	// AnsweredAt is when it last answered, on the launcher's clock: it was
+	// there then. Zero when it never did.
+	AnsweredAt time.Time
 	// ReplacedAt is when the worker-agent now answering under its name
-	// started, after mpirun did: the pod that ran the job's daemon is
-	// gone. Zero when not seen. Events, when set, are what the first agent
-	// said.
+	// started, after mpirun did (the launcher's clock, less the agent's
+	// uptime): the pod that ran the job's daemon was gone by then. Zero when
+	// not seen. Events, when set, are what the first agent said.
 	ReplacedAt time.Time
 	// NameGone is true when its name no longer existed when last asked
 	// (an authoritative "no such name" from DNS): a deleted pod's name
@@ -122,7 +152,8 @@ type Outcome struct {
 	// Stopped is true when the launcher was told to stop (SIGTERM or
 	// SIGINT) and stopped mpirun.
 	Stopped bool
-	// StopSignal names that signal, when known; StoppedAt is when it came.
+	// StopSignal names that signal, when known; StoppedAt is when it came
+	// (the launcher's clock).
 	StopSignal string
 	StoppedAt  time.Time
 	// TimedOut is true when --mpirun.timeout stopped it.
@@ -146,7 +177,8 @@ type Input struct {
 	// Self is the launcher's own hostfile entry when it runs ranks too
 	// (Trainer's runLauncherAsNode, mpi-operator's runLauncherAsWorker);
 	// "" when it runs none. SelfEvents is the launcher's own account of its
-	// pod then (the same as a worker-agent's /events); nil without one.
+	// pod then (the same as a worker-agent's /events, on the launcher's
+	// clock); nil without one.
 	Self       string
 	SelfEvents *api.Events
 }
@@ -154,7 +186,9 @@ type Input struct {
 // Finding is one failure found.
 type Finding struct {
 	Cause string
-	Time  time.Time
+	// Time is when it happened, the earliest any source saw it, on that
+	// source's clock (see the package comment).
+	Time time.Time
 	// Host is the worker as the hostfile names it ("" when unknown).
 	Host string
 	// Rank is -1 when unknown; PID 0.
@@ -178,6 +212,15 @@ type Finding struct {
 	phase  string // a podmpi-rsh record's phase
 	cause  string // ... and its cause
 	port   int    // the port a gone worker did not answer on
+
+	// launcherAt is when a source on the launcher's clock saw it (mpirun's
+	// line, a podmpi-rsh record, the launcher's questions, its own
+	// account), agentAt when a worker-agent did, on that agent's clock;
+	// zero when none did. For a silent worker launcherAt is when its
+	// silence had begun at the latest, and answered when its agent last
+	// answered (the launcher's clock): it was not silent then.
+	launcherAt, agentAt time.Time
+	answered            time.Time
 }
 
 // Diagnosis is the decision.
@@ -247,12 +290,12 @@ func Decide(in Input) Diagnosis {
 		switch {
 		case !w.ReplacedAt.IsZero() || w.APIGone != "":
 			d.Silent++
-			fs = append(fs, gone(w, in.Outcome.WebPort))
+			fs = append(fs, silentWorker(w, in.Outcome.WebPort))
 		case w.Err == nil && (w.Events != nil || w.NoAccount):
 			d.Answered++
 		default:
 			d.Silent++
-			fs = append(fs, gone(w, in.Outcome.WebPort))
+			fs = append(fs, silentWorker(w, in.Outcome.WebPort))
 		}
 	}
 	for _, r := range in.Launches {
@@ -266,19 +309,7 @@ func Decide(in Input) Diagnosis {
 	fs = placeRanks(fs, in.Outcome.Started)
 	fs = merge(fs)
 	fs = foldLaunches(fs)
-	// A worker's own agent that recorded a failure before it went quiet
-	// saw that failure first: it beats the worker being gone.
-	for i := range fs {
-		if !fs[i].silent() {
-			continue
-		}
-		for _, g := range fs {
-			if g.source == "agent" && g.Host == fs[i].Host && g.tier > tierGone && g.tier <= tierFailed {
-				fs[i].tier = tierFailed
-				break
-			}
-		}
-	}
+	fs = orderAgainstFailures(fs)
 	if o := in.Outcome; o.Stopped {
 		for i := range fs {
 			f := &fs[i]
@@ -360,6 +391,11 @@ func fromEvents(host string, self bool, ev api.Events) []Finding {
 	for _, e := range ev.Events {
 		f := Finding{Time: e.Time, Host: host, self: self, Rank: e.Rank, PID: e.PID, Signal: e.Signal, CoreDumped: e.CoreDumped,
 			ExitCode: e.ExitCode, Memory: e.Memory, source: "agent", comm: e.Comm, rss: e.RSSBytes}
+		if self {
+			f.launcherAt = e.Time // the launcher keeps this account itself
+		} else {
+			f.agentAt = e.Time
+		}
 		switch e.Kind {
 		case api.KindOOMKill:
 			f.Cause, f.tier = CauseOOM, tierOOM
@@ -499,11 +535,15 @@ func rankOn(rank, pid int, host string) string {
 	return "a rank on " + host
 }
 
-// gone is a worker that did not answer, or that another pod answers for:
-// gone when there is proof (another agent under its name, its name no
-// longer exists), unreachable otherwise.
-func gone(w Worker, port int) Finding {
-	f := Finding{Cause: CauseGone, tier: tierGone, Host: w.Host, Rank: -1, ExitCode: -1, Time: w.LostAt, source: "launcher", port: port}
+// silentWorker is a worker that did not answer, or that another pod
+// answers for: gone when there is proof (another agent under its name, its
+// name no longer exists, the Kubernetes API), unreachable otherwise.
+func silentWorker(w Worker, port int) Finding {
+	f := Finding{Cause: CauseGone, tier: tierLaunchOrSilent, Host: w.Host, Rank: -1, ExitCode: -1, Time: w.LostAt, source: "launcher", port: port,
+		launcherAt: earliest(w.LostAt, w.ReplacedAt)}
+	if w.ReplacedAt.IsZero() {
+		f.answered = w.AnsweredAt // else the one answering is the new agent
+	}
 	why := "no answer"
 	if w.Err != nil {
 		why = w.Err.Error()
@@ -555,7 +595,7 @@ func launch(r rsh.FailureRecord, hosts []string) Finding {
 		if prog == "" {
 			prog = "a command"
 		}
-		return Finding{Cause: CauseCascade, tier: tierCascade, Time: r.Time, Host: host, Rank: -1, ExitCode: -1, source: "rsh",
+		return Finding{Cause: CauseCascade, tier: tierCascade, Time: r.Time, launcherAt: r.Time, Host: host, Rank: -1, ExitCode: -1, source: "rsh",
 			phase: r.Phase, cause: r.Cause,
 			Sentence: fmt.Sprintf("podmpi-rsh could not run %s on %s (not an MPI daemon: a command of the job's own, context only): %s: %s",
 				prog, where, r.Phase, r.Cause),
@@ -569,7 +609,8 @@ func launch(r rsh.FailureRecord, hosts []string) Finding {
 	if r.Phase == "remote-command" {
 		verb = "run"
 	}
-	f := Finding{Cause: CauseLaunch, tier: tierGone, Time: r.Time, Host: host, Rank: -1, ExitCode: -1, source: "rsh", phase: r.Phase, cause: r.Cause,
+	f := Finding{Cause: CauseLaunch, tier: tierLaunchOrSilent, Time: r.Time, launcherAt: r.Time, Host: host, Rank: -1, ExitCode: -1, source: "rsh",
+		phase: r.Phase, cause: r.Cause,
 		Sentence: fmt.Sprintf("podmpi-rsh could not %s %s on %s: %s: %s", verb, daemon, where, r.Phase, r.Cause),
 		Hint:     r.Hint}
 	return f
@@ -592,9 +633,8 @@ func foldLaunches(fs []Finding) []Finding {
 				continue
 			}
 			if l.phase == "remote-command" {
-				if fs[i].Time.IsZero() || l.Time.Before(fs[i].Time) {
-					fs[i].Time = l.Time
-				}
+				fs[i].Time = earliest(fs[i].Time, l.Time)
+				fs[i].launcherAt = earliest(fs[i].launcherAt, l.launcherAt)
 				fs[i].Sentence += "; podmpi-rsh: " + l.phase + ": " + l.cause
 				drop[j] = true
 			} else if !drop[i] {
@@ -612,11 +652,126 @@ func foldLaunches(fs []Finding) []Finding {
 	return out
 }
 
+// clockSlack is how far a worker-agent's clock may be from the
+// launcher's: two times on the two clocks closer than that are in no known
+// order (see the package comment). It is the allowance the launcher makes
+// when it asks for the accounts since mpirun started.
+const clockSlack = 2 * time.Second
+
+// earliest is the earlier of two times; a zero time is unknown.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || !b.IsZero() && b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// orderAgainstFailures moves what rule 3 holds (a daemon podmpi-rsh could
+// not start, a worker that is gone or does not answer) below a crash or a
+// failure of rules 4 and 5 that it did not come before (tierLate):
+//
+//   - A failure a worker's own agent recorded came before that worker went
+//     quiet, whatever the clocks say: the agent was there to record it.
+//   - A worker that does not answer, with no proof that its pod is gone,
+//     outranks a failure only when its silence is known to have begun
+//     before it: at the latest when the launcher's questions first went
+//     unanswered, its daemon's session was lost, or mpirun lost its daemon
+//     there. Silence is what the aftermath of a failure looks like too:
+//     ranks spinning in MPI after a peer died starve the agent of CPU, a
+//     pod that is being torn down answers late or not at all.
+//   - A worker whose pod is gone for sure, and a daemon that could not be
+//     started, are evidence about the thing itself: each outranks a
+//     failure unless it is known to have come after it (the worker still
+//     answered after the failure; the launch failed after it). A pod is not
+//     deleted because a rank elsewhere crashed.
+//
+// mpirun's own word about its daemon on the silent worker (it lost it,
+// or could not start it) is that silence seen from another side, not a
+// failure elsewhere: it dates the silence.
+func orderAgainstFailures(fs []Finding) []Finding {
+	for i := range fs {
+		if !fs[i].silent() {
+			continue
+		}
+		for _, m := range fs {
+			if m.aboutDaemonOn(fs[i].Host) {
+				fs[i].launcherAt = earliest(fs[i].launcherAt, m.launcherAt)
+				fs[i].Time = earliest(fs[i].Time, m.launcherAt)
+			}
+		}
+	}
+	for i := range fs {
+		s := &fs[i]
+		if s.tier != tierLaunchOrSilent {
+			continue
+		}
+		for _, c := range fs {
+			if c.tier != tierCrash && c.tier != tierFailed || s.silent() && c.aboutDaemonOn(s.Host) {
+				continue
+			}
+			var late bool
+			switch {
+			case s.silent() && c.source == "agent" && c.Host == s.Host:
+				late = true
+			case s.Cause == CauseUnreachable:
+				late = !beforeFailure(s.launcherAt, c)
+			case s.silent():
+				late = afterFailure(s.answered, c)
+			default:
+				late = afterFailure(s.launcherAt, c)
+			}
+			if late {
+				s.tier = tierLate
+				break
+			}
+		}
+	}
+	return fs
+}
+
+// aboutDaemonOn reports whether f is mpirun's word about its daemon on
+// host: it lost it, or could not start it there.
+func (f Finding) aboutDaemonOn(host string) bool {
+	return f.source == "mpirun" && f.Cause == CauseDaemon && f.Host != "" && f.Host == host
+}
+
+// beforeFailure reports whether t, on the launcher's clock, is known to
+// come before the failure f: before the launcher read mpirun's word of it
+// (mpirun prints a rank's end within moments), or, when only a
+// worker-agent saw it, before its time by more than clockSlack.
+func beforeFailure(t time.Time, f Finding) bool {
+	switch {
+	case t.IsZero():
+		return false
+	case !f.launcherAt.IsZero():
+		return t.Before(f.launcherAt)
+	case !f.agentAt.IsZero():
+		return t.Add(clockSlack).Before(f.agentAt)
+	}
+	return false
+}
+
+// afterFailure reports whether t, on the launcher's clock, is known to
+// come after the failure f: after the launcher learned of it, or after a
+// worker-agent's time of it by more than clockSlack.
+func afterFailure(t time.Time, f Finding) bool {
+	switch {
+	case t.IsZero():
+		return false
+	case !f.launcherAt.IsZero():
+		return t.After(f.launcherAt)
+	case !f.agentAt.IsZero():
+		return t.After(f.agentAt.Add(clockSlack))
+	}
+	return false
+}
+
 // fromReport turns one of mpirun's messages into a finding; self is the
 // launcher's own entry in hosts ("" when it runs no ranks).
 func fromReport(r Report, hosts []string, self, program string) (Finding, bool) {
 	host := matchHost(r.Host, hosts)
-	f := Finding{Time: r.Time, Host: host, self: host != "" && host == self, Rank: r.Rank, PID: r.PID, ExitCode: r.ExitCode, source: "mpirun"}
+	f := Finding{Time: r.Time, launcherAt: r.Time, Host: host, self: host != "" && host == self, Rank: r.Rank, PID: r.PID, ExitCode: r.ExitCode,
+		source: "mpirun"}
 	switch r.Kind {
 	case ReportSignal:
 		f.Signal = signals.Name(syscall.Signal(r.Signal))
@@ -794,9 +949,9 @@ func combine(a, b Finding) Finding {
 	if keep.Signal == "" && other.Signal != "" && keep.Cause != CauseOOM {
 		keep.Signal = other.Signal
 	}
-	if !other.Time.IsZero() && (keep.Time.IsZero() || other.Time.Before(keep.Time)) {
-		keep.Time = other.Time
-	}
+	keep.Time = earliest(keep.Time, other.Time)
+	keep.launcherAt = earliest(keep.launcherAt, other.launcherAt)
+	keep.agentAt = earliest(keep.agentAt, other.agentAt)
 	switch keep.Cause {
 	case CauseOOM:
 		keep.Sentence, keep.Hint = oomText(keep.where(), keep.Rank, keep.PID, keep.comm, keep.rss, *keep.Memory)

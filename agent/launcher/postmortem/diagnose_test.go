@@ -379,11 +379,81 @@ func TestCrashBeforeTheWorkerWentQuiet(t *testing.T) {
 	w.Err, w.LostAt = errors.New("refused"), at(5)
 	d := Decide(Input{Workers: []Worker{w, answered(hostA, rankExit(6, 1, 10, "SIGABRT", -1))}})
 	wantRoot(t, d, CauseCrash, "rank 0 on "+hostB, "SIGBUS")
-	// Without its own last words, a worker that stopped answering beats
-	// the crashes elsewhere (the aborts that follow a lost daemon).
+	// Without its own last words, a worker that stopped answering before
+	// the crashes elsewhere (the aborts that follow a lost daemon) beats
+	// them: seen at 5 on the launcher's clock, the abort at 9 on A's.
 	w = Worker{Host: hostB, Err: errors.New("refused"), LostAt: at(5)}
-	d = Decide(Input{Workers: []Worker{w, answered(hostA, rankExit(6, 1, 10, "SIGABRT", -1))}})
+	d = Decide(Input{Workers: []Worker{w, answered(hostA, rankExit(9, 1, 10, "SIGABRT", -1))}})
 	wantRoot(t, d, CauseUnreachable, hostB)
+}
+
+// TestSilenceOutranksAFailureOnlyWhenItBeganBefore: a worker that does not
+// answer is rule 3, but a crash or a failure elsewhere that it is not known
+// to have come before outranks it: a worker-agent starved or torn down
+// after a rank crashed is the aftermath, not the cause. Proof that a pod
+// is gone, and a daemon that could not start, still outrank a failure
+// unless they are known to have come after it.
+func TestSilenceOutranksAFailureOnlyWhenItBeganBefore(t *testing.T) {
+	busy := errors.New("GET http://dg-node-0-1.dg:9022/events: 503 Service Unavailable")
+	segv := func(s int) Report {
+		return Report{Time: at(s), Kind: ReportSignal, Rank: 1, Host: "dg-node-0-0", Signal: 11, ExitCode: -1}
+	}
+	launch := func(s int) rsh.FailureRecord {
+		return rsh.FailureRecord{Time: at(s), Host: hostB, Port: 2222, Phase: "remote-command", Daemon: "orted", Launch: true, Cause: "session lost"}
+	}
+	for _, tc := range []struct {
+		name     string
+		workers  []Worker
+		reports  []Report
+		launches []rsh.FailureRecord
+		cause    string
+		want     string
+	}{
+		{"the issue: rank 1 SIGSEGV at 1, B silent only from 10",
+			[]Worker{answered(hostA, rankExit(1, 1, 300, "SIGSEGV", -1)), {Host: hostB, Err: busy, LostAt: at(10), AnsweredAt: at(6)}},
+			[]Report{segv(1)}, nil, CauseCrash, "rank 1 on " + hostA},
+		{"mpirun's word alone, no last answer known",
+			[]Worker{answered(hostA), {Host: hostB, Err: busy, LostAt: at(10)}}, []Report{segv(1)}, nil, CauseCrash, "rank 1 on " + hostA},
+		{"silent only at the final questions (no time at all)",
+			[]Worker{answered(hostA), {Host: hostB, Err: busy}}, []Report{segv(1)}, nil, CauseCrash, "rank 1 on " + hostA},
+		{"a non-zero exit before the silence",
+			[]Worker{answered(hostA), {Host: hostB, Err: busy, LostAt: at(10)}},
+			[]Report{{Time: at(1), Kind: ReportExit, Rank: 6, ExitCode: 7}}, nil, CauseExit, "rank 6"},
+		{"silence seen before the crash",
+			[]Worker{answered(hostA), {Host: hostB, Err: busy, LostAt: at(1)}}, []Report{segv(3)}, nil, CauseUnreachable, "worker " + hostB},
+		{"dated by mpirun losing its daemon there",
+			[]Worker{answered(hostA), {Host: hostB, Err: busy, LostAt: at(7)}},
+			[]Report{{Time: at(1), Kind: ReportDaemonLost, Rank: -1, Host: "dg-node-0-1", ExitCode: -1}, segv(2)}, nil, CauseUnreachable, "worker " + hostB},
+		{"the crash on A's clock only, within the clocks' slack: order unknown",
+			[]Worker{answered(hostA, rankExit(4, 1, 300, "SIGSEGV", -1)), {Host: hostB, Err: busy, LostAt: at(3)}}, nil, nil, CauseCrash, "rank 1 on " + hostA},
+		{"the crash on A's clock only, beyond the slack",
+			[]Worker{answered(hostA, rankExit(9, 1, 300, "SIGSEGV", -1)), {Host: hostB, Err: busy, LostAt: at(3)}}, nil, nil, CauseUnreachable, "worker " + hostB},
+		{"gone for sure, order unknown: proof outranks",
+			[]Worker{answered(hostA), {Host: hostB, Err: errors.New("no such host"), NameGone: true, LostAt: at(10)}},
+			[]Report{segv(1)}, nil, CauseGone, "worker " + hostB + " is gone"},
+		{"gone, but it answered after the crash",
+			[]Worker{answered(hostA), {Host: hostB, Err: errors.New("no such host"), NameGone: true, LostAt: at(10), AnsweredAt: at(5)}},
+			[]Report{segv(1)}, nil, CauseCrash, "rank 1 on " + hostA},
+		{"a daemon's session lost after the crash",
+			[]Worker{answered(hostA), answered(hostB)}, []Report{segv(1)}, []rsh.FailureRecord{launch(3)}, CauseCrash, "rank 1 on " + hostA},
+		{"a daemon's session lost before the crash",
+			[]Worker{answered(hostA), answered(hostB)}, []Report{segv(3)}, []rsh.FailureRecord{launch(1)}, CauseLaunch, "could not run orted on " + hostB},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Decide(Input{Outcome: Outcome{Program: "mpirun", ExitCode: 139, WebPort: 9022}, Workers: tc.workers, Reports: tc.reports,
+				Launches: tc.launches})
+			wantRoot(t, d, tc.cause, tc.want)
+			if tc.cause != CauseUnreachable && tc.cause != CauseGone && tc.cause != CauseLaunch {
+				listed := false
+				for _, f := range d.Others {
+					listed = listed || f.Host == hostB
+				}
+				if !listed {
+					t.Errorf("what happened on %s is not listed: %v", hostB, d.Lines())
+				}
+			}
+		})
+	}
 }
 
 // TestBrokenPipeIsAConsequence: a rank that died of a broken pipe (signal
