@@ -103,3 +103,22 @@ func ReplaceHostfile(argv []string, from, to string) (out []string, replaced []s
 	}
 	return out, replaced
 }
+
+// CommandOption is one option of an MPI launcher command: its name
+// without leading dashes and "=value", and its values.
+type CommandOption struct {
+	Name   string
+	Values []string
+}
+
+// CommandOptions returns the options of an MPI launcher command in order,
+// up to the program of each app context (none when argv is not one:
+// IsMPIRun).
+func CommandOptions(argv []string) []CommandOption {
+	var out []CommandOption
+	eachOption(argv, func(o option) bool {
+		out = append(out, CommandOption{Name: o.name, Values: o.values})
+		return true
+	})
+	return out
+}

@@ -107,3 +107,16 @@ func FuzzHostfileArgs(f *testing.F) {
 		}
 	})
 }
+
+func TestCommandOptions(t *testing.T) {
+	t.Parallel()
+	got := CommandOptions(strings.Fields("mpirun -np 8 --mca btl tcp,self --map-by=node -x A ./a --hostfile /theirs : -n 1 ./b"))
+	want := []CommandOption{{"np", []string{"8"}}, {"mca", []string{"btl", "tcp,self"}}, {"map-by", []string{"node"}}, {"x", []string{"A"}},
+		{"n", []string{"1"}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("CommandOptions = %q, want %q", got, want)
+	}
+	if got := CommandOptions(strings.Fields("bash -c mpirun -np 2")); got != nil {
+		t.Errorf("not an MPI launcher: %q", got)
+	}
+}
