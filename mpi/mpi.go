@@ -95,6 +95,32 @@ type Param struct {
 	Aliases []string
 }
 
+// LaunchChoice is a variable podmpi leaves unset that chooses how mpirun
+// starts its daemons (Open MPI's plm framework: rsh or ssh by default,
+// slurm, tm, lsf, isolated...). A value that does not select one of Via
+// takes the launch away from the rsh program, and so from podmpi-rsh.
+type LaunchChoice struct {
+	// Names are its spellings.
+	Names []string
+	// Via are the components that start the daemons through the rsh
+	// program.
+	Via []string
+}
+
+// Selects reports whether value, an MCA component list ("rsh",
+// "slurm,rsh", or the exclusion "^slurm,tm"), leaves one of c.Via
+// selectable.
+func (c LaunchChoice) Selects(value string) bool {
+	list, exclude := strings.CutPrefix(strings.TrimSpace(value), "^")
+	named := false
+	for _, comp := range strings.Split(list, ",") {
+		if contains(c.Via, strings.TrimSpace(comp)) {
+			named = true
+		}
+	}
+	return named != exclude
+}
+
 // Ignored is a variable operators set that the flavour does not read.
 type Ignored struct {
 	Name string // what is set, e.g. HYDRA_LAUNCH_EXTRA_ARGS
@@ -121,6 +147,10 @@ type Flavour struct {
 	Params []Param
 	// Ignored lists variables of this flavour's world that have no effect.
 	Ignored []Ignored
+	// LaunchChoices are the variables that choose how its mpirun starts
+	// its daemons, which podmpi leaves unset (Hydra's choice is a Param,
+	// Bootstrap, which podmpi sets).
+	LaunchChoices []LaunchChoice
 	// SelfByHostname: the launcher's own hostfile entry (runLauncherAsNode,
 	// runLauncherAsWorker) must be written as its host name, because the
 	// launcher starts processes on its own host without the rsh program
@@ -147,6 +177,7 @@ var table = []Flavour{
 			{AllowRoot, []string{"OMPI_ALLOW_RUN_AS_ROOT"}, nil},
 			{AllowRoot, []string{"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"}, nil},
 		},
+		LaunchChoices: []LaunchChoice{{Names: []string{"OMPI_MCA_plm"}, Via: []string{"rsh"}}},
 	},
 	{
 		Impl: OpenMPI5, Title: "Open MPI 5 (PRRTE)", Program: "mpirun", Hostfile: hostfile.OpenMPI,
@@ -163,6 +194,7 @@ var table = []Flavour{
 			{AllowRoot, []string{"OMPI_ALLOW_RUN_AS_ROOT", "PRTE_ALLOW_RUN_AS_ROOT"}, nil},
 			{AllowRoot, []string{"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "PRTE_ALLOW_RUN_AS_ROOT_CONFIRM"}, nil},
 		},
+		LaunchChoices: []LaunchChoice{{Names: []string{"PRTE_MCA_plm", "OMPI_MCA_plm"}, Via: []string{"ssh", "rsh"}}},
 	},
 	{
 		Impl: MPICH, Title: "MPICH (Hydra)", Program: "mpiexec", Hostfile: hostfile.MPICH,

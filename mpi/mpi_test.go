@@ -248,3 +248,17 @@ func TestIndexFold(t *testing.T) {
 		t.Errorf("ParseVersionOutput = %q, %v; want %q", impl, err, IntelMPI)
 	}
 }
+
+func TestLaunchChoiceSelects(t *testing.T) {
+	c := OpenMPI4.Flavour().LaunchChoices[0]
+	for v, want := range map[string]bool{
+		"rsh": true, "slurm,rsh": true, " rsh ": true, "^slurm,tm": true, "^slurm, rsh": false, "isolated": false, "slurm": false, "^rsh": false,
+	} {
+		if got := c.Selects(v); got != want {
+			t.Errorf("Selects(%q) = %v, want %v", v, got, want)
+		}
+	}
+	if c := OpenMPI5.Flavour().LaunchChoices[0]; !c.Selects("ssh") || c.Selects("pals") {
+		t.Errorf("PRRTE's ssh launcher: %+v", c)
+	}
+}
