@@ -82,6 +82,13 @@ type Setting struct {
 	// Note explains a consequence the user should know about (a kept value
 	// that breaks the job, a variable the MPI ignores).
 	Note string
+	// Overrides is true when the user's value takes mpirun's daemon
+	// launch away from podmpi's wiring: an rsh agent or launcher program
+	// other than podmpi-rsh, a launcher (Open MPI's plm, Hydra's
+	// bootstrap) other than rsh/ssh. mpirun then does not start its daemons
+	// the way the probe checked them; the launcher warns at start and names
+	// the setting when mpirun fails (postmortem.Override).
+	Overrides bool
 }
 
 // String formats s for logs: "NAME=value (set)" or "NAME kept user value".
@@ -105,6 +112,9 @@ type param struct {
 	value string
 	// keptNote is added when the user's value is kept.
 	keptNote func(userName, userValue string) string
+	// overrides reports whether the user's value, kept, takes the
+	// daemons' launch away from podmpi-rsh (Setting.Overrides).
+	overrides func(userValue string) bool
 }
 
 // rshAgent is the Open MPI rsh/ssh agent list. Open MPI tries the
@@ -144,21 +154,30 @@ func (w Wiring) params() []param {
 		switch p.Role {
 		case mpi.RshAgent:
 			q.value = w.rshAgent()
-			q.keptNote = func(string, string) string {
-				return f.Program + " will not use podmpi-rsh; unset it to use the launcher's rsh client"
+			q.overrides = func(v string) bool { return !isRsh(firstAgent(v)) }
+			q.keptNote = func(_, v string) string {
+				if isRsh(firstAgent(v)) {
+					return ""
+				}
+				return f.Program + " will not start its daemons through podmpi-rsh but through " + firstAgent(v)
 			}
 		case mpi.Bootstrap:
 			q.value = "ssh"
+			q.overrides = func(v string) bool { return !viaRsh(v) }
 			q.keptNote = func(n, v string) string {
-				if v != "ssh" {
-					return n + "=" + v + ": " + f.Program + " will not start proxies through podmpi-rsh"
+				if !viaRsh(v) {
+					return f.Program + " will not start its proxies through podmpi-rsh (" + n + "=" + v + " is not ssh or rsh)"
 				}
 				return ""
 			}
 		case mpi.BootstrapExec:
 			q.value = w.RshPath
-			q.keptNote = func(string, string) string {
-				return f.Program + " will not use podmpi-rsh; unset it to use the launcher's rsh client"
+			q.overrides = func(v string) bool { return !isRsh(v) }
+			q.keptNote = func(_, v string) string {
+				if isRsh(v) {
+					return ""
+				}
+				return f.Program + " will not start its proxies through podmpi-rsh but through " + v
 			}
 		case mpi.KeepFQDN:
 			q.value, q.keptNote = "1", keepFQDNNote
@@ -244,6 +263,7 @@ func (w Wiring) Env(base []string) (env []string, report []Setting) {
 				if p.keptNote != nil {
 					s.Note = p.keptNote(userName, userValue)
 				}
+				s.Overrides = p.overrides != nil && p.overrides(userValue)
 			} else {
 				setVar(n, p.value)
 			}
@@ -258,6 +278,15 @@ func (w Wiring) Env(base []string) (env []string, report []Setting) {
 				note += "; use " + ig.Use
 			}
 			report = append(report, Setting{Name: ig.Name, Kept: true, UserValue: v, Note: note})
+		}
+	}
+	for _, c := range w.Impl.Flavour().LaunchChoices {
+		for _, n := range c.Names {
+			if v, ok := user[n]; ok && !c.Selects(v) {
+				report = append(report, Setting{Name: n, Kept: true, UserValue: v, Overrides: true,
+					Note: w.Impl.Flavour().Program + " will start its daemons with another launcher than " + strings.Join(c.Via, " or ") +
+						": none through podmpi-rsh, and no rank on another host"})
+			}
 		}
 	}
 	if w.Iface == "" {
@@ -298,6 +327,29 @@ func (w Wiring) Env(base []string) (env []string, report []Setting) {
 		}
 	}
 	return env, report
+}
+
+// firstAgent is the program of the first entry of an rsh agent list
+// ("ssh -x : rsh" gives "ssh"), the one Open MPI tries first.
+func firstAgent(list string) string {
+	first, _, _ := strings.Cut(list, ":")
+	if f := strings.Fields(first); len(f) > 0 {
+		return f[0]
+	}
+	return ""
+}
+
+// isRsh reports whether prog is podmpi-rsh (by name or path).
+func isRsh(prog string) bool { return filepath.Base(strings.TrimSpace(prog)) == rsh.Name }
+
+// viaRsh reports whether a Hydra launcher kind starts its proxies with
+// the launcher program podmpi sets (HYDRA_LAUNCHER_EXEC): ssh and rsh do.
+func viaRsh(kind string) bool {
+	switch strings.ToLower(strings.TrimSpace(kind)) {
+	case "ssh", "rsh":
+		return true
+	}
+	return false
 }
 
 func hydraNoIfaceNote(name, addr string) string {

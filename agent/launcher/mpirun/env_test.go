@@ -278,6 +278,52 @@ func TestEnvUserValueKeptAndReported(t *testing.T) {
 	}
 }
 
+// TestEnvOverridesOfTheWiring: an MPI setting of the environment that
+// takes mpirun's daemon launch away from podmpi-rsh (another rsh agent,
+// Open MPI's plm other than rsh/ssh, Hydra's bootstrap other than
+// ssh/rsh, another launcher program) is reported as overriding the wiring,
+// so that the launcher warns at start and names it when mpirun fails; a
+// value that still goes through podmpi-rsh is not.
+func TestEnvOverridesOfTheWiring(t *testing.T) {
+	for _, tc := range []struct {
+		impl mpi.Implementation
+		kv   string
+		want string // the Setting's name; "" when nothing overrides
+	}{
+		{mpi.OpenMPI4, "OMPI_MCA_plm=isolated", "OMPI_MCA_plm"},
+		{mpi.OpenMPI4, "OMPI_MCA_plm=^slurm", ""},
+		{mpi.OpenMPI4, "OMPI_MCA_plm=rsh", ""},
+		{mpi.OpenMPI5, "PRTE_MCA_plm=slurm", "PRTE_MCA_plm"},
+		{mpi.OpenMPI5, "OMPI_MCA_plm=ssh", ""},
+		{mpi.OpenMPI4, "OMPI_MCA_plm_rsh_agent=/usr/bin/ssh", "OMPI_MCA_plm_rsh_agent"},
+		{mpi.OpenMPI4, "OMPI_MCA_orte_rsh_agent=ssh : rsh", "OMPI_MCA_plm_rsh_agent"},
+		{mpi.OpenMPI4, "OMPI_MCA_plm_rsh_agent=podmpi-rsh : ssh", ""},
+		{mpi.OpenMPI5, "PRTE_MCA_plm_ssh_agent=/usr/bin/ssh", "PRTE_MCA_plm_ssh_agent"},
+		{mpi.MPICH, "HYDRA_LAUNCHER=slurm", "HYDRA_LAUNCHER"},
+		{mpi.MPICH, "HYDRA_BOOTSTRAP=rsh", ""},
+		{mpi.MPICH, "HYDRA_LAUNCHER_EXEC=/usr/bin/ssh", "HYDRA_LAUNCHER_EXEC"},
+		{mpi.IntelMPI, "I_MPI_HYDRA_BOOTSTRAP=slurm", "I_MPI_HYDRA_BOOTSTRAP"},
+		{mpi.IntelMPI, "I_MPI_HYDRA_BOOTSTRAP=ssh", ""},
+		{mpi.MPICH, "OMPI_MCA_plm=isolated", ""}, // not this MPI's
+	} {
+		_, rep := baseWiring(tc.impl).Env([]string{tc.kv})
+		var got []Setting
+		for _, s := range rep {
+			if s.Overrides {
+				got = append(got, s)
+			}
+		}
+		switch {
+		case tc.want == "" && len(got) > 0:
+			t.Errorf("%s %s: reported as overriding the wiring: %+v", tc.impl, tc.kv, got)
+		case tc.want == "" && slices.ContainsFunc(rep, func(s Setting) bool { return s.Kept && strings.Contains(s.Note, "will not") }):
+			t.Errorf("%s %s: a note says podmpi-rsh is not used: %+v", tc.impl, tc.kv, rep)
+		case tc.want != "" && (len(got) == 0 || got[0].Name != tc.want || !got[0].Kept || got[0].Note == ""):
+			t.Errorf("%s %s: overrides = %+v, want %s kept with a note", tc.impl, tc.kv, got, tc.want)
+		}
+	}
+}
+
 func TestEnvMPICH(t *testing.T) {
 	w := baseWiring(mpi.MPICH)
 	env, rep := w.Env([]string{"HYDRA_LAUNCH_EXTRA_ARGS=-o ConnectionAttempts=10", "HYDRA_HOST_FILE=/etc/mpi/hostfile"})
