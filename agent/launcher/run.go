@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -110,6 +111,11 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 	env, settings := w.Env(base)
 	for _, s := range settings {
 		switch {
+		case s.Overrides:
+			l.log.Warn("an MPI setting of the environment overrides podmpi's wiring: mpirun will not start its daemons through podmpi-rsh "+
+				"as the probe checked them; unset it unless you mean it", "name", orName(s.UserName, s.Name), "value", s.UserValue, "effect", s.Note)
+			pm.setup.Overrides = appendOverride(pm.setup.Overrides, postmortem.Override{Name: orName(s.UserName, s.Name), Value: s.UserValue,
+				Effect: s.Note})
 		case s.Kept:
 			l.log.Info("keeping the user's setting", "name", s.Name, "ours", s.Value, "note", s.Note)
 		case s.Note != "":
@@ -169,6 +175,7 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 			Hint: "install the MPI in the launcher image: podmpi's own " + argv[0] + " runs the real one it finds after it on PATH"}
 	}
 	argv = programArgv0(argv, prog, p.Impl)
+	pm.setup.RankHosts = mpirun.RankHosts(p.Impl, argv, env, p.Hostfile, p.Hosts)
 	var res mpirun.RunResult
 	runErr := l.phase(PhaseMPIRun, func() error {
 		var err error
@@ -225,6 +232,23 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 			Hint: "the MPI job itself failed after it started: the root cause first in this message, and mpirun's output, name the rank or daemon; the probe passed for every worker, so SSH and PATH were fine"}
 	}
 	return exitcode.OK, nil
+}
+
+// orName is name, or def when it is "".
+func orName(name, def string) string {
+	if name == "" {
+		return def
+	}
+	return name
+}
+
+// appendOverride adds o unless it is there already: Open MPI 5's rsh
+// agent is reported under both its names, each kept for the user's one.
+func appendOverride(list []postmortem.Override, o postmortem.Override) []postmortem.Override {
+	if slices.Contains(list, o) {
+		return list
+	}
+	return append(list, o)
 }
 
 func firstSlots(p *Prepared) int {

@@ -224,6 +224,10 @@ type watch struct {
 	self string
 	own  *account.Account
 
+	// setup is what exec knows of how it started mpirun (the ranks'
+	// hosts by its default mapping, settings that override the wiring).
+	setup postmortem.Setup
+
 	// upBefore is a time every worker-agent is known to have been up at:
 	// mpirun's start when the probe ran (it reached every agent before);
 	// zero when it did not.
@@ -865,6 +869,7 @@ func (w *watch) diagnose(res mpirun.RunResult, program string) *postmortem.Diagn
 		Reports:  w.collector.Reports(),
 		Launches: append([]rsh.FailureRecord(nil), w.records...),
 		Self:     w.self,
+		Setup:    w.setup,
 	}
 	if !w.stoppedAt.IsZero() && !w.launchStopped {
 		in.Outcome.Stopped, in.Outcome.StoppedAt = true, w.stoppedAt

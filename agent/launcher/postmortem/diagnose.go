@@ -20,16 +20,31 @@
 //     crashes and failures of rules 4 and 5 only when it did not come after
 //     them (orderAgainstFailures): a worker whose agent went quiet while the
 //     job was torn down after a rank crashed is not why it crashed.
-//  4. A rank that crashed (SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE, ...).
+//  4. A rank that crashed (SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE, ...),
+//     or an MPI daemon that did (its session's signal, or the status 128+N
+//     of the shell that ran it).
 //  5. A rank killed by SIGKILL without an OOM kill, a rank that exited with
-//     a non-zero status, a daemon mpirun lost.
+//     a non-zero status, a daemon mpirun lost, a daemon that mpirun could
+//     not start (the daemon's own account of its end, with its host,
+//     outranks mpirun's generic words).
 //  6. The rest (SIGTERM, SIGINT, failed sessions) is the cascade that
 //     follows a failure; it is listed, never named the cause.
 //
+// An MPI setting of mpirun's environment that takes the daemons' launch
+// away from podmpi's wiring (Setup.Overrides: Open MPI's plm isolated, an
+// rsh agent of the user's) is the cause when nothing but mpirun's generic
+// word about its daemons, or nothing at all, explains the failure; beside
+// anything else it is listed.
+//
 // Within a rule, the first failure in time wins: the aborts that follow it
 // come later (each by the earliest time any source gives it; two findings
-// closer than the clocks' disagreement may come in either order). A launcher stopped by SIGTERM names that as the cause unless
-// one of rules 1-4 found something.
+// closer than the clocks' disagreement may come in either order). A
+// launcher stopped by SIGTERM names that as the cause unless one of rules
+// 1-4 found something.
+//
+// A rank mpirun names without its host is placed by the worker-agent that
+// saw it end, else by mpirun's default mapping of the hostfile when the
+// launcher knows it (Setup.RankHosts).
 //
 // Times come from two kinds of clock. The launcher's own: when it read
 // mpirun's line (Report.Time), when podmpi-rsh wrote its record (it runs
@@ -61,6 +76,7 @@ import (
 	"github.com/podmpi/podmpi/agent/signals"
 	"github.com/podmpi/podmpi/agent/worker/api"
 	"github.com/podmpi/podmpi/gpu"
+	"github.com/podmpi/podmpi/mpi"
 )
 
 // Causes: the kind of a Finding, and the values of the launcher's
@@ -79,12 +95,16 @@ const (
 	CauseDaemon      = "daemon"
 	CauseCascade     = "cascade"
 	CauseStopped     = "stopped"
-	CauseUnknown     = "unknown"
+	// CauseSetting: an MPI setting of mpirun's environment that takes its
+	// daemons' launch away from podmpi's wiring (Setup.Overrides), when
+	// nothing more precise explains the failure.
+	CauseSetting = "setting"
+	CauseUnknown = "unknown"
 )
 
 // Causes lists every cause.
 var Causes = []string{CauseOOM, CauseGPU, CauseLaunch, CauseGone, CauseUnreachable, CauseCrash, CauseKilled, CauseExit, CauseDaemon,
-	CauseCascade, CauseStopped, CauseUnknown}
+	CauseCascade, CauseStopped, CauseSetting, CauseUnknown}
 
 // Tiers of the rules above (lower wins).
 const (
@@ -181,6 +201,29 @@ type Input struct {
 	// clock); nil without one.
 	Self       string
 	SelfEvents *api.Events
+	// Setup is what the launcher knows of how it started mpirun.
+	Setup Setup
+}
+
+// Setup is what the launcher knows of how it started mpirun, besides its
+// outcome.
+type Setup struct {
+	// RankHosts is the hostfile's host of each rank, indexed by rank,
+	// where mpirun's default mapping puts it (mpirun.RankHosts); nil when
+	// that is not known for sure (another mapping, another MPI).
+	RankHosts []string
+	// Overrides are the MPI settings of mpirun's environment that take its
+	// daemons' launch away from podmpi's wiring (mpirun.Setting.Overrides).
+	Overrides []Override
+}
+
+// Override is one MPI setting of the environment that overrides podmpi's
+// wiring: "OMPI_MCA_plm" = "isolated" makes mpirun start no daemon on
+// another host.
+type Override struct {
+	Name, Value string
+	// Effect says what it does to the launch, for the diagnosis.
+	Effect string
 }
 
 // Finding is one failure found.
@@ -206,12 +249,15 @@ type Finding struct {
 
 	tier   int
 	self   bool   // Host is the launcher's own pod
+	mapped bool   // Host is where mpirun's default mapping puts its rank
 	source string // "agent", "mpirun", "rsh", "launcher"
 	comm   string // the process's command name, when the agent saw it
 	rss    uint64 // its resident memory when last seen
 	phase  string // a podmpi-rsh record's phase
 	cause  string // ... and its cause
 	port   int    // the port a gone worker did not answer on
+	daemon string // the command of a session that ended (orted, ...)
+	report string // the kind of mpirun's message (Report.Kind)
 
 	// launcherAt is when a source on the launcher's clock saw it (mpirun's
 	// line, a podmpi-rsh record, the launcher's questions, its own
@@ -306,9 +352,10 @@ func Decide(in Input) Diagnosis {
 			fs = append(fs, f)
 		}
 	}
-	fs = placeRanks(fs, in.Outcome.Started)
+	fs = placeRanks(fs, in.Outcome.Started, in.Setup, in.Self)
 	fs = merge(fs)
 	fs = foldLaunches(fs)
+	fs = daemonsAtStart(fs, in.Outcome.Program)
 	fs = orderAgainstFailures(fs)
 	if o := in.Outcome; o.Stopped {
 		for i := range fs {
@@ -356,6 +403,23 @@ func Decide(in Input) Diagnosis {
 				"preempted, or restarted after a failure elsewhere in it)", sig, orMPIRun(in.Outcome.Program)),
 			Hint: "kubectl get events --sort-by=.lastTimestamp in the job's namespace says who deleted the pod; no worker-agent reported an OOM kill, a crash or a GPU error before it"}
 	}
+	if f, ok := overridden(in.Setup.Overrides, in.Outcome.Program); ok {
+		// A setting that took the launch away from podmpi's wiring explains
+		// a run that failed without a word of any rank, or with mpirun's
+		// generic word about its daemons; beside anything else, it is
+		// context.
+		switch {
+		case in.Outcome.Stopped:
+			rest = append(rest, f)
+		case d.Root == nil || d.Root.source == "mpirun" && d.Root.Cause == CauseDaemon:
+			if d.Root != nil {
+				rest = append([]Finding{*d.Root}, rest...)
+			}
+			d.Root = &f
+		default:
+			rest = append(rest, f)
+		}
+	}
 	if d.Root == nil {
 		// Nothing but the first rank to end, whose status nobody saw.
 		for i := range fs {
@@ -382,6 +446,29 @@ func orMPIRun(p string) string {
 		return "mpirun"
 	}
 	return p
+}
+
+// overridden is the finding of the MPI settings that override podmpi's
+// wiring, ok false without one.
+func overridden(overrides []Override, program string) (Finding, bool) {
+	if len(overrides) == 0 {
+		return Finding{}, false
+	}
+	var names, effects []string
+	for _, o := range overrides {
+		names = append(names, o.Name+"="+o.Value)
+		if o.Effect != "" && !slices.Contains(effects, o.Effect) {
+			effects = append(effects, o.Effect)
+		}
+	}
+	f := Finding{Cause: CauseSetting, tier: tierFailed, Rank: -1, ExitCode: -1, source: "launcher",
+		Sentence: fmt.Sprintf("the environment of %s sets %s, which overrides podmpi's wiring", orMPIRun(program), strings.Join(names, ", ")),
+		Hint: "unset it in the image or the pod spec, so that mpirun starts its daemons through podmpi-rsh as the probe checked; " +
+			"if you set it on purpose, mpirun's output above says what it could not do"}
+	if len(effects) > 0 {
+		f.Sentence += ": " + strings.Join(effects, "; ")
+	}
+	return f, true
 }
 
 // fromEvents turns a pod's account into findings: a worker-agent's, or
@@ -419,12 +506,7 @@ func fromEvents(host string, self bool, ev api.Events) []Finding {
 		case api.KindRankExit:
 			f = rankEnd(f)
 		case api.KindSessionExit:
-			f.Cause, f.tier = CauseCascade, tierCascade
-			f.Sentence = e.Message + " on " + f.where()
-			if sig := signals.Parse(e.Signal); isCrash(sig) {
-				f.Cause, f.tier = CauseCrash, tierCrash
-				f.Hint = "the MPI daemon itself crashed: look at the worker's log and its core dump"
-			}
+			f = sessionEnd(f, e)
 		default:
 			continue
 		}
@@ -441,8 +523,8 @@ func rankEnd(f Finding) Finding {
 	}
 	sig := signals.Parse(f.Signal)
 	shellSig := syscall.Signal(0)
-	if sig == 0 && isShell(f.comm) && f.ExitCode > 128 && f.ExitCode < 128+65 {
-		shellSig = syscall.Signal(f.ExitCode - 128) // sh reports its child's death by signal N as status 128+N
+	if sig == 0 && isShell(f.comm) {
+		shellSig = shellSignal(f.ExitCode)
 	}
 	switch {
 	case shellSig != 0:
@@ -483,6 +565,53 @@ func classifySignal(f Finding, sig syscall.Signal) Finding {
 		f.Cause, f.tier = CauseCascade, tierCascade
 	}
 	return f
+}
+
+// sessionEnd classifies the end of an SSH session's command (an MPI
+// daemon's, mostly) that failed. The worker-agent runs every session's
+// command through its shell (sh -c), so a status 128+N is the shell's word
+// that the command died of signal N: a daemon that crashed (orted dying of
+// SIGSEGV as it reads the node's topology leaves "exited with status
+// 139"). A crash is the daemon's own failure, with its host; anything else
+// is the cascade of another failure unless mpirun could not start its
+// daemons (daemonsAtStart).
+func sessionEnd(f Finding, e api.Event) Finding {
+	f.Cause, f.tier = CauseCascade, tierCascade
+	f.Sentence = e.Message + " on " + f.where()
+	f.daemon = e.Command
+	sig, byShell := signals.Parse(e.Signal), false
+	if sig == 0 {
+		sig, byShell = shellSignal(e.ExitCode), true
+	}
+	if !isCrash(sig) {
+		return f
+	}
+	f.Cause, f.tier, f.Signal = CauseCrash, tierCrash, signals.Name(sig)
+	f.Sentence = fmt.Sprintf("the command %s of ssh session %s on %s died of %s", e.Command, e.Session, f.where(), signals.Describe(sig))
+	if mpi.IsDaemon(e.Command) {
+		f.Sentence = fmt.Sprintf("the MPI daemon %s on %s died of %s", e.Command, f.where(), signals.Describe(sig))
+	}
+	if f.CoreDumped {
+		f.Sentence += ", core dumped"
+	}
+	if byShell {
+		f.Sentence += fmt.Sprintf(" (its ssh session %s exited with status %d)", e.Session, e.ExitCode)
+	}
+	f.Hint = "the command itself crashed on that worker: its core dump and the worker's log say where"
+	if mpi.IsDaemon(e.Command) {
+		f.Hint = "the MPI daemon itself crashed on that worker, not the network: its core dump and the worker's log say where (the daemon's " +
+			"own error, if it printed one, is in mpirun's output above)"
+	}
+	return f
+}
+
+// shellSignal is the signal N a shell's exit status 128+N reports its
+// child died of, 0 for any other status.
+func shellSignal(code int) syscall.Signal {
+	if code > 128 && code < 128+65 {
+		return syscall.Signal(code - 128)
+	}
+	return 0
 }
 
 // isShell reports whether comm is a shell, whose exit status 128+N says
@@ -652,6 +781,51 @@ func foldLaunches(fs []Finding) []Finding {
 	return out
 }
 
+// daemonsAtStart gives mpirun's generic "could not start its MPI daemons"
+// (Open MPI's list of five usual suspects, a NetworkPolicy among them) the
+// daemon's own account when a worker-agent has one: an MPI daemon's
+// session that failed by then on that host (any host, when mpirun names
+// none) is that failure, with its host and status, and takes mpirun's line
+// in. A daemon that crashed (a signal) already outranks it as a crash; one
+// that exited with a status (a library it cannot load, a setting it
+// refuses) is named here instead of the network.
+func daemonsAtStart(fs []Finding, program string) []Finding {
+	drop := make([]bool, len(fs))
+	for i := range fs {
+		m := &fs[i]
+		if m.source != "mpirun" || m.report != ReportDaemonFailed {
+			continue
+		}
+		for j := range fs {
+			e := &fs[j]
+			later := !e.agentAt.IsZero() && e.agentAt.After(m.launcherAt.Add(clockSlack))
+			if e.source != "agent" || !mpi.IsDaemon(e.daemon) || m.Host != "" && e.Host != m.Host || later {
+				continue // not a daemon, another host's, or after mpirun's word (beyond the clocks' slack)
+			}
+			switch {
+			case e.Cause == CauseCrash:
+			case e.Cause == CauseCascade && e.ExitCode > 0 && shellSignal(e.ExitCode) == 0:
+				e.Cause, e.tier = CauseDaemon, tierFailed
+				e.Sentence = fmt.Sprintf("the MPI daemon %s on %s exited with status %d as it started", e.daemon, e.where(), e.ExitCode)
+				e.Hint = "the MPI daemon failed on that worker, not the network: its own error is in mpirun's output above; " +
+					"compare that worker's image, PATH and environment with the others'"
+			default:
+				continue
+			}
+			e.Sentence += "; " + orMPIRun(program) + " could not start its MPI daemons"
+			e.launcherAt = earliest(e.launcherAt, m.launcherAt)
+			drop[i] = true
+		}
+	}
+	out := fs[:0]
+	for i, f := range fs {
+		if !drop[i] {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 // clockSlack is how far a worker-agent's clock may be from the
 // launcher's: two times on the two clocks closer than that are in no known
 // order (see the package comment). It is the allowance the launcher makes
@@ -786,12 +960,12 @@ func fromReport(r Report, hosts []string, self, program string) (Finding, bool) 
 		}
 		return rankEnd(f), true
 	case ReportDaemonLost:
-		f.Cause, f.tier = CauseDaemon, tierFailed
+		f.Cause, f.tier, f.report = CauseDaemon, tierFailed, r.Kind
 		f.Sentence = fmt.Sprintf("%s lost contact with its MPI daemon on %s", orMPIRun(program), f.where())
 		f.Hint = "the daemon died or the network between the pods broke: read that worker's log and kubectl get events"
 		return f, true
 	case ReportDaemonFailed:
-		f.Cause, f.tier = CauseDaemon, tierFailed
+		f.Cause, f.tier, f.report = CauseDaemon, tierFailed, r.Kind
 		f.Sentence = orMPIRun(program) + " could not start its MPI daemons: " + r.Line
 		f.Hint = "read podmpi-rsh's lines above; a daemon that cannot call back to the launcher points at a NetworkPolicy or a second network interface"
 		return f, true
@@ -805,8 +979,12 @@ func (f Finding) where() string {
 	switch {
 	case f.Host == "":
 		return "an unknown host"
+	case f.self && f.mapped:
+		return f.Host + " (the launcher's own pod, by mpirun's default mapping)"
 	case f.self:
 		return f.Host + " (the launcher's own pod)"
+	case f.mapped:
+		return f.Host + " (by mpirun's default mapping)"
 	}
 	return f.Host
 }
@@ -817,9 +995,12 @@ func (f Finding) where() string {
 // that is where it ran, the launcher's own pod included. When several
 // did, one of them an earlier run's (the accounts are asked from a little
 // before mpirun started, for clocks that do not quite agree), the hosts
-// that saw it end only before started are left out; still several, it is
-// not placed.
-func placeRanks(fs []Finding, started time.Time) []Finding {
+// that saw it end only before started are left out. When none did (a rank
+// that ended within moments is gone before its agent looks) or several
+// still did, the host mpirun's default mapping of the hostfile gives it
+// (Setup.RankHosts) places it, if that is known and, with several, one of
+// them.
+func placeRanks(fs []Finding, started time.Time, setup Setup, self string) []Finding {
 	for i := range fs {
 		f := &fs[i]
 		if f.source != "mpirun" || f.Host != "" || f.Rank < 0 {
@@ -847,9 +1028,14 @@ func placeRanks(fs []Finding, started time.Time) []Finding {
 		if len(hosts) > 1 {
 			hosts = slices.DeleteFunc(hosts, func(h string) bool { return !byHost[h].inThis })
 		}
-		if len(hosts) == 1 {
+		switch {
+		case len(hosts) == 1:
 			at := byHost[hosts[0]].at
 			f.Host, f.self = at.Host, at.self
+			*f = rankEnd(*f)
+		case f.Rank < len(setup.RankHosts) && (len(hosts) == 0 || slices.Contains(hosts, setup.RankHosts[f.Rank])):
+			f.Host, f.mapped = setup.RankHosts[f.Rank], true
+			f.self = f.Host == self
 			*f = rankEnd(*f)
 		}
 	}

@@ -496,3 +496,111 @@ func TestShellReportsItsChildsSignal(t *testing.T) {
 	d = Decide(Input{Workers: []Worker{answered(hostA, rankExit(3, 1, 40, "", 139))}})
 	wantRoot(t, d, CauseExit, "exited with status 139")
 }
+
+// The 4 worker pods of 2 slots of TestDiagnosisNamesTheHost, and where
+// Open MPI's default mapping of their hostfile puts each rank.
+var (
+	dhHosts     = []string{"dh-node-0-0.dh", "dh-node-0-1.dh", "dh-node-0-2.dh", "dh-node-0-3.dh"}
+	dhRankHosts = []string{dhHosts[0], dhHosts[0], dhHosts[1], dhHosts[1], dhHosts[2], dhHosts[2], dhHosts[3], dhHosts[3]}
+)
+
+func dhAnswered(evs map[string][]api.Event) []Worker {
+	var ws []Worker
+	for _, h := range dhHosts {
+		ws = append(ws, answered(h, evs[h]...))
+	}
+	return ws
+}
+
+// TestEveryRankExits7NamesTheHost (issue 10): every rank runs `exit 7`;
+// Open MPI 4 names the first one without its host ("Process name:
+// [[18970,1],4] Exit code: 7", real output in testdata), and each lived
+// too briefly for its agent to see it. mpirun's default mapping of the
+// launcher's hostfile places it; an agent that did see it places it
+// first; without either the host stays unknown.
+func TestEveryRankExits7NamesTheHost(t *testing.T) {
+	reports := reportsOf(t, "ompi4-every-rank-exit7.txt", at(3))
+	in := Input{Outcome: Outcome{Program: "mpirun.openmpi", ExitCode: 7}, Workers: dhAnswered(nil), Reports: reports,
+		Setup: Setup{RankHosts: dhRankHosts}}
+	wantRoot(t, Decide(in), CauseExit, "rank 4 on dh-node-0-2.dh (by mpirun's default mapping) exited with status 7")
+
+	// The agent of node 3 saw rank 4 end (the map is wrong, say, for a
+	// setting the launcher cannot see): the account wins.
+	in.Workers = dhAnswered(map[string][]api.Event{dhHosts[3]: {rankExit(2, 4, 90, "", -1)}})
+	wantRoot(t, Decide(in), CauseExit, "rank 4 on dh-node-0-3.dh (train) exited with status 7")
+
+	// With the launcher's pod first in the hostfile (runLauncherAsNode).
+	in.Workers, in.Self = dhAnswered(nil), "dh-launcher-0-0.dh"
+	in.Setup.RankHosts = append([]string{in.Self, in.Self}, dhRankHosts[:6]...)
+	wantRoot(t, Decide(in), CauseExit, "rank 4 on dh-node-0-1.dh (by mpirun's default mapping)")
+	in.Reports = []Report{{Time: at(3), Kind: ReportExit, Rank: 1, ExitCode: 7}}
+	wantRoot(t, Decide(in), CauseExit, "rank 1 on dh-launcher-0-0.dh (the launcher's own pod, by mpirun's default mapping) exited with status 7")
+
+	// The placement unknown (another mapping): nobody knows.
+	in.Reports, in.Self, in.Setup.RankHosts = reports, "", nil
+	wantRoot(t, Decide(in), CauseExit, "rank 4 on an unknown host exited with status 7")
+}
+
+// orted's session as the worker-agent of dh-node-0-2 recorded it in
+// TestDiagnosisNamesTheHost: its shell reports the SIGSEGV as status 139.
+func ortedSession(s, code int) api.Event {
+	return api.Event{Time: at(s), Kind: api.KindSessionExit, Rank: -1, PID: 7003, ExitCode: code, Session: "c1/s3", Command: "orted",
+		Message: "ssh session c1/s3 (orted) exited with status " + strconv.Itoa(code)}
+}
+
+// TestDaemonThatFailsAtStart (issue 12): orted died of SIGSEGV on one
+// worker right after launch, and mpirun printed its generic "ORTE was
+// unable to reliably start one or more daemons" (real output in
+// testdata). The daemon's own end, with its signal and host, is the root
+// cause, not the network; so is a daemon that exited with a status as it
+// started.
+func TestDaemonThatFailsAtStart(t *testing.T) {
+	reports := reportsOf(t, "ompi4-orted-sigsegv-at-start.txt", at(2))
+	in := Input{Outcome: Outcome{Program: "mpirun.openmpi", ExitCode: 139}, Reports: reports,
+		Workers: dhAnswered(map[string][]api.Event{dhHosts[2]: {ortedSession(1, 139)}})}
+	d := Decide(in)
+	wantRoot(t, d, CauseCrash, "the MPI daemon orted on dh-node-0-2.dh died of signal 11 (SIGSEGV, segmentation fault)",
+		"(its ssh session c1/s3 exited with status 139)", "mpirun.openmpi could not start its MPI daemons", "not the network")
+	if strings.Contains(d.Summary(), "NetworkPolicy") || len(d.Others) != 0 {
+		t.Errorf("mpirun's generic words are still named: %s %v", d.Summary(), d.Lines())
+	}
+	// A daemon that exits with a status of its own as it starts.
+	in.Workers = dhAnswered(map[string][]api.Event{dhHosts[1]: {ortedSession(1, 127)}})
+	wantRoot(t, Decide(in), CauseDaemon, "the MPI daemon orted on dh-node-0-1.dh exited with status 127 as it started",
+		"mpirun.openmpi could not start its MPI daemons", "compare that worker's image")
+	// Without the daemon's account, mpirun's words stand.
+	in.Workers = dhAnswered(nil)
+	wantRoot(t, Decide(in), CauseDaemon, "could not start its MPI daemons", "NetworkPolicy")
+	// A session that ended with status 1 while mpirun tore the job down
+	// after a rank's failure is the cascade, as before.
+	in = Input{Workers: dhAnswered(map[string][]api.Event{dhHosts[1]: {ortedSession(3, 1)}}),
+		Reports: []Report{{Time: at(2), Kind: ReportExit, Rank: 0, ExitCode: 3}}, Setup: Setup{RankHosts: dhRankHosts}}
+	wantRoot(t, Decide(in), CauseExit, "rank 0 on dh-node-0-0.dh")
+}
+
+// TestSettingThatOverridesTheWiring (issue 12): OMPI_MCA_plm=isolated in
+// the environment made mpirun refuse every remote host ("No nodes are
+// available for this job", real output in testdata, no rank's word): the
+// diagnosis names the setting rather than "root cause unknown"; beside a
+// real failure it is context.
+func TestSettingThatOverridesTheWiring(t *testing.T) {
+	plm := Override{Name: "OMPI_MCA_plm", Value: "isolated", Effect: "mpirun will start its daemons with another launcher than rsh"}
+	in := Input{Outcome: Outcome{Program: "mpirun.openmpi", ExitCode: 1}, Workers: dhAnswered(nil),
+		Reports: reportsOf(t, "ompi4-plm-isolated.txt", at(1)), Setup: Setup{Overrides: []Override{plm}}}
+	wantRoot(t, Decide(in), CauseSetting, "the environment of mpirun.openmpi sets OMPI_MCA_plm=isolated, which overrides podmpi's wiring",
+		"another launcher than rsh", "hint: unset it")
+	// mpirun's generic word about its daemons: the setting explains it.
+	in.Reports = reportsOf(t, "ompi4-orted-sigsegv-at-start.txt", at(1))
+	d := Decide(in)
+	wantRoot(t, d, CauseSetting, "OMPI_MCA_plm=isolated")
+	if len(d.Others) == 0 || d.Others[0].Cause != CauseDaemon {
+		t.Errorf("mpirun's own words are not listed: %v", d.Lines())
+	}
+	// A rank that crashed is the cause; the setting is listed.
+	in.Reports = []Report{{Time: at(2), Kind: ReportSignal, Rank: 1, Host: "dh-node-0-0", Signal: 11, ExitCode: -1}}
+	d = Decide(in)
+	wantRoot(t, d, CauseCrash, "rank 1 on dh-node-0-0.dh")
+	if l := d.Lines(); len(l) != 1 || !strings.Contains(l[0], "OMPI_MCA_plm=isolated") {
+		t.Errorf("the setting is not listed: %v", l)
+	}
+}

@@ -2,6 +2,9 @@ package postmortem
 
 import (
 	"bytes"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -152,4 +155,48 @@ func FuzzScanWriter(f *testing.F) {
 			t.Fatalf("%d reports", n)
 		}
 	})
+}
+
+// reportsOf collects what the Collector reads in testdata/name, as if the
+// launcher read every line at when.
+func reportsOf(t *testing.T, name string, when time.Time) []Report {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewCollector(func() time.Time { return when })
+	w := c.Writer(io.Discard)
+	if _, err := w.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	c.Flush(w)
+	return c.Reports()
+}
+
+// TestReportsOfRealRuns reads mpirun's whole output of real failed runs
+// across the network-namespace pods of test/e2e (TestDiagnosisNamesTheHost,
+// Open MPI 4.1.4 of Debian 12, 4 worker pods of 2 slots): every rank
+// exiting with status 7 (the first one is named without its host), orted
+// dying of SIGSEGV as it starts on one worker, and OMPI_MCA_plm=isolated
+// (no daemon started, no rank's word).
+func TestReportsOfRealRuns(t *testing.T) {
+	for _, tc := range []struct {
+		file string
+		want []Report
+	}{
+		{"ompi4-every-rank-exit7.txt", []Report{{Kind: ReportExit, Rank: 4, ExitCode: 7}}},
+		{"ompi4-orted-sigsegv-at-start.txt", []Report{{Kind: ReportDaemonFailed, Rank: -1, ExitCode: -1}}},
+		{"ompi4-plm-isolated.txt", nil},
+	} {
+		got := reportsOf(t, tc.file, time.Unix(1, 0))
+		if len(got) != len(tc.want) {
+			t.Fatalf("%s: %d reports %+v, want %d", tc.file, len(got), got, len(tc.want))
+		}
+		for i, w := range tc.want {
+			if g := got[i]; g.Kind != w.Kind || g.Rank != w.Rank || g.PID != w.PID || g.Host != w.Host || g.ExitCode != w.ExitCode {
+				t.Errorf("%s: report %d = %+v, want %+v", tc.file, i, g, w)
+			}
+		}
+	}
 }
