@@ -388,6 +388,7 @@ var causeReasons = map[string]string{
 	postmortem.CauseExit:        "RankFailed",
 	postmortem.CauseDaemon:      "MPIDaemonLost",
 	postmortem.CauseStopped:     "LauncherStopped",
+	postmortem.CauseSetting:     "MPISettingOverridesWiring",
 }
 
 // probeReasons are the Event reason suffixes of the probe's phases
