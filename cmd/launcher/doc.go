@@ -97,10 +97,11 @@
 // When mpirun fails after it started, the launcher asks every worker-agent
 // for its account of the pod (/events) and names the root cause first in
 // its log, its report and the termination message: an OOM kill with the
-// host, the rank and the memory limit, a crashed rank and its signal, a GPU
-// error, a worker that is gone, a daemon podmpi-rsh could not start (the
-// records it leaves in PODMPI_RSH_FAILURE_DIR); mpirun's exit code still
-// passes through.
+// host, the rank and the memory limit, a crashed rank or MPI daemon and its
+// signal, a GPU error, a worker that is gone, a daemon podmpi-rsh could not
+// start (the records it leaves in PODMPI_RSH_FAILURE_DIR), an MPI setting
+// of the environment that overrides podmpi's wiring (warned about at
+// start); mpirun's exit code still passes through.
 //
 // Exit codes: mpirun's own; 64 usage; 65 config; 66 discovery timeout; 67
 // probe failed; 68 command not found; 69 mpirun timeout; 71 internal; 72
