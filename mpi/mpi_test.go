@@ -262,3 +262,21 @@ func TestLaunchChoiceSelects(t *testing.T) {
 		t.Errorf("PRRTE's ssh launcher: %+v", c)
 	}
 }
+
+// FuzzLaunchChoiceSelects: any value; excluding a list selects exactly
+// what including it does not.
+func FuzzLaunchChoiceSelects(f *testing.F) {
+	for _, s := range []string{"rsh", "^rsh", "slurm,rsh", " ^ slurm , tm ", "", ",,", "^"} {
+		f.Add(s)
+	}
+	c := OpenMPI4.Flavour().LaunchChoices[0]
+	f.Fuzz(func(t *testing.T, v string) {
+		list := strings.TrimSpace(v)
+		if strings.HasPrefix(list, "^") {
+			return
+		}
+		if c.Selects(v) == c.Selects("^"+list) {
+			t.Fatalf("Selects(%q) == Selects(%q)", v, "^"+list)
+		}
+	})
+}

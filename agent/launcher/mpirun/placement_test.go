@@ -47,3 +47,21 @@ func TestRankHosts(t *testing.T) {
 		}
 	}
 }
+
+// FuzzRankHosts: any command and environment; the placement is unknown,
+// or one hostfile host per rank, in the hostfile's order.
+func FuzzRankHosts(f *testing.F) {
+	f.Add("mpirun -np 3 --mca btl tcp ./a", "OMPI_MCA_orte_default_hostfile=/h")
+	f.Add("mpirun -np=2 --hostfile /h ./a : x", "OMPI_MCA_rmaps_base_mapping_policy=node")
+	hosts := []hostfile.Host{{Name: "a", Slots: 2}, {Name: "b", Slots: 1}}
+	f.Fuzz(func(t *testing.T, cmd, env string) {
+		got := RankHosts(mpi.OpenMPI4, strings.Fields(cmd), strings.Split(env, "\n"), "/h", hosts)
+		if got == nil {
+			return
+		}
+		want := []string{"a", "a", "b"}
+		if len(got) > len(want) || !slices.Equal(got, want[:len(got)]) {
+			t.Fatalf("RankHosts(%q, %q) = %q", cmd, env, got)
+		}
+	})
+}
