@@ -772,6 +772,11 @@ func foldLaunches(fs []Finding) []Finding {
 			}
 		}
 	}
+	return undropped(fs, drop)
+}
+
+// undropped is fs without the findings drop marks, in place.
+func undropped(fs []Finding, drop []bool) []Finding {
 	out := fs[:0]
 	for i, f := range fs {
 		if !drop[i] {
@@ -817,13 +822,7 @@ func daemonsAtStart(fs []Finding, program string) []Finding {
 			drop[i] = true
 		}
 	}
-	out := fs[:0]
-	for i, f := range fs {
-		if !drop[i] {
-			out = append(out, f)
-		}
-	}
-	return out
+	return undropped(fs, drop)
 }
 
 // clockSlack is how far a worker-agent's clock may be from the
