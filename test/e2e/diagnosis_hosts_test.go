@@ -28,7 +28,9 @@ func TestDiagnosisNamesTheHost(t *testing.T) {
 		// share the file system), then exits 7 at once. Open MPI 4 names
 		// the first rank only when it handles that rank's end before the
 		// job's (every rank ends at once): a run whose output names none
-		// is run again, three times at most.
+		// is run again, three times at most, once the window the launcher
+		// asks the accounts for (from 2 s before mpirun starts) no longer
+		// holds the last run's ends.
 		ranks := filepath.Join(work, "ranks-exit7")
 		if err := MakeDir(ranks); err != nil {
 			t.Fatal(err)
@@ -41,6 +43,7 @@ func TestDiagnosisNamesTheHost(t *testing.T) {
 				break
 			}
 			t.Logf("mpirun named no rank; again")
+			time.Sleep(3 * time.Second)
 		}
 		first := f.expectRootCause(t, r, "exited with status 7")
 		t.Logf("termination message: %s", first)
