@@ -105,7 +105,10 @@ func TestDiagnosis(t *testing.T) {
 		want      []string
 	}{
 		// A deleted pod: every process killed and its name out of DNS.
-		{"worker_pod_deleted", true, []string{"worker dg-node-0-1.dg is gone: its name no longer exists", "kubectl get events"}},
+		// Without the Kubernetes API that is named, never taken for proof:
+		// a pod that is only not Ready leaves DNS too.
+		{"worker_pod_deleted", true, []string{"worker dg-node-0-1.dg did not answer and its name is missing from DNS", "nothing answers at the address it had",
+			"deleted, or is not Ready and cut off", "kubectl describe pod"}},
 		// Every process of the pod killed, its name still there (a
 		// container that died, or a pod that is being deleted): named for
 		// what was seen, never as gone.

@@ -14,9 +14,10 @@
 //  3. A daemon that could not be started (podmpi-rsh's record of mpirun's
 //     own launch; a record of another command, a job script's ssh, is
 //     only listed) and a worker whose pod is gone (another agent answers
-//     under its name, or its name no longer exists: deleted, evicted, node
-//     lost) or, without that proof, whose agent does not answer at all
-//     (unreachable: named as what it is, never as gone). Each outranks the
+//     under its name, or the Kubernetes API shows it deleted, evicted or
+//     failed) or, without that proof, whose agent does not answer at all
+//     (unreachable: named as what it is, never as gone; its name missing
+//     from DNS too, which a pod that is only not Ready also gives). Each outranks the
 //     crashes and failures of rules 4 and 5 only when it did not come after
 //     them (orderAgainstFailures): a worker whose agent went quiet while the
 //     job was torn down after a rank crashed is not why it crashed.
@@ -151,8 +152,10 @@ type Worker struct {
 	// not seen. Events, when set, are what the first agent said.
 	ReplacedAt time.Time
 	// NameGone is true when its name no longer existed when last asked
-	// (an authoritative "no such name" from DNS): a deleted pod's name
-	// leaves the job's headless Service.
+	// (an authoritative "no such name" from DNS) and nothing answered at
+	// the address it had: a deleted pod's name leaves the job's headless
+	// Service, but so does a pod that is only not Ready (without
+	// publishNotReadyAddresses), so it is named, never proof.
 	NameGone bool
 	// APIGone is how the Kubernetes API shows its pod gone since mpirun
 	// started ("its pod tj-node-0-1-x no longer exists (deleted)"), "" when
@@ -665,8 +668,9 @@ func rankOn(rank, pid int, host string) string {
 }
 
 // silentWorker is a worker that did not answer, or that another pod
-// answers for: gone when there is proof (another agent under its name, its
-// name no longer exists, the Kubernetes API), unreachable otherwise.
+// answers for: gone when there is proof (another agent under its name, the
+// Kubernetes API), unreachable otherwise (its name missing from DNS
+// included).
 func silentWorker(w Worker, port int) Finding {
 	f := Finding{Cause: CauseGone, tier: tierLaunchOrSilent, Host: w.Host, Rank: -1, ExitCode: -1, Time: w.LostAt, source: "launcher", port: port,
 		launcherAt: earliest(w.LostAt, w.ReplacedAt)}
@@ -690,12 +694,18 @@ func silentWorker(w Worker, port int) Finding {
 		}
 		f.Sentence = fmt.Sprintf("worker %s is gone: its pod was replaced while the job ran (the worker-agent answering on port %d now started at %s UTC, after mpirun)",
 			w.Host, port, w.ReplacedAt.UTC().Format(time.TimeOnly))
-	case w.NameGone:
-		f.Sentence = fmt.Sprintf("worker %s is gone: its name no longer exists in DNS (%s)%s: its pod was deleted", w.Host, why, since)
 	default:
+		// A name missing from DNS is no proof either: a headless Service
+		// without publishNotReadyAddresses leaves out a pod that is only
+		// not Ready (why then says that nothing answered at the address
+		// the name had).
 		f.Cause = CauseUnreachable
 		f.Sentence = fmt.Sprintf("worker %s did not answer: its worker-agent on port %d (%s)%s; its pod may have been deleted or restarted, or the network to it is cut",
 			w.Host, port, why, since)
+		if w.NameGone {
+			f.Sentence = fmt.Sprintf("worker %s did not answer and its name is missing from DNS (%s)%s: its pod was deleted, or is not Ready and cut off",
+				w.Host, why, since)
+		}
 		if w.Kube != "" {
 			f.Sentence += "; Kubernetes says: " + w.Kube
 		}

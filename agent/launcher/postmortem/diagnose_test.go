@@ -158,13 +158,24 @@ func TestGoneWorker(t *testing.T) {
 	if d.Silent != 1 || d.Answered != 1 {
 		t.Errorf("answered %d, silent %d", d.Answered, d.Silent)
 	}
-	// Its name gone from DNS is: the pod was deleted.
+	// Its name gone from DNS is named, and still no proof: a pod that is
+	// only not Ready leaves a headless Service without
+	// publishNotReadyAddresses too.
 	d = Decide(Input{
 		Outcome: Outcome{Program: "mpirun", ExitCode: 1, WebPort: 9022},
 		Workers: []Worker{answered(hostA), {Host: hostB, Err: &net.DNSError{Err: "no such host", Name: hostB, IsNotFound: true}, LostAt: at(2), NameGone: true}},
 		Reports: []Report{{Time: at(3), Kind: ReportDaemonLost, Rank: -1, Host: "dg-node-0-1", ExitCode: -1}},
 	})
-	wantRoot(t, d, CauseGone, "worker "+hostB+" is gone: its name no longer exists", "no such host", "kubectl get events", "05:06:09 UTC")
+	wantRoot(t, d, CauseUnreachable, "worker "+hostB+" did not answer and its name is missing from DNS", "no such host",
+		"deleted, or is not Ready and cut off", "kubectl describe pod", "05:06:09 UTC")
+	// The Kubernetes API's word is proof: the pod was deleted.
+	d = Decide(Input{
+		Outcome: Outcome{Program: "mpirun", ExitCode: 1, WebPort: 9022},
+		Workers: []Worker{answered(hostA), {Host: hostB, Err: &net.DNSError{Err: "no such host", Name: hostB, IsNotFound: true}, LostAt: at(2), NameGone: true,
+			APIGone: "its pod dg-node-0-1-x no longer exists (deleted)"}},
+		Reports: []Report{{Time: at(3), Kind: ReportDaemonLost, Rank: -1, Host: "dg-node-0-1", ExitCode: -1}},
+	})
+	wantRoot(t, d, CauseGone, "worker "+hostB+" is gone: its pod dg-node-0-1-x no longer exists (deleted), as the Kubernetes API shows it", "kubectl get events", "05:06:09 UTC")
 }
 
 // TestReplacedWorker: another pod answers under the worker's name; what
@@ -232,12 +243,13 @@ func TestScriptSSHIsContext(t *testing.T) {
 	}
 }
 
-// TestSessionLostOnAGoneWorker: a worker killed mid-job drops podmpi-rsh's
-// session (a remote-command record) and its agent is silent: it is gone.
+// TestSessionLostOnAGoneWorker: a worker deleted mid-job (the API says so)
+// drops podmpi-rsh's session (a remote-command record) and its agent is
+// silent: it is gone.
 func TestSessionLostOnAGoneWorker(t *testing.T) {
 	d := Decide(Input{
 		Outcome: Outcome{WebPort: 9022},
-		Workers: []Worker{answered(hostA), {Host: hostB, Err: errors.New("lookup: no such host"), NameGone: true}},
+		Workers: []Worker{answered(hostA), {Host: hostB, Err: errors.New("lookup: no such host"), NameGone: true, APIGone: "its pod dg-node-0-1-x no longer exists (deleted)"}},
 		Launches: []rsh.FailureRecord{{Time: at(4), Host: hostB, Port: 2222, Phase: "remote-command", Daemon: "orted", Launch: true,
 			Cause: "wait: remote command exited without exit status or exit signal", Hint: "the session ended without an exit status"}},
 		Reports: []Report{{Time: at(5), Kind: ReportDaemonLost, Rank: -1, Host: "dg-node-0-1", ExitCode: -1}},
@@ -429,10 +441,13 @@ func TestSilenceOutranksAFailureOnlyWhenItBeganBefore(t *testing.T) {
 		{"the crash on A's clock only, beyond the slack",
 			[]Worker{answered(hostA, rankExit(9, 1, 300, "SIGSEGV", -1)), {Host: hostB, Err: busy, LostAt: at(3)}}, nil, nil, CauseUnreachable, "worker " + hostB},
 		{"gone for sure, order unknown: proof outranks",
-			[]Worker{answered(hostA), {Host: hostB, Err: errors.New("no such host"), NameGone: true, LostAt: at(10)}},
+			[]Worker{answered(hostA), {Host: hostB, Err: errors.New("no such host"), APIGone: "its pod was deleted", LostAt: at(10)}},
 			[]Report{segv(1)}, nil, CauseGone, "worker " + hostB + " is gone"},
 		{"gone, but it answered after the crash",
-			[]Worker{answered(hostA), {Host: hostB, Err: errors.New("no such host"), NameGone: true, LostAt: at(10), AnsweredAt: at(5)}},
+			[]Worker{answered(hostA), {Host: hostB, Err: errors.New("no such host"), APIGone: "its pod was deleted", LostAt: at(10), AnsweredAt: at(5)}},
+			[]Report{segv(1)}, nil, CauseCrash, "rank 1 on " + hostA},
+		{"its name missing from DNS after the crash is no proof",
+			[]Worker{answered(hostA), {Host: hostB, Err: errors.New("no such host"), NameGone: true, LostAt: at(10)}},
 			[]Report{segv(1)}, nil, CauseCrash, "rank 1 on " + hostA},
 		{"a daemon's session lost after the crash",
 			[]Worker{answered(hostA), answered(hostB)}, []Report{segv(1)}, []rsh.FailureRecord{launch(3)}, CauseCrash, "rank 1 on " + hostA},
