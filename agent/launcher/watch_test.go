@@ -516,7 +516,7 @@ func TestNameGoneIsNotProof(t *testing.T) {
 			t.Errorf("a name gone and a closed port were taken for proof:\n%s", logs)
 		}
 		first := firstLine(code, err)
-		for _, want := range []string{"worker w-1.job is gone: its name no longer exists in DNS", "nothing answers at the address it had (127.0.0.1) either", "connection refused"} {
+		for _, want := range []string{"worker w-1.job did not answer and its name is missing from DNS", "nothing answers at the address it had (127.0.0.1) either", "connection refused", "deleted, or is not Ready and cut off"} {
 			if !strings.Contains(first, want) {
 				t.Errorf("first line lacks %q: %s", want, first)
 			}
