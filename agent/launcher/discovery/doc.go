@@ -36,6 +36,16 @@
 // each under its own timeout, and a host that resolved is not looked up again.
 // NXDOMAIN and empty answers mean "not yet"; other DNS errors (server
 // failure, timeouts) are retried too and reported in TimeoutError.LastErr.
+//
+// Every progress line names, per missing name, what its last lookup got
+// (Progress.Answers, in package awaited's words: NXDOMAIN, no answer from
+// the DNS server 10.96.0.10:53, a DNS error), grouped by answer when many
+// are missing. A lookup nothing answered (a timeout, a refused port) is not
+// an answer about the name: when the DNS server answers none of a round's
+// lookups, the line says so (Progress.DNSSilent) with the likely cause, a
+// blocked egress to it; the first such lookup is warned about at once
+// (WaitOptions.Warn), before the round ends; and the deadline's hint starts
+// with it. None of this shortens the wait: a DNS outage may end.
 // Resolvers cache negative answers for up to 30s, so a name can resolve a little
 // after its pod appears; the deadline (--discovery.timeout, 5m by default)
 // bounds the wait, and the resulting *TimeoutError names the missing hosts and

@@ -8,6 +8,7 @@ import (
 	"net"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +20,14 @@ import (
 // SERVFAIL, everything else NXDOMAIN. It lets the tests check the error
 // classification against Go's real resolver.
 func startDNS(t *testing.T) *net.Resolver {
+	t.Helper()
+	r, _ := serveDNS(t, dnsAnswer)
+	return r
+}
+
+// serveDNS serves UDP on 127.0.0.1 with answer (nil: no reply) and returns
+// Go's resolver asking it, and its address.
+func serveDNS(t *testing.T, answer func(q []byte) []byte) (*net.Resolver, string) {
 	t.Helper()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
@@ -32,7 +41,7 @@ func startDNS(t *testing.T) *net.Resolver {
 			if err != nil {
 				return
 			}
-			if resp := dnsAnswer(buf[:n]); resp != nil {
+			if resp := answer(buf[:n]); resp != nil {
 				pc.WriteTo(resp, from)
 			}
 		}
@@ -44,7 +53,7 @@ func startDNS(t *testing.T) *net.Resolver {
 			var d net.Dialer
 			return d.DialContext(ctx, "udp", addr)
 		},
-	}
+	}, addr
 }
 
 func dnsAnswer(q []byte) []byte {
@@ -132,7 +141,7 @@ func TestRealResolverClassification(t *testing.T) {
 	if IsNotFound(te.LastErr["fail-2.job.test."]) {
 		t.Errorf("SERVFAIL classified as not found: %v", te.LastErr["fail-2.job.test."])
 	}
-	if !strings.Contains(err.Error(), "missing-1.job.test. (no such host), fail-2.job.test. (DNS error: ") {
+	if !strings.Contains(err.Error(), "missing-1.job.test. (NXDOMAIN), fail-2.job.test. (DNS error from ") {
 		t.Errorf("message:\n%s", err)
 	}
 	if strings.Contains(err.Error(), "relative name") {
@@ -166,3 +175,74 @@ func TestRealResolverMalformedSRVTarget(t *testing.T) {
 
 // syncBuf collects the logger's concurrent writes.
 type syncBuf = sshtest.Buffer
+
+// A DNS server that reads every query and answers none (what a NetworkPolicy
+// dropping egress to the cluster's DNS looks like from the launcher) is
+// named from the wait's first progress line, with the likely cause, and
+// warned about once (the launcher's Warning Event); the deadline is the
+// same and its hint says it too. A server that answers NXDOMAIN is a name
+// not there yet, and is said so.
+func TestRealResolverSilentServerVersusNXDOMAIN(t *testing.T) {
+	t.Parallel()
+	spec := Spec{Workers: []string{"ok-0.job.test.", "missing-1.job.test."}}
+	plan := mustResolve(t, spec)
+	wait := func(t *testing.T, r *net.Resolver, server string) (first string, warnings []string, err error) {
+		var mu sync.Mutex
+		var prog progressLog
+		_, err = Wait(context.Background(), spec, plan, WaitOptions{
+			Resolver: r, DNSServer: server, Clock: newClock(), Timeout: 3 * time.Second,
+			LookupTimeout: 300 * time.Millisecond, Progress: prog.add,
+			Warn: func(msg string) {
+				mu.Lock()
+				defer mu.Unlock()
+				warnings = append(warnings, msg)
+			},
+		})
+		msgs := prog.strings()
+		if len(msgs) == 0 {
+			t.Fatalf("no progress; error %v", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return msgs[0], warnings, err
+	}
+
+	t.Run("silent", func(t *testing.T) {
+		t.Parallel()
+		r, addr := serveDNS(t, func([]byte) []byte { return nil })
+		first, warnings, err := wait(t, r, addr)
+		silent := "no answer from the DNS server " + addr
+		want := "0/2 workers resolved; waiting for ok-0.job.test., missing-1.job.test. (" + silent + "); the DNS server " + addr +
+			" does not answer: egress to it may be blocked (a NetworkPolicy's DNS rule), 0s"
+		if first != want {
+			t.Errorf("first progress line\n%s\nwant\n%s", first, want)
+		}
+		if len(warnings) != 1 || !strings.Contains(warnings[0], "DNS lookups get "+silent) ||
+			!strings.Contains(warnings[0], "kubectl describe networkpolicy") || !strings.Contains(warnings[0], "/etc/resolv.conf") {
+			t.Errorf("warnings %q, want one naming %s, the NetworkPolicy and resolv.conf", warnings, addr)
+		}
+		var te *TimeoutError
+		if !errors.As(err, &te) || te.Timeout != 3*time.Second {
+			t.Fatalf("error %v, want the same deadline's TimeoutError", err)
+		}
+		if hint := te.Hint(); !strings.HasPrefix(hint, "  - "+silent+" for missing-1.job.test., ok-0.job.test. (nothing answered") ||
+			!strings.Contains(hint, "egress to it may be blocked") {
+			t.Errorf("hint does not start with the silent server:\n%s", hint)
+		}
+	})
+	t.Run("nxdomain", func(t *testing.T) {
+		t.Parallel()
+		r, addr := serveDNS(t, dnsAnswer)
+		first, warnings, err := wait(t, r, addr)
+		if want := "1/2 workers resolved; waiting for missing-1.job.test. (NXDOMAIN), 0s"; first != want {
+			t.Errorf("first progress line\n%s\nwant\n%s", first, want)
+		}
+		if len(warnings) != 0 {
+			t.Errorf("warnings %q for a server that answers", warnings)
+		}
+		var te *TimeoutError
+		if !errors.As(err, &te) || strings.Contains(te.Hint(), "egress") {
+			t.Errorf("error %v", err)
+		}
+	})
+}

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/podmpi/podmpi/agent/launcher/awaited"
 	"github.com/podmpi/podmpi/hostfile"
 )
 
@@ -67,17 +68,24 @@ func call[T any](ctx context.Context, timeout time.Duration, what string, f func
 		ch <- result{v, err}
 	}()
 	var zero T
-	timedOut := func() (T, error) {
+	// timedOut keeps the server the resolver names in its own error (Go's
+	// names the one it asked).
+	timedOut := func(err error) (T, error) {
 		if err := ctx.Err(); err != nil {
 			return zero, fmt.Errorf("%s: %w", what, err)
 		}
-		return zero, &net.DNSError{Err: fmt.Sprintf("no answer within %s", timeout), Name: what, IsTimeout: true}
+		e := &net.DNSError{Err: fmt.Sprintf("no answer within %s", timeout), Name: what, IsTimeout: true}
+		var de *net.DNSError
+		if errors.As(err, &de) {
+			e.Server = de.Server
+		}
+		return zero, e
 	}
 	select {
 	case r := <-ch:
 		if r.err != nil && lctx.Err() != nil && ctx.Err() == nil {
 			// The lookup's own timeout fired: report it uniformly.
-			return timedOut()
+			return timedOut(r.err)
 		}
 		return r.v, r.err
 	case <-lctx.Done():
@@ -88,10 +96,21 @@ func call[T any](ctx context.Context, timeout time.Duration, what string, f func
 			if r.err == nil {
 				return r.v, nil
 			}
+			return timedOut(r.err)
 		case <-t.C:
 		}
-		return timedOut()
+		return timedOut(nil)
 	}
+}
+
+// ask is call for the finder's lookups: the error names the DNS server
+// asked (see finder.attribute), and the finder hears whether the server
+// answered at all (finder.heard).
+func ask[T any](ctx context.Context, f *finder, what string, fn func(context.Context) (T, error)) (T, error) {
+	v, err := call(ctx, f.lookupTimeout, what, fn)
+	err = f.attribute(err)
+	f.heard(err)
+	return v, err
 }
 
 // forEach calls f(i) for i in 0..n-1 with at most parallel calls running at a
@@ -147,20 +166,106 @@ type finder struct {
 	rawDone  map[string]bool     // SRV queries already asked raw to name dropped targets
 	ipName   map[string]string   // service-a: IP -> host name (the IP itself without a usable PTR)
 	prev     map[Source]string   // previous answer per source, for the stability check
-	lookups  int                 // number of lookups made, for logs
-	mu       sync.Mutex          // guards lookups
+
+	// server names the DNS server in errors that do not (see attribute);
+	// serverSet: it is WaitOptions.DNSServer and names it in every error.
+	server    string
+	serverSet bool
+	// onSilence, if set, is called once, from a lookup's goroutine, when a
+	// lookup goes unanswered before any lookup of its pass was answered.
+	onSilence func(silent error)
+
+	mu       sync.Mutex // guards the fields below
+	lookups  int        // number of lookups made, for logs
+	heardOf  hearing    // of the current pass
+	silenced bool       // onSilence was called
 }
 
-func newFinder(spec Spec, plan Plan, r Resolver, parallel int, lookupTimeout time.Duration) *finder {
-	return &finder{
-		spec: spec, plan: plan, r: r, parallel: parallel, lookupTimeout: lookupTimeout,
-		resolved: make(map[string]Resolved),
-		lastErr:  make(map[string]error),
-		ipName:   make(map[string]string),
-		badSeen:  make(map[string]bool),
-		rawDone:  make(map[string]bool),
-		prev:     make(map[Source]string),
+// hearing counts what a pass's lookups heard from the DNS server: answers
+// (records, NXDOMAIN, an error code) and silences (timeouts, a refused
+// port), with the last silence.
+type hearing struct {
+	answered, silent int
+	last             error
+}
+
+// allSilent is the error of the silence when nothing of the pass was
+// answered and something was not, else nil.
+func (h hearing) allSilent() error {
+	if h.answered == 0 && h.silent > 0 {
+		return h.last
 	}
+	return nil
+}
+
+func newFinder(spec Spec, plan Plan, r Resolver, parallel int, lookupTimeout time.Duration, server string) *finder {
+	f := &finder{
+		spec: spec, plan: plan, r: r, parallel: parallel, lookupTimeout: lookupTimeout,
+		resolved:  make(map[string]Resolved),
+		lastErr:   make(map[string]error),
+		ipName:    make(map[string]string),
+		badSeen:   make(map[string]bool),
+		rawDone:   make(map[string]bool),
+		prev:      make(map[Source]string),
+		server:    server,
+		serverSet: server != "",
+	}
+	if !f.serverSet {
+		f.server = strings.Join(nameservers("/etc/resolv.conf"), " or ")
+	}
+	return f
+}
+
+// attribute makes a lookup error name the DNS server asked: the one Go's
+// resolver names, else the nameservers of /etc/resolv.conf, which every
+// resolver of the pod asks; WaitOptions.DNSServer, when set, always (a
+// Resolver with its own Dial asks a server Go's errors cannot know).
+func (f *finder) attribute(err error) error {
+	var de *net.DNSError
+	if !errors.As(err, &de) || IsNotFound(err) || de.Server != "" && !f.serverSet {
+		return err
+	}
+	c := *de
+	c.Server = f.server
+	return &c
+}
+
+// heard counts what a lookup heard (err nil is an answer; ctx's end is
+// neither), and calls onSilence at the first lookup nothing answered in a
+// pass where nothing was answered before it.
+func (f *finder) heard(err error) {
+	var de *net.DNSError
+	silent := awaited.Silent(err)
+	f.mu.Lock()
+	switch {
+	case silent:
+		f.heardOf.silent++
+		f.heardOf.last = err
+	case err == nil || errors.As(err, &de):
+		f.heardOf.answered++
+	}
+	fire := silent && f.heardOf.answered == 0 && !f.silenced && f.onSilence != nil
+	if fire {
+		f.silenced = true
+	}
+	f.mu.Unlock()
+	if fire {
+		f.onSilence(err)
+	}
+}
+
+// startPass starts counting what a new pass hears.
+func (f *finder) startPass() {
+	f.mu.Lock()
+	f.heardOf = hearing{}
+	f.mu.Unlock()
+}
+
+// passHeard is what the pass heard so far.
+func (f *finder) passHeard() hearing {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.heardOf
 }
 
 // state is the outcome of one pass.
@@ -237,7 +342,7 @@ func (f *finder) count() {
 
 func (f *finder) lookupHost(ctx context.Context, name string) ([]string, error) {
 	f.count()
-	addrs, err := call(ctx, f.lookupTimeout, name, func(c context.Context) ([]string, error) {
+	addrs, err := ask(ctx, f, name, func(c context.Context) ([]string, error) {
 		return f.r.LookupHost(c, name)
 	})
 	if err == nil && len(addrs) == 0 {
@@ -261,7 +366,7 @@ func (f *finder) servicePass(ctx context.Context, strict bool) state {
 		cname string
 		srvs  []*net.SRV
 	}
-	ans, err := call(ctx, f.lookupTimeout, query, func(c context.Context) (srvAnswer, error) {
+	ans, err := ask(ctx, f, query, func(c context.Context) (srvAnswer, error) {
 		var cname string
 		var srvs []*net.SRV
 		var err error
@@ -395,7 +500,7 @@ func (f *finder) aPass(ctx context.Context, strict bool) state {
 // address without a usable name: hostfiles cannot carry IPv6 literals).
 func (f *finder) nameIP(ctx context.Context, ip string) (string, []string, error) {
 	f.count()
-	ptrs, err := call(ctx, f.lookupTimeout, ip, func(c context.Context) ([]string, error) {
+	ptrs, err := ask(ctx, f, ip, func(c context.Context) ([]string, error) {
 		return f.r.LookupAddr(c, ip)
 	})
 	fallback := func(cause error) (string, []string, error) {

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/podmpi/podmpi/agent/launcher/awaited"
 )
 
 // Clock is Wait's time source; tests inject a fake one so a 5-minute deadline
@@ -92,8 +94,18 @@ type WaitOptions struct {
 	// Pending, not scheduled: ..."), "" for nothing; the progress lines
 	// add it. It must not block.
 	Explain func(host string) string
-	// Logger gets the same progress at Info level and each retry at Debug
-	// level; nil discards.
+	// DNSServer names the DNS server the Resolver asks in progress lines,
+	// warnings and errors ("127.0.0.1:5353"); "" names the one Go's
+	// resolver reports, else the nameservers of /etc/resolv.conf. Set it
+	// for a Resolver whose Dial goes elsewhere than /etc/resolv.conf says.
+	DNSServer string
+	// Warn, if set, is called with each warning Wait logs about the DNS
+	// service itself (a DNS server that answers no lookup), for the caller
+	// to raise where users look (a Kubernetes Event). It is called from a
+	// lookup's goroutine and must not block.
+	Warn func(msg string)
+	// Logger gets the same progress at Info level, the warnings at Warn
+	// level and each retry at Debug level; nil discards.
 	Logger *slog.Logger
 	// Clock is the time source; nil means real time.
 	Clock Clock
@@ -140,10 +152,25 @@ type Progress struct {
 	Elapsed time.Duration
 	// Notes are WaitOptions.Explain's words on the hosts Waiting names.
 	Notes map[string]string
+	// Answers is what the last lookup for each entry of Waiting got, in
+	// package awaited's words (NXDOMAIN, no answer from the DNS server
+	// 10.96.0.10:53, ...); an entry without one was not looked up.
+	Answers map[string]awaited.Answer
+	// DNSSilent names the DNS server when no lookup of the last round got
+	// an answer from it and some got none (timeouts, a refused port): the
+	// way to the server fails, not the names.
+	DNSSilent string
 }
 
+// maxNamesListed is how many waiting hosts a progress line lists one by
+// one; more are grouped by answer (awaited.Line).
+const maxNamesListed = 3
+
 // String formats the progress as "3/4 workers resolved; waiting for
-// tj-node-0-3.tj, 12s", listing up to three names and then "and N more".
+// tj-node-0-3.tj (NXDOMAIN), 12s": each host with what its last lookup got
+// while there are at most three, else grouped by answer (see awaited.Line),
+// and when the DNS server answers nothing, that egress to it may be
+// blocked.
 func (p Progress) String() string {
 	var b strings.Builder
 	if p.Expected > 0 {
@@ -153,40 +180,78 @@ func (p Progress) String() string {
 	}
 	if len(p.Waiting) > 0 {
 		b.WriteString("; waiting for ")
-		names := make([]string, len(p.Waiting))
+		hosts := make([]awaited.Host, len(p.Waiting))
 		for i, n := range p.Waiting {
-			names[i] = n
-			if note := p.Notes[n]; note != "" {
-				names[i] += " (" + note + ")"
-			}
+			hosts[i] = awaited.Host{Name: n, Answer: p.Answers[n], Note: p.Notes[n]}
 		}
-		b.WriteString(listNames(names, 3))
+		b.WriteString(awaited.Line(hosts, maxNamesListed))
+	}
+	if p.DNSSilent != "" {
+		fmt.Fprintf(&b, "; the DNS server %s does not answer: egress to it may be blocked (a NetworkPolicy's DNS rule)", p.DNSSilent)
 	}
 	b.WriteString(", ")
 	b.WriteString(p.Elapsed.Round(time.Second).String())
 	return b.String()
 }
 
-// listNames joins up to n names and adds "and K more".
-func listNames(names []string, n int) string {
-	if len(names) <= n {
-		return strings.Join(names, ", ")
-	}
-	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
-}
-
-func progressOf(st state, elapsed time.Duration) Progress {
+// progress is the state of the wait after a pass, with each waiting
+// entry's last answer.
+func (f *finder) progress(st state, elapsed time.Duration) Progress {
 	p := Progress{Resolved: st.resolvedCount(), Expected: st.expected(), Elapsed: elapsed}
 	p.Waiting = append([]string(nil), st.pending...)
+	answers := make(map[string]awaited.Answer, len(p.Waiting)+1)
+	for _, n := range st.pending {
+		if err := f.lastErr[n]; err != nil {
+			answers[n] = awaited.DNS(err, "")
+		}
+	}
+	// A Service's own query answers for the entries it lacks.
+	var entry string
 	switch {
 	case st.shortBy > 0:
-		p.Waiting = append(p.Waiting, fmt.Sprintf("%d more in %s", st.shortBy, st.query))
+		entry = fmt.Sprintf("%d more in %s", st.shortBy, st.query)
 	case st.query != "" && len(st.targets) == 0:
-		p.Waiting = append(p.Waiting, st.query)
+		entry = st.query
 	case !st.complete && len(st.pending) == 0:
 		p.Waiting = append(p.Waiting, "a stable answer from "+st.query)
 	}
+	if entry != "" {
+		p.Waiting = append(p.Waiting, entry)
+		if err := f.lastErr[st.query]; err != nil {
+			answers[entry] = awaited.DNS(err, "")
+		}
+	}
+	if len(answers) > 0 {
+		p.Answers = answers
+	}
+	p.DNSSilent = serverOf(f.passHeard().allSilent())
 	return p
+}
+
+// serverOf is the DNS server a lookup error names, "" for none.
+func serverOf(err error) string {
+	var de *net.DNSError
+	if errors.As(err, &de) {
+		if de.Server != "" {
+			return de.Server
+		}
+		return "in /etc/resolv.conf"
+	}
+	return ""
+}
+
+// dnsEgressAdvice is what a DNS server that answers nothing points at, and
+// how to check it: the warning and the deadline's hint both say it.
+const dnsEgressAdvice = "egress to it may be blocked: a NetworkPolicy whose DNS rule allows only the kube-dns pods in kube-system " +
+	"misses a DNS server that runs elsewhere (NodeLocal DNSCache on 169.254.20.10, a CoreDNS on each node, OpenShift's DNS pods on port 5353); " +
+	"compare `kubectl describe networkpolicy` in the launcher's namespace with where the cluster's DNS really runs " +
+	"(the nameserver in the launcher pod's /etc/resolv.conf; `kubectl get pods -A -o wide | grep dns`)"
+
+// silenceWarning is the warning of a DNS server that answered no lookup,
+// silent being a lookup it left unanswered.
+func silenceWarning(silent error, timeout time.Duration) string {
+	return fmt.Sprintf("DNS lookups get %s (nothing answers, which a missing name would not cause: it gets NXDOMAIN); %s; "+
+		"the wait goes on until --discovery.timeout (%s)", awaited.DNS(silent, "").Kind, dnsEgressAdvice, timeout)
 }
 
 // checkPlan rejects a Plan that Resolve would not produce for spec.
@@ -220,7 +285,19 @@ func Wait(ctx context.Context, spec Spec, plan Plan, opts WaitOptions) ([]Resolv
 	}
 	o := opts.withDefaults()
 	log := o.Logger.With("component", "discovery", "source", string(plan.Source))
-	f := newFinder(spec, plan, o.Resolver, o.Parallel, o.LookupTimeout)
+	f := newFinder(spec, plan, o.Resolver, o.Parallel, o.LookupTimeout, o.DNSServer)
+	// The first lookup the DNS server leaves unanswered, before it answered
+	// any of that pass, is warned about at once: a pass over many names
+	// takes several lookup timeouts, and a blocked DNS must not look like
+	// a slow start until the deadline.
+	f.onSilence = func(silent error) {
+		msg := silenceWarning(silent, o.Timeout)
+		log.Warn(msg, "server", serverOf(silent), "lookup", silent.Error())
+		if o.Warn != nil {
+			o.Warn(msg)
+		}
+	}
+	answersAgain := false // logged that the DNS server answers again
 	start := o.Clock.Now()
 	deadline := start.Add(o.Timeout)
 
@@ -238,7 +315,12 @@ func Wait(ctx context.Context, spec Spec, plan Plan, opts WaitOptions) ([]Resolv
 		// Lookups end with the deadline, but get at least minLookupTimeout:
 		// a last round of instant timeouts would only hide the real answers.
 		f.lookupTimeout = min(o.LookupTimeout, max(deadline.Sub(o.Clock.Now()), minLookupTimeout))
+		f.startPass()
 		st := f.pass(ctx, true)
+		if f.silencedBefore() && f.passHeard().answered > 0 && !answersAgain {
+			answersAgain = true
+			log.Info("the DNS server answers again", "round", round)
+		}
 		var bad []badTarget
 		bad, warned = f.takeBadSRV(warned)
 		for _, b := range bad {
@@ -246,7 +328,7 @@ func Wait(ctx context.Context, spec Spec, plan Plan, opts WaitOptions) ([]Resolv
 				"query", b.Query, "target", b.Target)
 		}
 		now := o.Clock.Now()
-		p := progressOf(st, now.Sub(start))
+		p := f.progress(st, now.Sub(start))
 		if o.Explain != nil {
 			for _, n := range p.Waiting {
 				if note := o.Explain(n); note != "" {
@@ -263,7 +345,8 @@ func Wait(ctx context.Context, spec Spec, plan Plan, opts WaitOptions) ([]Resolv
 		done := st.complete && len(st.pending) == 0 && len(st.targets) > 0
 		// A new word on a host (what Kubernetes says of its pod) is
 		// reported at once too.
-		key := fmt.Sprintf("%d/%d/%d/%v", p.Resolved, p.Expected, len(p.Waiting), p.Notes)
+		// So is a new answer (NXDOMAIN turning into no answer at all).
+		key := fmt.Sprintf("%d/%d/%d/%v/%v/%s", p.Resolved, p.Expected, len(p.Waiting), p.Notes, answerCounts(p.Answers), p.DNSSilent)
 		if key != lastKey || now.Sub(lastReport) >= o.ProgressEvery {
 			lastKey, lastReport = key, now
 			if o.Progress != nil {
@@ -294,6 +377,23 @@ func Wait(ctx context.Context, spec Spec, plan Plan, opts WaitOptions) ([]Resolv
 			return nil, interrupted(p, err)
 		}
 	}
+}
+
+// answerCounts counts the waiting entries by answer, for the progress
+// key.
+func answerCounts(answers map[string]awaited.Answer) map[string]int {
+	n := make(map[string]int)
+	for _, a := range answers {
+		n[a.Kind]++
+	}
+	return n
+}
+
+// silencedBefore reports whether onSilence was called.
+func (f *finder) silencedBefore() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.silenced
 }
 
 // sampleErr returns one recent lookup error for the retry log, or nil.
@@ -418,26 +518,19 @@ func (e *TimeoutError) Error() string {
 	return b.String()
 }
 
-// shortCause renders a lookup error without repeating the name.
-func shortCause(err error) string {
-	var dnsErr *net.DNSError
-	switch {
-	case IsNotFound(err):
-		return "no such host"
-	case errors.As(err, &dnsErr) && dnsErr.IsTimeout:
-		return "DNS timeout: " + dnsErr.Err
-	case errors.As(err, &dnsErr):
-		return "DNS error: " + dnsErr.Err
-	default:
-		return err.Error()
-	}
-}
+// shortCause renders a lookup error without repeating the name, in the
+// progress lines' words (awaited.DNS).
+func shortCause(err error) string { return awaited.DNS(err, "").Text() }
 
 // Hint lists the likely causes, one "  - " line each, most specific first.
 func (e *TimeoutError) Hint() string {
 	var lines []string
 	add := func(format string, args ...any) {
 		lines = append(lines, "  - "+fmt.Sprintf(format, args...))
+	}
+	if silent := e.silentNames(); len(silent) > 0 {
+		kind := awaited.DNS(e.LastErr[silent[0]], "").Kind
+		add("%s for %s (nothing answered: a missing name gets NXDOMAIN instead): %s", kind, awaited.Names(silent, 3), dnsEgressAdvice)
 	}
 	if e.Self != "" {
 		add("the launcher's own name %s does not resolve: a pod gets a DNS record only once it is Ready unless the headless Service sets publishNotReadyAddresses: true, and the launcher is not Ready while it waits (Trainer v2 runLauncherAsNode, mpi-operator runLauncherAsWorker)", e.Self)
@@ -468,13 +561,24 @@ func (e *TimeoutError) Hint() string {
 		}
 	}
 	for _, k := range sortedKeys(e.LastErr) {
-		if err := e.LastErr[k]; !IsNotFound(err) {
+		if err := e.LastErr[k]; !IsNotFound(err) && !awaited.Silent(err) {
 			add("DNS errors other than \"no such host\" (%s: %s): check CoreDNS and /etc/resolv.conf in the launcher pod", k, shortCause(err))
 			break
 		}
 	}
 	add("if the pods are only slow to start (image pulls), raise --discovery.timeout (now %s)", e.Timeout)
 	return strings.Join(lines, "\n")
+}
+
+// silentNames are the names whose last lookup nothing answered, sorted.
+func (e *TimeoutError) silentNames() []string {
+	var out []string
+	for _, k := range sortedKeys(e.LastErr) {
+		if awaited.Silent(e.LastErr[k]) {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 func isIPLiteral(s string) bool { return net.ParseIP(s) != nil }
@@ -503,7 +607,7 @@ func DiscoverNow(ctx context.Context, spec Spec, plan Plan, resolver Resolver) (
 	if resolver == nil {
 		resolver = net.DefaultResolver
 	}
-	f := newFinder(spec, plan, resolver, DefaultParallel, DefaultLookupTimeout)
+	f := newFinder(spec, plan, resolver, DefaultParallel, DefaultLookupTimeout, "")
 	st := f.pass(ctx, false)
 	res := f.results(st)
 	missing := append([]string(nil), st.pending...)
@@ -522,7 +626,7 @@ func DiscoverNow(ctx context.Context, spec Spec, plan Plan, resolver Resolver) (
 	}
 	if len(failed) > 0 {
 		return res, missing, fmt.Errorf("discovering hosts: DNS lookups failed for %s (not \"no such host\", so the host list may be incomplete): %w",
-			listNames(failed, 3), first)
+			awaited.Names(failed, 3), first)
 	}
 	return res, missing, nil
 }
