@@ -602,3 +602,75 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 
 // syncBuffer collects concurrent writes.
 type syncBuffer = sshtest.Buffer
+
+// closedPort is a loopback address where nothing listens: every connect is
+// refused.
+func closedPort(t *testing.T) string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(sshtest.FreePort(t)))
+}
+
+// progressLines are the "slots: ..." progress lines of a text log.
+func progressLines(log string) []string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if i := strings.Index(l, `msg="slots: `); i >= 0 {
+			out = append(out, l[i:])
+		}
+	}
+	return out
+}
+
+// The wait for an agent that refuses every connection says so from its
+// first line, naming the address (it used to say only "waiting for
+// w-0.job" for the whole deadline, and the refusal only in the error after
+// it). The deadline and its error are the same.
+func TestDecideProgressNamesTheAnswer(t *testing.T) {
+	t.Parallel()
+	addr := closedPort(t)
+	var logBuf syncBuffer
+	opts := fastOpts(nil, nil)
+	opts.Deadline = 700 * time.Millisecond
+	opts.ProgressEvery = time.Hour // only the first line
+	opts.AddrFor = func(string) string { return addr }
+	opts.Logger = slog.New(slog.NewTextHandler(&logBuf, nil))
+	_, _, err := Decide(context.Background(), []hostfile.Host{{Name: "w-0.job"}}, nil, opts)
+	var ue *UnknownError
+	if !errors.As(err, &ue) || ue.Deadline != 700*time.Millisecond || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("error %v, want the deadline's UnknownError", err)
+	}
+	lines := progressLines(logBuf.String())
+	if want := `msg="slots: 0/1 worker-agents answered; waiting for w-0.job (connection refused on ` + addr + `)"`; len(lines) != 1 || !strings.HasPrefix(lines[0], want) {
+		t.Errorf("progress lines %q, want one starting %s", lines, want)
+	}
+}
+
+// More awaited agents than a line lists one by one are grouped by answer:
+// 8 refused, 4 answering 503.
+func TestDecideProgressGroupsHosts(t *testing.T) {
+	t.Parallel()
+	refused := closedPort(t)
+	busy := newAgent(t, &agent{status: http.StatusServiceUnavailable})
+	var hosts []hostfile.Host
+	for i := range 12 {
+		hosts = append(hosts, hostfile.Host{Name: fmt.Sprintf("w-%d.job", i)})
+	}
+	var logBuf syncBuffer
+	opts := fastOpts(nil, nil)
+	opts.Deadline = 4 * time.Second // ample for 12 first answers on a loaded machine
+	opts.RetryWait = 100 * time.Millisecond
+	opts.ProgressEvery = time.Hour // the first line only, once every agent answered once
+	opts.AddrFor = func(h string) string {
+		if n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(h, "w-"), ".job")); n%3 == 2 {
+			return busy.addr()
+		}
+		return refused
+	}
+	opts.Logger = slog.New(slog.NewTextHandler(&logBuf, nil))
+	_, _, _ = Decide(context.Background(), hosts, nil, opts)
+	lines := progressLines(logBuf.String())
+	want := `msg="slots: 0/12 worker-agents answered; waiting for 12: 8 with connection refused on port ` + strings.Split(refused, ":")[1] +
+		` (w-0.job, w-1.job, w-3.job and 5 more); 4 with HTTP 503 Service Unavailable (w-2.job, w-5.job, w-8.job and 1 more)"`
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], want) {
+		t.Errorf("progress lines %q, want one starting\n%s", lines, want)
+	}
+}

@@ -53,11 +53,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-retryablehttp"
 
+	"github.com/podmpi/podmpi/agent/launcher/awaited"
 	"github.com/podmpi/podmpi/agent/launcher/probe"
 	"github.com/podmpi/podmpi/agent/panictrap"
 	"github.com/podmpi/podmpi/agent/worker/api"
@@ -449,73 +449,37 @@ func (o Options) addrFor(host string, addrs []string) string {
 // askAll asks the agents of hosts[idx...] until each answers or ctx (the
 // phase deadline) ends, and fills their decisions. One goroutine per host;
 // at most Parallel requests in flight. Once an agent must be waited for
-// (its first answer was not one), an Info line names the agents awaited at
-// once, and again every ProgressEvery: the wait is seen when it starts,
-// however long it lasts.
+// (its first answer was not one), an Info line names the agents awaited,
+// each with what its last attempt got (connection refused on
+// 10.0.0.7:9022, HTTP 503 ...), at once and again every ProgressEvery: the
+// wait is seen, with what it sees, when it starts, however long it lasts.
 func (o Options) askAll(ctx context.Context, hosts []hostfile.Host, addrs map[string][]string, idx []int, decisions []Decision, log *slog.Logger) {
 	if len(idx) == 0 {
 		return
 	}
 	slots := make(chan struct{}, o.Parallel)
-	var done atomic.Int32
-	var pendingMu sync.Mutex
-	pending := make(map[int]bool, len(idx))
-	for _, i := range idx {
-		pending[i] = true
+	names := make([]string, len(idx))
+	for k, i := range idx {
+		names[k] = hosts[i].Name
 	}
-	stop := make(chan struct{})
-	progressDone := make(chan struct{})
-	waiting := make(chan struct{})
-	var waitOnce sync.Once
-	waitStarts := func() { waitOnce.Do(func() { close(waiting) }) }
+	awaiting := awaited.NewTracker(names, o.Explain)
 	start := time.Now()
-	progress := func() {
-		pendingMu.Lock()
-		var names []string
-		for _, i := range idx {
-			if pending[i] {
-				n := hosts[i].Name
-				if o.Explain != nil {
-					if note := o.Explain(n); note != "" {
-						n += " (" + note + ")"
-					}
-				}
-				names = append(names, n)
-			}
-		}
-		pendingMu.Unlock()
+	stop := awaiting.Report(o.ProgressEvery, maxNamesListed, func(answered, asked int, waiting string) {
 		left := ""
 		if dl, ok := ctx.Deadline(); ok {
 			left = time.Until(dl).Round(time.Second).String()
 		}
-		log.Info(fmt.Sprintf("slots: %d/%d worker-agents answered; waiting for %s", int(done.Load()), len(idx), listNames(names, 10)),
-			"answered", done.Load(), "asked", len(idx), "elapsed", time.Since(start).Round(time.Second).String(), "time_left", left)
-	}
-	go func() {
-		defer close(progressDone)
-		select {
-		case <-stop:
-			return
-		case <-waiting:
-		}
-		t := time.NewTicker(o.ProgressEvery)
-		defer t.Stop()
-		for {
-			progress()
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
-		}
-	}()
+		log.Info(fmt.Sprintf("slots: %d/%d worker-agents answered; waiting for %s", answered, asked, waiting),
+			"answered", answered, "asked", asked, "elapsed", time.Since(start).Round(time.Second).String(), "time_left", left)
+	})
 	var wg sync.WaitGroup
 	var trap panictrap.Trap
-	for _, i := range idx {
+	for k, i := range idx {
 		wg.Go(func() {
 			defer trap.Capture("a slots goroutine")
 			h := hosts[i]
-			info, n, err := o.ask(ctx, h.Name, o.addrFor(h.Name, addrs[h.Name]), slots, log, waitStarts)
+			saw := func(a awaited.Answer) { awaiting.Saw(k, a) }
+			info, n, err := o.ask(ctx, h.Name, o.addrFor(h.Name, addrs[h.Name]), slots, log, saw, awaiting.Waits)
 			d := Decision{Host: h.Name, Asked: true, Attempts: n, Err: err}
 			if err == nil {
 				d = o.apply(d, h, info)
@@ -523,32 +487,24 @@ func (o Options) askAll(ctx context.Context, hosts []hostfile.Host, addrs map[st
 				d = o.fallbackHostfile(d, h)
 			}
 			decisions[i] = d
-			pendingMu.Lock()
-			delete(pending, i)
-			pendingMu.Unlock()
-			done.Add(1)
+			awaiting.Settled(k)
 		})
 	}
 	wg.Wait()
-	close(stop)
-	<-progressDone
+	stop()
 	trap.Rethrow()
 }
 
-// listNames joins up to max names, then "(+N more)".
-func listNames(names []string, maxNames int) string {
-	if len(names) <= maxNames {
-		return strings.Join(names, ", ")
-	}
-	return fmt.Sprintf("%s (+%d more)", strings.Join(names[:maxNames], ", "), len(names)-maxNames)
-}
+// maxNamesListed is how many awaited agents a progress line lists one by
+// one; more are grouped by answer (awaited.Line).
+const maxNamesListed = 10
 
 // ask asks one agent for /info until it gives a valid answer, gives a
 // final one (404, garbage, a failed GPU detection), or ctx ends. Each
 // attempt holds a place in slots. It returns the answer, the number of
-// attempts and, without an answer, the last cause. waitStarts is called
-// before it waits to ask again.
-func (o Options) ask(ctx context.Context, host, addr string, slots chan struct{}, log *slog.Logger, waitStarts func()) (api.Info, int, error) {
+// attempts and, without an answer, the last cause. saw gets what each
+// failed attempt got; waitStarts is called before it waits to ask again.
+func (o Options) ask(ctx context.Context, host, addr string, slots chan struct{}, log *slog.Logger, saw func(awaited.Answer), waitStarts func()) (api.Info, int, error) {
 	url := "http://" + addr + "/info"
 	wait := o.RetryWait
 	var last error
@@ -562,7 +518,7 @@ func (o Options) ask(ctx context.Context, host, addr string, slots chan struct{}
 			<-slots
 			return api.Info{}, n - 1, o.gaveUp(url, n-1, last)
 		}
-		info, retry, err := o.attempt(ctx, url)
+		info, retry, answer, err := o.attempt(ctx, url, addr)
 		<-slots
 		if err == nil {
 			return info, n, nil
@@ -571,6 +527,7 @@ func (o Options) ask(ctx context.Context, host, addr string, slots chan struct{}
 			// An attempt the deadline cut short says less than the
 			// answer before it (an HTTP 500, a refused connection).
 			last = err
+			saw(answer)
 		}
 		if !retry || ctx.Err() != nil {
 			if ctx.Err() != nil {
@@ -603,24 +560,28 @@ func (o Options) gaveUp(url string, attempts int, last error) error {
 	return fmt.Errorf("GET %s: no answer within %s (%s): %w", url, o.Deadline, plural(attempts, "attempt"), last)
 }
 
-// attempt makes one request. retry says whether asking again may help.
-func (o Options) attempt(ctx context.Context, url string) (info api.Info, retry bool, err error) {
+// attempt makes one request to url, at addr. retry says whether asking
+// again may help; answer names what came back instead of a usable /info,
+// for the progress lines.
+func (o Options) attempt(ctx context.Context, url, addr string) (info api.Info, retry bool, answer awaited.Answer, err error) {
 	info, resp, err := o.get(ctx, url)
 	switch {
 	case resp == nil:
 		retry, _ = shouldRetry(ctx, nil, err)
-		return api.Info{}, retry, errors.New(describe(nil, err))
+		return api.Info{}, retry, awaited.Net(err, addr), errors.New(describe(nil, err))
 	case resp.StatusCode != http.StatusOK:
 		retry, _ = shouldRetry(ctx, resp, nil)
 		hint := ""
 		if resp.StatusCode == http.StatusNotFound {
 			hint = " (is this a worker-agent? an older one may lack /info)"
 		}
-		return api.Info{}, retry, fmt.Errorf("HTTP %s%s", resp.Status, hint)
+		return api.Info{}, retry, awaited.HTTP(resp.Status), fmt.Errorf("HTTP %s%s", resp.Status, hint)
+	case errors.Is(err, api.ErrNotDecided):
+		return api.Info{}, true, awaited.Answer{Kind: "still detecting its GPUs (slots.n=0)"}, err
 	case err != nil:
-		return api.Info{}, errors.Is(err, api.ErrNotDecided), err
+		return api.Info{}, false, awaited.Answer{Kind: err.Error()}, err
 	}
-	return info, false, nil
+	return info, false, awaited.Answer{}, nil
 }
 
 // get asks url for a /info document once, bounded by AttemptTimeout. resp
