@@ -29,6 +29,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/podmpi/podmpi/agent/launcher/awaited"
 	"github.com/podmpi/podmpi/agent/panictrap"
 	"github.com/podmpi/podmpi/agent/sshclient"
 )
@@ -48,7 +49,12 @@ const (
 	DefaultCommandTimeout = 10 * time.Second
 	DefaultInitialBackoff = sshclient.DefaultInitialBackoff
 	DefaultMaxBackoff     = sshclient.DefaultMaxBackoff
+	DefaultProgressEvery  = 5 * time.Second
 )
+
+// maxNamesListed is how many awaited workers a progress line lists one by
+// one; more are grouped by answer (awaited.Line).
+const maxNamesListed = 10
 
 // Options configure Run.
 type Options struct {
@@ -82,9 +88,19 @@ type Options struct {
 	// InitialBackoff and MaxBackoff shape the retry delays (doubling, with
 	// 0.5x-1.5x jitter). Defaults DefaultInitialBackoff, DefaultMaxBackoff.
 	InitialBackoff, MaxBackoff time.Duration
-	// Logger receives retries (debug) and the insecure-host-key warning;
-	// nil discards.
+	// Logger receives the progress lines (info), retries (debug) and the
+	// insecure-host-key warning; nil discards.
 	Logger *slog.Logger
+	// ProgressEvery is how often, while workers are awaited, one Info line
+	// names them, each with what its last attempt got ("tj-node-0-2.tj
+	// (tcp-refused: connection refused on tj-node-0-2.tj:2222)"): the
+	// first as soon as one must be waited for and every worker was tried
+	// once; DefaultProgressEvery when 0.
+	ProgressEvery time.Duration
+	// Note, when set, says what else is known of an awaited worker (what
+	// Kubernetes says of its pod), "" for nothing; the progress lines add
+	// it. It must not block.
+	Note func(host string) string
 	// OnAttempt, when set, is called after every attempt, concurrently from
 	// the probing goroutines (for progress output and metrics).
 	OnAttempt func(Attempt)
@@ -149,6 +165,24 @@ func Run(ctx context.Context, targets []Target, opts Options) []Result {
 	}
 	full := SpreadSample(len(targets), opts.SSHSample)
 	results := make([]Result, len(targets))
+	names := make([]string, len(targets))
+	for i, t := range targets {
+		names[i] = t.Host
+	}
+	awaiting := awaited.NewTracker(names, opts.Note)
+	every := opts.ProgressEvery
+	if every <= 0 {
+		every = DefaultProgressEvery
+	}
+	start := time.Now()
+	stop := awaiting.Report(every, maxNamesListed, func(checked, total int, waiting string) {
+		left := ""
+		if !deadline.IsZero() {
+			left = time.Until(deadline).Round(time.Second).String()
+		}
+		log.Info(fmt.Sprintf("probe: %d/%d workers checked; waiting for %s", checked, total, waiting),
+			"checked", checked, "workers", total, "elapsed", time.Since(start).Round(time.Second).String(), "time_left", left)
+	})
 	next := make(chan int)
 	var wg sync.WaitGroup
 	var trap panictrap.Trap
@@ -161,7 +195,13 @@ func Run(ctx context.Context, targets []Target, opts Options) []Result {
 				}
 				func() {
 					defer trap.Capture("a probe goroutine")
-					results[i] = probeOne(ctx, targets[i], deadline, check, opts, log)
+					defer awaiting.Settled(i)
+					results[i] = probeOne(ctx, targets[i], deadline, check, opts, log, func(f *sshclient.Failure, retry bool) {
+						awaiting.Saw(i, answer(f))
+						if retry {
+							awaiting.Waits()
+						}
+					})
 				}()
 			}
 		})
@@ -171,8 +211,18 @@ func Run(ctx context.Context, targets []Target, opts Options) []Result {
 	}
 	close(next)
 	wg.Wait()
+	stop()
 	trap.Rethrow()
 	return results
+}
+
+// answer names what a failed attempt got, for the progress lines: its
+// phase and what the network said ("tcp-refused: connection refused on
+// tj-node-0-1.tj:2222", "dns: no answer from the DNS server 10.96.0.10:53").
+func answer(f *sshclient.Failure) awaited.Answer {
+	a := awaited.Net(f.Cause, net.JoinHostPort(f.Host, strconv.Itoa(f.Port)))
+	phase := string(f.Phase) + ": "
+	return awaited.Answer{Kind: phase + a.Kind, Detail: phase + a.Text()}
 }
 
 // SpreadSample marks which of n items a sample of size sample takes:
@@ -196,7 +246,10 @@ func SpreadSample(n, sample int) []bool {
 	return full
 }
 
-func probeOne(ctx context.Context, t Target, deadline time.Time, check string, opts Options, log *slog.Logger) Result {
+// probeOne probes one worker until it passes, fails for good, or the
+// deadline; failed is called after each failed attempt, retry saying
+// whether another follows.
+func probeOne(ctx context.Context, t Target, deadline time.Time, check string, opts Options, log *slog.Logger, failed func(f *sshclient.Failure, retry bool)) Result {
 	log = log.With("worker", t.String())
 	var path string
 	retry := sshclient.Retry{
@@ -204,6 +257,9 @@ func probeOne(ctx context.Context, t Target, deadline time.Time, check string, o
 		OnAttempt: func(n int, f *sshclient.Failure, took, next time.Duration) {
 			if opts.OnAttempt != nil {
 				opts.OnAttempt(Attempt{Target: t, N: n, Failure: f, Latency: took, Retry: next > 0})
+			}
+			if f != nil {
+				failed(f, next > 0)
 			}
 			switch {
 			case f != nil && next > 0:

@@ -516,3 +516,32 @@ func TestRunPanicReachesCaller(t *testing.T) {
 		t.Errorf("%d attempts, want every target tried", calls.Load())
 	}
 }
+
+// The probe's wait says what it sees from its first line: a worker whose
+// SSH port refuses every connection is named with the refusal (the probe
+// used to log nothing above debug level until its deadline), and what
+// Kubernetes says of it.
+func TestRunProgressNamesTheAnswer(t *testing.T) {
+	t.Parallel()
+	j := newJob(t)
+	port := sshtest.FreePort(t)
+	var logs bytes.Buffer
+	res := Run(context.Background(), []Target{local(port)}, Options{Client: j.cfg, Deadline: 700 * time.Millisecond,
+		InitialBackoff: 50 * time.Millisecond, ProgressEvery: time.Hour,
+		Note:   func(h string) string { return "pod w-0-x is Running, not Ready" },
+		Logger: slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))})
+	if r := res[0]; r.OK || r.Failure.Phase != sshclient.PhaseTCPRefused {
+		t.Fatalf("result %+v", r)
+	}
+	var lines []string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, `msg="probe: `) {
+			lines = append(lines, l)
+		}
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	want := `msg="probe: 0/1 workers checked; waiting for 127.0.0.1 (pod w-0-x is Running, not Ready; tcp-refused: connection refused on ` + addr + `)"`
+	if len(lines) != 1 || !strings.Contains(lines[0], want) {
+		t.Errorf("progress lines %q, want one with\n%s", lines, want)
+	}
+}
