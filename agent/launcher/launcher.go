@@ -24,6 +24,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/podmpi/podmpi/agent/exitcode"
+	"github.com/podmpi/podmpi/agent/kube"
 	"github.com/podmpi/podmpi/agent/launcher/discovery"
 	"github.com/podmpi/podmpi/agent/launcher/mpirun"
 	"github.com/podmpi/podmpi/agent/launcher/postmortem"
@@ -242,6 +243,10 @@ func (l *Launcher) report(format string, args ...any) {
 	}
 }
 
+// EventDNSNotAnswering is the reason of the Warning Event the dns-wait
+// records when the DNS server answers none of its lookups.
+const EventDNSNotAnswering = "DNSNotAnswering"
+
 // Prepare runs every phase before mpirun. probeWorkers=false skips the SSH
 // probe (used by `launcher hostfile`).
 func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, error) {
@@ -305,6 +310,9 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 			Timeout:  cfg.DiscoveryTimeout,
 			Explain:  l.explain,
 			Logger:   l.log,
+			// A DNS server that answers nothing is raised where users look
+			// within seconds, not only by the deadline's exit 66.
+			Warn: func(msg string) { l.event(kube.Warning, EventDNSNotAnswering, msg) },
 			Progress: func(pr discovery.Progress) {
 				l.m.WorkersResolved.Set(float64(pr.Resolved)) // Wait logs the progress itself
 			},
@@ -446,6 +454,7 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 		results := probe.Run(ctx, targets, probe.Options{
 			Keep:      keep,
 			Explain:   l.explainRefused,
+			Note:      l.explain,
 			Client:    client,
 			Daemons:   impl.Daemons(),
 			Parallel:  cfg.ProbeParallel,
