@@ -297,6 +297,19 @@ func dial(t *testing.T, c *Cluster, pod int, addr string, timeout time.Duration)
 	return strings.TrimSpace(o), time.Since(start)
 }
 
+// resolve looks name up from pod with the helper binary (Go's resolver,
+// the pod's resolv.conf) and returns what it printed.
+func resolve(t *testing.T, c *Cluster, pod int, name string, timeout time.Duration) string {
+	t.Helper()
+	exe, _ := os.Executable()
+	o, e, _, err := c.Run(testCtx(t, 15*time.Second), pod, -1, -1,
+		[]string{helperRaceEnv, "HARNESS_HELPER=resolve", "HARNESS_NAME=" + name, "HARNESS_TIMEOUT=" + timeout.String()}, exe)
+	if err != nil {
+		t.Fatalf("resolve helper: %v %s", err, e)
+	}
+	return strings.TrimSpace(o)
+}
+
 func TestDropTCPAndProcesses(t *testing.T) {
 	c := StartT(t, Config{Job: "dj", Pods: []PodSpec{
 		{Hostname: "dj-launcher", Publish: true},
@@ -336,6 +349,30 @@ func TestDropTCPAndProcesses(t *testing.T) {
 		}
 		if err := c.DropTCP(1, 0); err == nil {
 			t.Errorf("DropTCP port 0 accepted")
+		}
+	})
+	t.Run("drop_dns", func(t *testing.T) {
+		if _, err := exec.LookPath("nft"); err != nil {
+			t.Skip("nft not installed (apt-get install -y nftables)")
+		}
+		name := c.Pod(1).FQDN
+		if v := resolve(t, c, 0, name, 2*time.Second); v != "ok "+ip {
+			t.Fatalf("before DropDNS: %q", v)
+		}
+		if err := c.DropDNS(0); err != nil {
+			t.Fatal(err)
+		}
+		if v := resolve(t, c, 0, name, time.Second); v != "timeout" {
+			t.Errorf("with DNS dropped: %q, want timeout", v)
+		}
+		if v := resolve(t, c, 1, name, 2*time.Second); v != "ok "+ip {
+			t.Errorf("another pod with DNS dropped in pod 0: %q", v)
+		}
+		if err := c.RestoreDNS(0); err != nil {
+			t.Fatal(err)
+		}
+		if v := resolve(t, c, 0, name, 2*time.Second); v != "ok "+ip {
+			t.Errorf("after RestoreDNS: %q", v)
 		}
 	})
 	t.Run("stop", func(t *testing.T) {

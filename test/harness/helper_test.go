@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -18,6 +19,9 @@ import (
 //	HARNESS_HELPER=listen HARNESS_PORTS=7001,7002   accept, write "hello\n", close; print "ready"
 //	HARNESS_HELPER=dial HARNESS_ADDR=ip:port HARNESS_TIMEOUT=1s
 //	    prints "ok hello" (exit 0), "timeout" (exit 3) or "error <msg>" (exit 4)
+//	HARNESS_HELPER=resolve HARNESS_NAME=name HARNESS_TIMEOUT=1s
+//	    looks name up with Go's resolver (the pod's resolv.conf) and prints
+//	    "ok <addrs>" (exit 0), "timeout" (exit 3) or "error <msg>" (exit 4)
 func TestMain(m *testing.M) {
 	switch os.Getenv("HARNESS_HELPER") {
 	case "":
@@ -26,6 +30,8 @@ func TestMain(m *testing.M) {
 		os.Exit(helperListen())
 	case "dial":
 		os.Exit(helperDial())
+	case "resolve":
+		os.Exit(helperResolve())
 	default:
 		fmt.Fprintln(os.Stderr, "unknown HARNESS_HELPER", os.Getenv("HARNESS_HELPER"))
 		os.Exit(2)
@@ -80,5 +86,27 @@ func helperDial() int {
 	buf := make([]byte, 16)
 	n, _ := conn.Read(buf)
 	fmt.Println("ok", strings.TrimSpace(string(buf[:n])))
+	return 0
+}
+
+func helperResolve() int {
+	d, err := time.ParseDuration(os.Getenv("HARNESS_TIMEOUT"))
+	if err != nil {
+		d = time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	r := &net.Resolver{PreferGo: true}
+	addrs, err := r.LookupHost(ctx, os.Getenv("HARNESS_NAME"))
+	if err != nil {
+		var de *net.DNSError
+		if errors.As(err, &de) && de.IsTimeout {
+			fmt.Println("timeout")
+			return 3
+		}
+		fmt.Println("error", err)
+		return 4
+	}
+	fmt.Println("ok", strings.Join(addrs, ","))
 	return 0
 }

@@ -299,14 +299,52 @@ func (c *Cluster) RestoreTCP(pod int) error {
 	return c.nft(pod, script)
 }
 
+// DropDNS silently drops pod's DNS traffic (UDP and TCP to port 53) where
+// it reaches the DNS server, in the hub's namespace: what a NetworkPolicy
+// whose egress rule misses the cluster's DNS server does to a pod. Lookups
+// from pod time out with no answer (a drop in the pod itself would fail
+// them at once with EPERM); other pods resolve as before. The rules live in
+// the hub's table inet podmpi_harness, one chain per pod, and disappear
+// with the namespace.
+func (c *Cluster) DropDNS(pod int) error {
+	if err := c.checkPod(pod); err != nil {
+		return err
+	}
+	ip := c.pods[pod].IP
+	return c.nftIn(c.hubNS, dnsChain(pod)+
+		fmt.Sprintf("add rule inet podmpi_harness dns_from_pod%d ip saddr %s udp dport 53 drop\n", pod, ip)+
+		fmt.Sprintf("add rule inet podmpi_harness dns_from_pod%d ip saddr %s tcp dport 53 drop\n", pod, ip))
+}
+
+// RestoreDNS removes the rules DropDNS added for pod.
+func (c *Cluster) RestoreDNS(pod int) error {
+	if err := c.checkPod(pod); err != nil {
+		return err
+	}
+	return c.nftIn(c.hubNS, dnsChain(pod)+fmt.Sprintf("flush chain inet podmpi_harness dns_from_pod%d\n", pod))
+}
+
+// dnsChain declares the hub's input chain that holds DropDNS's rules for
+// pod.
+func dnsChain(pod int) string {
+	return fmt.Sprintf("table inet podmpi_harness {\n  chain dns_from_pod%d {\n    type filter hook input priority 0; policy accept;\n  }\n}\n", pod)
+}
+
 func (c *Cluster) nft(pod int, script string) error {
+	if err := c.nftIn(c.pods[pod].NetNS, script); err != nil {
+		return fmt.Errorf("harness: nftables in pod %d: %w", pod, err)
+	}
+	return nil
+}
+
+// nftIn runs an nft script in the network namespace named ns.
+func (c *Cluster) nftIn(ns, script string) error {
 	nft, err := lookPath("nft")
 	if err != nil {
 		return fmt.Errorf("harness: %w (apt-get install -y nftables)", err)
 	}
-	ns := filepath.Join(netnsRun, c.pods[pod].NetNS)
-	if err := runTool(c.ctx, []byte(script), c.tools.nsenter, "--net="+ns, "--", nft, "-f", "-"); err != nil {
-		return fmt.Errorf("harness: nftables in pod %d: %w", pod, err)
+	if err := runTool(c.ctx, []byte(script), c.tools.nsenter, "--net="+filepath.Join(netnsRun, ns), "--", nft, "-f", "-"); err != nil {
+		return fmt.Errorf("harness: nftables in %s: %w", ns, err)
 	}
 	return nil
 }
