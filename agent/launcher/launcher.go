@@ -29,8 +29,8 @@ import (
 	"github.com/podmpi/podmpi/agent/launcher/mpirun"
 	"github.com/podmpi/podmpi/agent/launcher/postmortem"
 	"github.com/podmpi/podmpi/agent/launcher/probe"
+	"github.com/podmpi/podmpi/agent/launcher/share"
 	"github.com/podmpi/podmpi/agent/launcher/slots"
-	"github.com/podmpi/podmpi/agent/rsh"
 	"github.com/podmpi/podmpi/agent/sshclient"
 	"github.com/podmpi/podmpi/agent/worker/api"
 	"github.com/podmpi/podmpi/hostfile"
@@ -161,7 +161,7 @@ type Launcher struct {
 	kv    kubeView // the Kubernetes API, when the pod may use it (kube.go)
 	// pool holds the probe's connections for mpirun's sessions when the
 	// launcher shares its connections (Run sets it; run.go serves it).
-	pool *rsh.Pool
+	pool *share.Pool
 }
 
 // New fills the zero settings of cfg from Defaults() and the missing

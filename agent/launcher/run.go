@@ -20,6 +20,7 @@ import (
 	"github.com/podmpi/podmpi/agent/launcher/discovery"
 	"github.com/podmpi/podmpi/agent/launcher/mpirun"
 	"github.com/podmpi/podmpi/agent/launcher/postmortem"
+	"github.com/podmpi/podmpi/agent/launcher/share"
 	"github.com/podmpi/podmpi/agent/launcher/slots"
 	"github.com/podmpi/podmpi/agent/rsh"
 )
@@ -33,7 +34,7 @@ func (l *Launcher) Run(ctx context.Context) (exitcode.Code, error) {
 			Hint: "usage: launcher [flags] -- mpirun [mpirun flags] program"}
 	}
 	if l.cfg.ShareConnections {
-		l.pool = rsh.NewPool()
+		l.pool = share.NewPool()
 		defer l.pool.Close()
 	}
 	p, err := l.Prepare(ctx, true)
@@ -74,7 +75,7 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 		NoTreeSpawn: cfg.NoTreeSpawn,
 	}
 	if l.pool != nil {
-		srv, err := rsh.Serve(filepath.Join(rshDir, rsh.SocketName), l.pool, l.log)
+		srv, err := share.Serve(filepath.Join(rshDir, share.SocketName), l.pool, l.log)
 		if err != nil {
 			l.log.Warn("not sharing the launcher's SSH connections: every podmpi-rsh connects on its own", "err", err)
 		} else {

@@ -24,11 +24,12 @@
 // Under the launcher's mpirun the client does not connect itself: the small
 // relay podmpi-rsh (package relay, cmd/launcher/podmpi-rsh) hands its
 // command line and its stdin, stdout and stderr to the launcher, whose
-// Server runs this same client logic on a connection from its Pool (the
-// probe's, or one dialed on first use, as OpenSSH's ControlMaster shares
-// one). Everything below holds there too: the lines, exit statuses,
-// signals, records and waiting are the same; cutting a session short closes
-// its channel instead of the connection.
+// sharing server (package agent/launcher/share) runs this same client logic
+// for it (Served) on a connection from its pool (the probe's, or one dialed
+// on first use, as OpenSSH's ControlMaster shares one). Everything below
+// holds there too: the lines, exit statuses, signals, records and waiting
+// are the same; cutting a session short closes its channel instead of the
+// connection.
 //
 // # Waiting for late workers
 //
@@ -194,15 +195,15 @@ type runner struct {
 	// line under -v ("" when no launcher offered one).
 	unshared string
 
-	// The launcher's side of a shared session (Server): pool holds the
-	// connections; pid is the relay's, for its failure records; gone
-	// reports that the relay went away (nothing is said to it then); and
-	// abort loosens the relay's streams so that no copier stays blocked on
-	// them once the session is cut short.
-	pool  *Pool
-	pid   int
-	gone  func() bool
-	abort func()
+	// The launcher's side of a shared session (Served): sessions opens
+	// them on the connections it holds; pid is the relay's, for its
+	// failure records; gone reports that the relay went away (nothing is
+	// said to it then); and abort loosens the relay's streams so that no
+	// copier stays blocked on them once the session is cut short.
+	sessions Sessions
+	pid      int
+	gone     func() bool
+	abort    func()
 	// load reads the job configuration (sshclient.LoadJobConfig when nil;
 	// the launcher's cache of it).
 	load func(authDir, home, identity string) (sshclient.Config, error)
@@ -329,7 +330,7 @@ func (r *runner) run(ctx context.Context, args []string) int {
 	if f != nil {
 		return r.fail(f)
 	}
-	if r.pool != nil {
+	if r.sessions != nil {
 		return r.shared(ctx, opts, port, cfg, retry)
 	}
 	client, f := r.dial(ctx, opts, port, cfg, retry)
@@ -347,13 +348,14 @@ func (r *runner) run(ctx context.Context, args []string) int {
 }
 
 // shared runs the command in a session on the launcher's connection to
-// the worker (the pool's), dialing one as r.dial does when there is none.
+// the worker (r.sessions), dialing one as r.dial does when there is none.
 // Cutting the session short closes only its channel: worker-agent ends the
 // command's process group, and the connection's other sessions go on.
 func (r *runner) shared(ctx context.Context, opts Options, port int, cfg sshclient.Config, retry sshclient.Retry) int {
-	s, end, f := r.pool.Session(ctx, opts.Host, port, cfg, func(ctx context.Context) (*ssh.Client, *sshclient.Failure) {
-		return r.dial(ctx, opts, port, cfg, retry)
-	})
+	s, end, f := r.sessions.Session(ctx, SessionRequest{Host: opts.Host, Port: port, Config: cfg,
+		Dial: func(ctx context.Context) (*ssh.Client, *sshclient.Failure) {
+			return r.dial(ctx, opts, port, cfg, retry)
+		}})
 	if f != nil {
 		return r.fail(f)
 	}
@@ -495,10 +497,10 @@ func (r *runner) dial(ctx context.Context, opts Options, port int, cfg sshclient
 	return client, f
 }
 
-// abortWait bounds the wait for a session's streams after it was cut
+// AbortWait bounds the wait for a session's streams after it was cut
 // short: a stream the client's reader no longer drains (a full pipe, a
 // socket) cannot hold the client past it.
-const abortWait = 5 * time.Second
+const AbortWait = 5 * time.Second
 
 // A session's streams are copied with a buffer of streamSmall while they
 // trickle (an MPI daemon's few lines: the launcher serves one session per
@@ -551,7 +553,7 @@ func (r *runner) session(ctx context.Context, s *ssh.Session, opts Options, port
 	// copiers are done, so that nothing writes after the client returns.
 	cut := func() {
 		abort()
-		t := time.NewTimer(abortWait)
+		t := time.NewTimer(AbortWait)
 		defer t.Stop()
 		select {
 		case <-waitErr:

@@ -14,21 +14,6 @@ import (
 	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
 )
 
-// lateWorker starts serving the job key on port once ready is closed.
-func lateWorker(t *testing.T, k sshtest.Key, port int, ready <-chan struct{}) {
-	t.Helper()
-	go func() {
-		<-ready
-		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err != nil {
-			t.Errorf("port %d taken meanwhile: %v", port, err)
-			return
-		}
-		srv := sshtest.Serve(ln, sshtest.Options{HostKey: k.Signer, Authorized: []ssh.PublicKey{k.Public()}})
-		t.Cleanup(srv.Close)
-	}()
-}
-
 // waitRunner is a client with fast backoff whose progress lines come after
 // every retry; stderr tells the test when the worker may start.
 func waitRunner(env func(string) (string, bool), stderr *lineWaiter) (*runner, *bytes.Buffer) {
@@ -54,7 +39,7 @@ func TestWaitsForLateWorker(t *testing.T) {
 	progress := "podmpi-rsh: waiting for 127.0.0.1:" + strconv.Itoa(port) + ": tcp-refused: "
 	errw := newLineWaiter(progress)
 	r, out := waitRunner(env, errw)
-	lateWorker(t, k, port, errw.seen)
+	sshtest.ServeLater(t, k, port, errw.seen)
 	code := r.run(context.Background(), []string{"-o", "StrictHostKeyChecking=no", "127.0.0.1", "-p", strconv.Itoa(port), "echo up"})
 	if code != 0 || out.String() != "up\n" {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errw.String())

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podmpi/podmpi/agent/launcher/share"
 	"github.com/podmpi/podmpi/agent/rsh"
 	"github.com/podmpi/podmpi/agent/rsh/relay"
 	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
@@ -36,14 +37,14 @@ kill -TERM $pid; wait $pid; echo "killed=$? $(cat "$OUT" | tr '\n' ' ')"
 func TestRelayUnderTheLauncher(t *testing.T) {
 	auth := sshtest.WriteAuthDir(t, sshtest.NewTrainerKey(t))
 	bin := binDir(t)
-	for _, share := range []bool{true, false} {
-		t.Run(fmt.Sprintf("share=%t", share), func(t *testing.T) {
+	for _, shared := range []bool{true, false} {
+		t.Run(fmt.Sprintf("share=%t", shared), func(t *testing.T) {
 			agent, port := startAgentWithLog(t, auth)
 			tmp := t.TempDir()
 			cmd := exec.Command(filepath.Join(bin, "launcher"), "--workers", "127.0.0.1", "--ssh.port", fmt.Sprint(port), "--ssh.auth-dir", auth,
 				"--slots", "1", "--mpi.implementation", "mpich", "--web.listen-address", "", "--termination-log", "", "--kube.api", "off",
 				"--hostfile.output", filepath.Join(tmp, "hostfile"), "--mpirun.timeout", "45s",
-				fmt.Sprintf("--ssh.share-connections=%t", share), "--", "sh", "-c", relayScript)
+				fmt.Sprintf("--ssh.share-connections=%t", shared), "--", "sh", "-c", relayScript)
 			cmd.Env = append(os.Environ(), "OUT="+filepath.Join(tmp, "out"), "TMPDIR="+tmp)
 			out, err := cmd.CombinedOutput()
 			if err != nil {
@@ -56,8 +57,8 @@ func TestRelayUnderTheLauncher(t *testing.T) {
 				}
 			}
 			conns := strings.Count(agent.Log(), `"msg":"ssh connection"`)
-			if share {
-				if !regexp.MustCompile(`socket=\S+/`+rsh.SocketName+`\n`).MatchString(o) || !strings.Contains(o, "fds=1\n") {
+			if shared {
+				if !regexp.MustCompile(`socket=\S+/`+share.SocketName+`\n`).MatchString(o) || !strings.Contains(o, "fds=1\n") {
 					t.Fatalf("shared: want the socket and a relay holding one descriptor:\n%s", o)
 				}
 				if conns != 1 {

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package rsh
+package share
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package rsh
+package share
 
 import (
 	"bufio"
@@ -18,10 +18,59 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/podmpi/podmpi/agent/rsh"
 	"github.com/podmpi/podmpi/agent/rsh/relay"
 	"github.com/podmpi/podmpi/agent/sshclient"
 	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
 )
+
+// helperEnv makes the test binary act as the full client (rsh.Main), so
+// that a test can kill a real relay process.
+const helperEnv = "PODMPI_SHARE_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) == "1" {
+		os.Exit(rsh.Main(context.Background(), os.Args[1:], nil, os.Stdin, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// helper is the test binary started as the client, relaying to the
+// launcher named in env.
+func helper(env []string, args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append([]string{helperEnv + "=1"}, env...)
+	return cmd
+}
+
+// fixture is a job auth dir and a worker serving it on loopback.
+type fixture struct {
+	dir string
+	srv *sshtest.Server
+}
+
+func newFixture(t *testing.T) fixture {
+	t.Helper()
+	return fixtureWith(t, sshtest.Options{})
+}
+
+// fixtureWith is a fixture whose worker has opts besides the job key.
+func fixtureWith(t *testing.T, opts sshtest.Options) fixture {
+	t.Helper()
+	k := sshtest.NewTrainerKey(t)
+	opts.HostKey, opts.Authorized = k.Signer, []ssh.PublicKey{k.Public()}
+	return fixture{dir: sshtest.WriteAuthDir(t, k), srv: sshtest.Start(t, opts)}
+}
+
+func (f fixture) port() string { return strconv.Itoa(f.srv.Port) }
+
+// oneLine fails unless stderr is one line that starts with prefix.
+func oneLine(t *testing.T, stderr, prefix string) {
+	t.Helper()
+	if strings.Count(stderr, "\n") != 1 || !strings.HasSuffix(stderr, "\n") || !strings.HasPrefix(stderr, prefix) {
+		t.Fatalf("stderr %q, want one line starting %q", stderr, prefix)
+	}
+}
 
 // share is a launcher's sharing side on a temporary socket.
 type share struct {
@@ -120,8 +169,10 @@ func runRelay(t *testing.T, sh share, o relayOpts, args ...string) relayRun {
 	return res
 }
 
+// shareEnv is a relay's environment: the fixture's auth dir and no
+// waiting (a failure is reported at once), then extra entries.
 func (f fixture) shareEnv(extra ...string) []string {
-	return append([]string{EnvAuthDir + "=" + f.dir, EnvWait + "=0"}, extra...)
+	return append([]string{rsh.EnvAuthDir + "=" + f.dir, rsh.EnvWait + "=0"}, extra...)
 }
 
 // TestSharedSessionsUseOneConnection: every session to a worker, exit
@@ -175,64 +226,46 @@ func TestSharedExitByRemoteSignal(t *testing.T) {
 	oneLine(t, r.stderr, "podmpi-rsh: 127.0.0.1:"+f.port()+": remote command killed by signal 7 (SIGBUS)")
 }
 
-// TestSignalForwarded: a signal the client receives reaches the remote
-// command, whose status comes back, on a connection of the client's own
-// and on the launcher's shared one.
+// TestSignalForwarded: a signal the relay receives reaches the remote
+// command, whose status comes back.
 func TestSignalForwarded(t *testing.T) {
 	t.Parallel()
-	for _, shared := range []bool{false, true} {
-		name := map[bool]string{false: "own connection", true: "shared connection"}[shared]
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			f := newFixture(t)
-			args := []string{"-p", f.port(), "127.0.0.1", trapScript}
-			sigs := make(chan os.Signal, 1)
-			out := newLineWaiter("ready\n")
-			type result struct {
-				code   int
-				stderr string
-				err    error
-			}
-			done := make(chan result, 1)
-			if shared {
-				sh := startShare(t)
-				go func() {
-					copied := make(chan struct{})
-					r := runRelay(t, sh, relayOpts{env: f.shareEnv(), signals: sigs, stdout: func(r *os.File) {
-						go func() {
-							defer close(copied)
-							_, _ = io.Copy(out, r)
-						}()
-					}}, args...)
-					<-copied
-					done <- result{r.code, r.stderr, r.err}
-				}()
-			} else {
-				go func() {
-					var errb bytes.Buffer
-					r := &runner{env: f.env(), stdout: out, stderr: &errb, sigs: sigs, grace: 10 * time.Second}
-					code := r.run(context.Background(), args)
-					done <- result{code, errb.String(), nil}
-				}()
-			}
-			select {
-			case <-out.seen:
-			case <-time.After(10 * time.Second):
-				t.Fatal("remote command never started")
-			}
-			sigs <- syscall.SIGTERM
-			select {
-			case r := <-done:
-				if r.err != nil || r.code != 7 || out.String() != "ready\ngot-term\n" {
-					t.Fatalf("exit %d (%v), stdout %q, stderr %q", r.code, r.err, out.String(), r.stderr)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("the session did not end after the signal")
-			}
-			if got := f.srv.Signals(); len(got) != 1 || got[0] != "TERM" {
-				t.Fatalf("server saw signals %q", got)
-			}
-		})
+	f := newFixture(t)
+	sh := startShare(t)
+	sigs := make(chan os.Signal, 1)
+	first := make(chan string, 1)
+	rest := make(chan string, 1)
+	done := make(chan relayRun, 1)
+	go func() {
+		done <- runRelay(t, sh, relayOpts{env: f.shareEnv(), signals: sigs, stdout: func(r *os.File) {
+			go func() {
+				rd := bufio.NewReader(r)
+				l, _ := rd.ReadString('\n')
+				first <- l
+				b, _ := io.ReadAll(rd)
+				rest <- string(b)
+			}()
+		}}, "-p", f.port(), "127.0.0.1", `trap 'echo got-term; exit 7' TERM; echo ready; sleep 30 & wait`)
+	}()
+	select {
+	case l := <-first:
+		if l != "ready\n" {
+			t.Fatalf("first line %q", l)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("remote command never started")
+	}
+	sigs <- syscall.SIGTERM
+	select {
+	case r := <-done:
+		if out := <-rest; r.err != nil || r.code != 7 || out != "got-term\n" {
+			t.Fatalf("exit %d (%v), rest of stdout %q, stderr %q", r.code, r.err, out, r.stderr)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session did not end after the signal")
+	}
+	if got := f.srv.Signals(); len(got) != 1 || got[0] != "TERM" {
+		t.Fatalf("server saw signals %q", got)
 	}
 }
 
@@ -296,7 +329,7 @@ func TestKilledRelayFreesItsChannel(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	sh := startShare(t)
-	cmd := helper(t, []string{EnvAuthDir + "=" + f.dir, relay.EnvSocket + "=" + sh.srv.Path()}, "-p", f.port(), "127.0.0.1", "echo ready; sleep 60")
+	cmd := helper([]string{rsh.EnvAuthDir + "=" + f.dir, relay.EnvSocket + "=" + sh.srv.Path()}, "-p", f.port(), "127.0.0.1", "echo ready; sleep 60")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -333,31 +366,6 @@ func TestKilledRelayFreesItsChannel(t *testing.T) {
 	}
 }
 
-// TestFallbackWhenTheSocketIsMissing: a client whose launcher socket is
-// gone runs the command on a connection of its own, and -v says why.
-func TestFallbackWhenTheSocketIsMissing(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t)
-	missing := filepath.Join(t.TempDir(), SocketName)
-	cmd := helper(t, []string{EnvAuthDir + "=" + f.dir, relay.EnvSocket + "=" + missing}, "-v", "-p", f.port(), "127.0.0.1", "echo own; exit 4")
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 4 || out.String() != "own\n" {
-		t.Fatalf("exit %v, stdout %q, stderr %q", err, out.String(), errb.String())
-	}
-	want := "podmpi-rsh: debug: not using the launcher's shared connection (connecting to " + missing
-	if !strings.Contains(errb.String(), want) {
-		t.Fatalf("stderr %q lacks %q", errb.String(), want)
-	}
-	c := relay.Client{Socket: missing, Args: []string{"h", "true"}, Stdio: [3]int{0, 1, 2}}
-	var u *relay.Unserved
-	if _, err := c.Run(); !errors.As(err, &u) {
-		t.Fatalf("relay to a missing socket: %v, want *relay.Unserved", err)
-	}
-}
-
 // TestSharedWaitsForLateWorker: a worker that listens only after the first
 // attempt failed is waited for (PODMPI_SSH_WAIT's default), with the
 // client's retry lines on the relay's stderr, and then kept for the next
@@ -386,9 +394,9 @@ func TestSharedWaitsForLateWorker(t *testing.T) {
 	})
 	var out bytes.Buffer
 	wg.Go(func() { _, _ = io.Copy(&out, outR) })
-	lateWorker(t, k, port, seen)
+	sshtest.ServeLater(t, k, port, seen)
 	c := relay.Client{Socket: sh.srv.Path(), Args: []string{"-v", "-p", strconv.Itoa(port), "127.0.0.1", "echo up"},
-		Env: []string{EnvAuthDir + "=" + dir}, Stdio: [3]int{-1, int(outW.Fd()), int(errW.Fd())}}
+		Env: []string{rsh.EnvAuthDir + "=" + dir}, Stdio: [3]int{-1, int(outW.Fd()), int(errW.Fd())}}
 	code, err := c.Run()
 	outW.Close()
 	errW.Close()
@@ -422,10 +430,8 @@ func TestPoolKeysOnIdentity(t *testing.T) {
 // session on a connection (its MaxSessions) gets a second connection.
 func TestPoolOpensAnotherConnectionWhenFull(t *testing.T) {
 	t.Parallel()
-	k := sshtest.NewTrainerKey(t)
-	dir := sshtest.WriteAuthDir(t, k)
-	srv := sshtest.Start(t, sshtest.Options{HostKey: k.Signer, Authorized: []ssh.PublicKey{k.Public()}, MaxSessions: 1})
-	f := fixture{key: k, dir: dir, srv: srv}
+	f := fixtureWith(t, sshtest.Options{MaxSessions: 1})
+	srv := f.srv
 	sh := startShare(t)
 	first := make(chan relayRun, 1)
 	out := make(chan *os.File, 1)
@@ -481,12 +487,12 @@ func TestSharedFailureRecord(t *testing.T) {
 	sh := startShare(t)
 	rec := t.TempDir()
 	port := strconv.Itoa(sshtest.FreePort(t))
-	r := runRelay(t, sh, relayOpts{env: f.shareEnv(EnvFailureDir + "=" + rec)}, "-p", port, "127.0.0.1", "orted -mca x")
+	r := runRelay(t, sh, relayOpts{env: f.shareEnv(rsh.EnvFailureDir + "=" + rec)}, "-p", port, "127.0.0.1", "orted -mca x")
 	if r.err != nil || r.code != 255 {
 		t.Fatalf("got %+v", r)
 	}
 	oneLine(t, r.stderr, "podmpi-rsh: 127.0.0.1:"+port+": tcp-refused: ")
-	recs, _, err := ReadFailureRecords(rec, 10, nil)
+	recs, _, err := rsh.ReadFailureRecords(rec, 10, nil)
 	if err != nil || len(recs) != 1 || recs[0].PID != os.Getpid() || recs[0].Daemon != "orted" || !recs[0].Launch {
 		t.Fatalf("records %+v, %v", recs, err)
 	}
@@ -523,9 +529,9 @@ func TestPoolSessionContext(t *testing.T) {
 	defer p.Close()
 	ctx, cancel := context.WithCancelCause(context.Background())
 	cancel(errRelayGone)
-	_, _, f := p.Session(ctx, "127.0.0.1", 1, sshclient.Config{}, func(ctx context.Context) (*ssh.Client, *sshclient.Failure) {
+	_, _, f := p.Session(ctx, rsh.SessionRequest{Host: "127.0.0.1", Port: 1, Dial: func(ctx context.Context) (*ssh.Client, *sshclient.Failure) {
 		return nil, sshclient.Classify("127.0.0.1", 1, sshclient.PhaseTCP, context.Cause(ctx))
-	})
+	}})
 	if f == nil || !errors.Is(f.Cause, errRelayGone) {
 		t.Fatalf("got %v", f)
 	}

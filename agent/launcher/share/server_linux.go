@@ -1,4 +1,4 @@
-package rsh
+package share
 
 import (
 	"context"
@@ -8,13 +8,13 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/podmpi/podmpi/agent/rsh"
 	"github.com/podmpi/podmpi/agent/rsh/relay"
 )
 
@@ -22,7 +22,7 @@ import (
 const SocketName = "rsh.sock"
 
 // closeWait bounds how long Close waits for the sessions it ended.
-const closeWait = abortWait + 5*time.Second
+const closeWait = rsh.AbortWait + 5*time.Second
 
 var (
 	errRelayGone      = errors.New("the client process went away")
@@ -177,11 +177,10 @@ func (s *Server) serve(c *net.UnixConn) {
 			}
 		}
 	}()
-	r := &runner{env: lookupIn(open.Env), sigs: sigs, grace: SignalGrace, retryDelay: retryDelay, progressEvery: progressEvery,
-		pool: s.pool, pid: int(cred.Pid), abort: st.interrupt, load: s.configs.load,
-		gone: func() bool { return errors.Is(context.Cause(ctx), errRelayGone) }}
-	r.stdin, r.stdout, r.stderr = st.streams()
-	code := r.run(ctx, open.Args)
+	sv := rsh.Served{Env: open.Env, Signals: sigs, PID: int(cred.Pid), Sessions: s.pool, Load: s.configs.load,
+		Gone: func() bool { return errors.Is(context.Cause(ctx), errRelayGone) }, Abort: st.interrupt}
+	sv.Stdin, sv.Stdout, sv.Stderr = st.streams()
+	code := sv.Run(ctx, open.Args)
 	// Our copies of the streams close before the relay exits, so that
 	// whoever reads its output sees the end with the exit.
 	st.close()
@@ -309,19 +308,4 @@ func parseRights(oob []byte) ([]int, error) {
 		fds = append(fds, got...)
 	}
 	return fds, nil
-}
-
-// lookupIn looks variables up in env (KEY=VALUE entries, the last one
-// winning, as in a process's environment).
-func lookupIn(env []string) func(string) (string, bool) {
-	m := make(map[string]string, len(env))
-	for _, kv := range env {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			m[k] = v
-		}
-	}
-	return func(k string) (string, bool) {
-		v, ok := m[k]
-		return v, ok
-	}
 }

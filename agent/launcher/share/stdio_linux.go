@@ -1,4 +1,4 @@
-package rsh
+package share
 
 import (
 	"io"
@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/podmpi/podmpi/agent/rsh"
 	"github.com/podmpi/podmpi/agent/rsh/relay"
 )
 
@@ -55,7 +56,7 @@ func (st *stdio) streams() (io.Reader, io.Writer, io.Writer) {
 }
 
 // interrupt is for a session cut short: a stdin of its own is closed (its
-// reader returns), and writes to outputs of its own get abortWait to
+// reader returns), and writes to outputs of its own get rsh.AbortWait to
 // finish, so that a copier blocked on a pipe nobody drains returns. A pipe
 // shared with other sessions is left alone (its deadline would be theirs
 // too), and so is a socket or file taken as it is (it has no deadline):
@@ -72,7 +73,7 @@ func (st *stdio) interrupt() {
 		case h.f == st.in:
 			_ = h.f.Close()
 		default:
-			_ = h.f.SetWriteDeadline(time.Now().Add(abortWait))
+			_ = h.f.SetWriteDeadline(time.Now().Add(rsh.AbortWait))
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package rsh
+package share
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/podmpi/podmpi/agent/rsh"
 	"github.com/podmpi/podmpi/agent/sshclient"
 )
 
@@ -153,17 +154,18 @@ func (p *Pool) drop(key string, pc *pooled) {
 // errPoolClosed is a session asked for after Close.
 var errPoolClosed = errors.New("the launcher is ending its shared connections")
 
-// Session opens a session to host:port on a held connection made with cfg,
-// or on a new one that dial makes (and the pool then keeps). end must be
-// called once the session is over. A failure is classified as Dial's are.
-func (p *Pool) Session(ctx context.Context, host string, port int, cfg sshclient.Config,
-	dial func(context.Context) (*ssh.Client, *sshclient.Failure)) (s *ssh.Session, end func(), f *sshclient.Failure) {
-	key := poolKey(host, port, cfg)
+// Session opens a session to req's worker on a held connection made with
+// its configuration, or on a new one that req.Dial makes (and the pool then
+// keeps). end must be called once the session is over. A failure is
+// classified as Dial's are.
+func (p *Pool) Session(ctx context.Context, req rsh.SessionRequest) (s *ssh.Session, end func(), f *sshclient.Failure) {
+	host, port := req.Host, req.Port
+	key := poolKey(host, port, req.Config)
 	var last error
 	for range maxPicks {
 		pc := p.pick(key)
 		if pc == nil {
-			c, f := dial(ctx)
+			c, f := req.Dial(ctx)
 			if f != nil {
 				return nil, nil, f
 			}

@@ -1,4 +1,4 @@
-package rsh
+package share
 
 import (
 	"path/filepath"
