@@ -34,7 +34,7 @@ func (l *Launcher) Run(ctx context.Context) (exitcode.Code, error) {
 			Hint: "usage: launcher [flags] -- mpirun [mpirun flags] program"}
 	}
 	if l.cfg.ShareConnections {
-		l.pool = share.NewPool()
+		l.pool = share.NewPool(l.log)
 		defer l.pool.Close()
 	}
 	p, err := l.Prepare(ctx, true)

@@ -29,7 +29,9 @@
 // on first use, as OpenSSH's ControlMaster shares one). Everything below
 // holds there too: the lines, exit statuses, signals, records and waiting
 // are the same; cutting a session short closes its channel instead of the
-// connection.
+// connection. A worker that does not answer a session request on the
+// shared connection is waited for as a late worker is (below), without
+// closing that connection (package agent/launcher/share).
 //
 // # Waiting for late workers
 //
@@ -352,9 +354,25 @@ func (r *runner) run(ctx context.Context, args []string) int {
 // Cutting the session short closes only its channel: worker-agent ends the
 // command's process group, and the connection's other sessions go on.
 func (r *runner) shared(ctx context.Context, opts Options, port int, cfg sshclient.Config, retry sshclient.Retry) int {
-	s, end, f := r.sessions.Session(ctx, SessionRequest{Host: opts.Host, Port: port, Config: cfg,
+	wait := DefaultWait
+	if !retry.Deadline.IsZero() {
+		wait = time.Until(retry.Deadline)
+	}
+	where := net.JoinHostPort(opts.Host, strconv.Itoa(port))
+	s, end, f := r.sessions.Session(ctx, SessionRequest{Host: opts.Host, Port: port, Config: cfg, Wait: wait,
 		Dial: func(ctx context.Context) (*ssh.Client, *sshclient.Failure) {
 			return r.dial(ctx, opts, port, cfg, retry)
+		},
+		Stalled: func(waited time.Duration, others int) {
+			if opts.Quiet {
+				return
+			}
+			running := fmt.Sprintf("%d other sessions run on it", others)
+			if others == 1 {
+				running = "1 other session runs on it"
+			}
+			r.line("waiting for %s: no answer to a session request on the launcher's connection for %s (%s); trying another connection meanwhile, for up to %s",
+				where, waited, running, wait.Round(time.Second))
 		}})
 	if f != nil {
 		return r.fail(f)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"golang.org/x/crypto/ssh"
 
@@ -68,6 +69,14 @@ type SessionRequest struct {
 	// Dial makes a new connection as the client would on its own, waiting
 	// for a late worker as the client does.
 	Dial func(context.Context) (*ssh.Client, *sshclient.Failure)
+	// Wait is how long the client waits for the worker to answer: as long
+	// as it waits for a late worker (PODMPI_SSH_WAIT, as the command line
+	// bounds it), DefaultWait when that is off.
+	Wait time.Duration
+	// Stalled, when set, is told once that the worker has not answered
+	// the request on a held connection for waited, while others sessions
+	// run on that connection: the client's progress line.
+	Stalled func(waited time.Duration, others int)
 }
 
 // lookupIn looks variables up in env (KEY=VALUE entries, the last one

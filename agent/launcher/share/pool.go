@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -16,9 +16,13 @@ import (
 	"github.com/podmpi/podmpi/agent/sshclient"
 )
 
-// OpenTimeout bounds opening a session channel on a held connection: a
-// worker that does not answer within it is taken for gone, and its
-// connection is closed and dropped.
+// OpenTimeout is how long a session request on a held connection may go
+// unanswered before the connection counts as stalled: new sessions pass
+// over it, and the request tries another connection (held, or a new one)
+// meanwhile. Nothing is closed for it. A stall (a path that drops packets
+// for a while, a worker-agent starved of CPU) is not proof that the
+// connection is dead, and the MPI daemons running on it would die with it;
+// OpenSSH's ControlMaster never drops its master for a slow open either.
 const OpenTimeout = 10 * time.Second
 
 // maxPicks bounds how many held or new connections one session tries.
@@ -27,26 +31,41 @@ const maxPicks = 8
 // Pool holds authenticated SSH connections to workers, each reused for
 // every session the launcher serves to the same worker with the same
 // identity (sshclient.Config.Identity): the probe's, handed over when it
-// ends, and those dialed on first use. A connection the worker refuses
-// another session on (its MaxSessions) is passed over while it is full; one
-// a session cannot open on (the worker restarted, the network dropped it)
-// is closed and dropped. Each session runs in its own channel
+// ends, and those dialed on first use. Each session runs in its own channel
 // with its own flow-control window, so a slow reader of one never holds up
 // another on the same connection.
+//
+// A connection is dropped only on proof that it is dead: a session request
+// on it fails because its transport failed (the worker restarted, the
+// connection was reset, TCP gave up). One the worker refuses another
+// session on (its MaxSessions) is passed over while it is full; one whose
+// worker does not answer a request within OpenTimeout is passed over while
+// that request is unanswered, and kept with everything running on it.
 type Pool struct {
 	mu     sync.Mutex
 	closed bool
 	hosts  map[string][]*pooled
+	log    *slog.Logger
+	// openTimeout is OpenTimeout (tests shorten it).
+	openTimeout time.Duration
 }
 
 type pooled struct {
 	c    *ssh.Client
-	open int  // sessions open on it
+	open int  // sessions open or being opened on it
 	full bool // the server refused a session for its limit; cleared when one ends
+	// stalled counts the session requests on it that went unanswered for
+	// the open timeout and are unanswered still.
+	stalled int
 }
 
-// NewPool returns an empty pool.
-func NewPool() *Pool { return &Pool{hosts: map[string][]*pooled{}} }
+// NewPool returns an empty pool that logs to log (nil: nowhere).
+func NewPool(log *slog.Logger) *Pool {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Pool{hosts: map[string][]*pooled{}, log: log, openTimeout: OpenTimeout}
+}
 
 func poolKey(host string, port int, cfg sshclient.Config) string {
 	return net.JoinHostPort(host, strconv.Itoa(port)) + " " + cfg.Identity()
@@ -56,21 +75,25 @@ func poolKey(host string, port int, cfg sshclient.Config) string {
 // probe's. It reports false when the pool is closed: the caller keeps the
 // connection then.
 func (p *Pool) Add(host string, port int, cfg sshclient.Config, c *ssh.Client) bool {
-	return p.add(poolKey(host, port, cfg), c)
+	return p.hold(poolKey(host, port, cfg), c, false) != nil
 }
 
-func (p *Pool) add(key string, c *ssh.Client) bool {
+// hold adds c under key and returns it, with one session counted on it
+// when reserve is set (the caller opens one at once); nil when the pool is
+// closed. A connection that dies is found when a session request on it
+// fails (Session drops it then): no goroutine per connection waits for it.
+func (p *Pool) hold(key string, c *ssh.Client, reserve bool) *pooled {
 	pc := &pooled{c: c}
+	if reserve {
+		pc.open = 1
+	}
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.closed {
-		p.mu.Unlock()
-		return false
+		return nil
 	}
 	p.hosts[key] = append(p.hosts[key], pc)
-	p.mu.Unlock()
-	// A connection that dies is found when a session cannot open on it
-	// (Session drops it then): no goroutine per connection waits for it.
-	return true
+	return pc
 }
 
 // Len is how many connections the pool holds.
@@ -84,7 +107,8 @@ func (p *Pool) Len() int {
 	return n
 }
 
-// Sessions is how many sessions are open on the held connections.
+// Sessions is how many sessions are open, or being opened, on the held
+// connections.
 func (p *Pool) Sessions() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -111,14 +135,14 @@ func (p *Pool) Close() {
 	}
 }
 
-// pick returns the held connection with the fewest sessions that is not
-// full, counting the session about to open on it.
+// pick returns the held connection with the fewest sessions that is
+// neither full nor stalled, counting the session about to open on it.
 func (p *Pool) pick(key string) *pooled {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var best *pooled
 	for _, pc := range p.hosts[key] {
-		if !pc.full && (best == nil || pc.open < best.open) {
+		if !pc.full && pc.stalled == 0 && (best == nil || pc.open < best.open) {
 			best = pc
 		}
 	}
@@ -134,6 +158,16 @@ func (p *Pool) done(pc *pooled, full bool) {
 	defer p.mu.Unlock()
 	pc.open--
 	pc.full = full
+}
+
+// stall counts a request on pc unanswered for the open timeout (by 1) or
+// answered after it (by -1), and returns how many other sessions are open
+// on pc.
+func (p *Pool) stall(pc *pooled, by int) (others int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pc.stalled += by
+	return pc.open - 1
 }
 
 func (p *Pool) drop(key string, pc *pooled) {
@@ -154,71 +188,253 @@ func (p *Pool) drop(key string, pc *pooled) {
 // errPoolClosed is a session asked for after Close.
 var errPoolClosed = errors.New("the launcher is ending its shared connections")
 
+// errNoAnswer ends a request whose client stopped waiting for the worker.
+var errNoAnswer = errors.New("no answer from the worker")
+
 // Session opens a session to req's worker on a held connection made with
 // its configuration, or on a new one that req.Dial makes (and the pool then
-// keeps). end must be called once the session is over. A failure is
-// classified as Dial's are.
+// keeps), and waits for it at most req.Wait (rsh.DefaultWait when zero).
+// end must be called once the session is over. A failure is classified as
+// Dial's are; a worker that never answered in time is a remote-command
+// failure that says so (the connection and its sessions are kept).
+//
+// A request the worker leaves unanswered for the open timeout goes on
+// waiting, and another connection is tried meanwhile (a held one that is
+// not stalled, or a new one): the first session to open serves, and one
+// that opens later, even after the client stopped waiting, is closed
+// unused, so that the command runs once or not at all.
 func (p *Pool) Session(ctx context.Context, req rsh.SessionRequest) (s *ssh.Session, end func(), f *sshclient.Failure) {
-	host, port := req.Host, req.Port
-	key := poolKey(host, port, req.Config)
-	var last error
-	for range maxPicks {
-		pc := p.pick(key)
-		if pc == nil {
-			c, f := req.Dial(ctx)
-			if f != nil {
-				return nil, nil, f
+	wait := req.Wait
+	if wait <= 0 {
+		wait = rsh.DefaultWait
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, wait, errNoAnswer)
+	defer cancel()
+	o := &opening{p: p, key: poolKey(req.Host, req.Port, req.Config), req: req, events: make(chan attempt, 2*maxPicks)}
+	defer o.settle()
+	fail := func(err error) *sshclient.Failure {
+		return sshclient.Classify(req.Host, req.Port, sshclient.PhaseRemoteCommand, err)
+	}
+	var last error               // why the last connection could not serve (full, dead)
+	var lastF *sshclient.Failure // the last failure another connection would not mend
+	others := -1                 // sessions on the first stalled connection; -1: none stalled
+	o.start(ctx)
+	for o.pending > 0 {
+		select {
+		case <-ctx.Done():
+			if !errors.Is(context.Cause(ctx), errNoAnswer) {
+				return nil, nil, fail(context.Cause(ctx))
 			}
-			if !p.add(key, c) {
-				_ = c.Close()
-				return nil, nil, sshclient.Classify(host, port, sshclient.PhaseRemoteCommand, errPoolClosed)
+			return nil, nil, o.timedOut(wait, others)
+		case a := <-o.events:
+			switch {
+			case a.stalled:
+				if others < 0 {
+					others = a.others
+					if req.Stalled != nil {
+						req.Stalled(p.openTimeout, a.others)
+					}
+				}
+				o.start(ctx) // another connection meanwhile
+			case a.s != nil:
+				pc := a.pc
+				return a.s, func() { p.done(pc, false) }, nil
+			case a.f != nil:
+				o.pending--
+				lastF = a.f
+			default: // full or dead: another connection takes it
+				o.pending--
+				last = a.err
+				o.start(ctx)
 			}
-			continue
-		}
-		s, err := openSession(ctx, pc.c)
-		if err == nil {
-			return s, func() { p.done(pc, false) }, nil
-		}
-		last = err
-		var oce *ssh.OpenChannelError
-		switch {
-		case ctx.Err() != nil:
-			p.done(pc, false)
-			return nil, nil, sshclient.Classify(host, port, sshclient.PhaseRemoteCommand, context.Cause(ctx))
-		case errors.As(err, &oce) && oce.Reason == ssh.ResourceShortage:
-			p.done(pc, true) // another connection, held or new, takes it
-		default:
-			// The connection is broken (the worker restarted, the
-			// network dropped it): a new one may work.
-			p.done(pc, false)
-			p.drop(key, pc)
-			_ = pc.c.Close()
 		}
 	}
-	return nil, nil, sshclient.Classify(host, port, sshclient.PhaseRemoteCommand,
-		fmt.Errorf("opening a session: %w (after %d connections)", last, maxPicks))
+	if lastF != nil {
+		return nil, nil, lastF
+	}
+	return nil, nil, fail(fmt.Errorf("opening a session: %w (after %d connections)", last, maxPicks))
 }
 
-// openSession opens a session on c within OpenTimeout: a connection that
-// does not answer in time is closed (it is of no use to anyone), which
-// ends the request. It runs on the caller's goroutine, the command's path:
-// a client that goes away meanwhile has its session closed by the caller.
-func openSession(ctx context.Context, c *ssh.Client) (*ssh.Session, error) {
-	var expired atomic.Bool
-	t := time.AfterFunc(OpenTimeout, func() {
-		expired.Store(true)
-		_ = c.Close()
-	})
-	s, err := c.NewSession()
-	if !t.Stop() && expired.Load() {
-		if s != nil {
-			_ = s.Close()
-		}
-		return nil, fmt.Errorf("no answer to a session request within %s", OpenTimeout)
+// opening is one Session call's attempts: each opens a session on one
+// connection, in a goroutine of its own, and reports on events.
+type opening struct {
+	p   *Pool
+	key string
+	req rsh.SessionRequest
+	// events carries every attempt's reports: at most two each (stalled,
+	// then its end), so sending never blocks.
+	events chan attempt
+	// pending and tried are the attempts not ended yet and all started
+	// (Session's goroutine only).
+	pending, tried int
+	mu             sync.Mutex
+	settled        bool // Session returned: what comes now is late
+}
+
+// attempt is one report of an attempt.
+type attempt struct {
+	// stalled: the worker has not answered within the open timeout;
+	// others is how many other sessions are open on that connection.
+	stalled bool
+	others  int
+	// s is the session, opened on pc.
+	s  *ssh.Session
+	pc *pooled
+	// f ends the attempt with a failure that another connection would not
+	// mend (the worker refused the session, the dial failed); err with one
+	// it may (the connection was full, or dead).
+	f   *sshclient.Failure
+	err error
+}
+
+// start starts another attempt, unless maxPicks have been.
+func (o *opening) start(ctx context.Context) {
+	if o.tried == maxPicks {
+		return
 	}
-	if err == nil && ctx.Err() != nil {
-		_ = s.Close()
-		return nil, context.Cause(ctx)
+	o.tried++
+	o.pending++
+	go o.try(ctx)
+}
+
+// report hands a to Session, or, once it returned, closes a late session.
+func (o *opening) report(a attempt) {
+	o.mu.Lock()
+	if !o.settled {
+		o.events <- a
+		o.mu.Unlock()
+		return
+	}
+	o.mu.Unlock()
+	o.late(a)
+}
+
+// late closes the session a late attempt opened: its client has one, or
+// has stopped waiting. No command was started on it, so none runs.
+func (o *opening) late(a attempt) {
+	if a.s == nil {
+		return
+	}
+	_ = a.s.Close()
+	o.p.done(a.pc, false)
+	o.p.log.Info("a worker answered a session request after its client had stopped waiting or was served on another connection; closed it unused",
+		"host", o.req.Host, "port", o.req.Port)
+}
+
+// settle marks the call returned and closes the sessions reported but not
+// taken.
+func (o *opening) settle() {
+	o.mu.Lock()
+	o.settled = true
+	o.mu.Unlock()
+	for {
+		select {
+		case a := <-o.events:
+			o.late(a)
+		default:
+			return
+		}
+	}
+}
+
+// try opens a session on the held connection pick gives, or on a new one.
+func (o *opening) try(ctx context.Context) {
+	p := o.p
+	pc := p.pick(o.key)
+	if pc == nil {
+		c, f := o.req.Dial(ctx)
+		if f != nil {
+			o.report(attempt{f: f})
+			return
+		}
+		if pc = p.hold(o.key, c, true); pc == nil {
+			_ = c.Close()
+			o.report(attempt{f: sshclient.Classify(o.req.Host, o.req.Port, sshclient.PhaseRemoteCommand, errPoolClosed)})
+			return
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		p.done(pc, false)
+		o.report(attempt{f: sshclient.Classify(o.req.Host, o.req.Port, sshclient.PhaseRemoteCommand, context.Cause(ctx))})
+		return
+	}
+	s, err := o.open(pc)
+	var oce *ssh.OpenChannelError
+	switch {
+	case err == nil:
+		o.report(attempt{s: s, pc: pc})
+	case errors.As(err, &oce) && oce.Reason == ssh.ResourceShortage:
+		p.done(pc, true)
+		o.report(attempt{err: err})
+	case errors.As(err, &oce):
+		// The worker answered: the connection lives, and refused.
+		p.done(pc, false)
+		o.report(attempt{f: sshclient.Classify(o.req.Host, o.req.Port, sshclient.PhaseRemoteCommand, fmt.Errorf("opening a session: %w", err))})
+	default:
+		// x/crypto fails a request without an answer only when the
+		// connection's transport failed: proof that it is dead.
+		p.done(pc, false)
+		p.drop(o.key, pc)
+		_ = pc.c.Close()
+		o.report(attempt{err: err})
+	}
+}
+
+// open opens a session on pc, reporting the request stalled when the worker
+// has not answered it within the open timeout. x/crypto's request cannot be
+// withdrawn: it waits for the worker's answer or for the transport to fail,
+// however long that takes.
+func (o *opening) open(pc *pooled) (*ssh.Session, error) {
+	p := o.p
+	var mu sync.Mutex
+	answered, stalled := false, false
+	t := time.AfterFunc(p.openTimeout, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if answered {
+			return
+		}
+		stalled = true
+		others := p.stall(pc, 1)
+		p.log.Warn("a worker did not answer a session request on the launcher's connection in time; new sessions go to another connection while it does not, and the sessions on it go on",
+			"host", o.req.Host, "port", o.req.Port, "waited", p.openTimeout, "other_sessions", others)
+		o.report(attempt{stalled: true, others: others})
+	})
+	start := time.Now()
+	s, err := pc.c.NewSession()
+	t.Stop()
+	mu.Lock()
+	answered = true
+	mu.Unlock()
+	if stalled {
+		p.stall(pc, -1)
+		p.log.Info("the worker answered the stalled session request", "host", o.req.Host, "port", o.req.Port,
+			"after", time.Since(start).Round(time.Millisecond), "err", err)
 	}
 	return s, err
+}
+
+// timedOut is the failure of a request whose worker did not answer within
+// wait; others are the sessions on the connection it stalled on (-1: none
+// stalled, the wait went on dialing).
+func (o *opening) timedOut(wait time.Duration, others int) *sshclient.Failure {
+	kept := ""
+	switch {
+	case others == 1:
+		kept = " (the launcher keeps its connection: 1 other session runs on it)"
+	case others >= 0:
+		kept = fmt.Sprintf(" (the launcher keeps its connection: %d other sessions run on it)", others)
+	}
+	return &sshclient.Failure{Host: o.req.Host, Port: o.req.Port, Phase: sshclient.PhaseRemoteCommand,
+		Cause: fmt.Errorf("no answer to a session request within %s%s", roundWait(wait), kept),
+		Hint: "the worker-agent is slow to answer (starved of CPU: see its container's CPU limit and throttling) or the network to it stalls; " +
+			"nothing ran for this command and the sessions already running on the connection go on; " + rsh.EnvWait + " sets how long a client waits"}
+}
+
+// roundWait rounds d for a message: whole seconds from one second up.
+func roundWait(d time.Duration) time.Duration {
+	if d >= time.Second {
+		return d.Round(time.Second)
+	}
+	return d.Round(time.Millisecond)
 }

@@ -80,7 +80,14 @@ type share struct {
 
 func startShare(t *testing.T) share {
 	t.Helper()
-	pool := NewPool()
+	return startShareOpen(t, OpenTimeout)
+}
+
+// startShareOpen is startShare with a pool whose open timeout is open.
+func startShareOpen(t *testing.T, open time.Duration) share {
+	t.Helper()
+	pool := NewPool(nil)
+	pool.openTimeout = open
 	srv, err := Serve(filepath.Join(t.TempDir(), SocketName), pool, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -112,6 +119,9 @@ type relayOpts struct {
 	// stdout, when set, gets the stdout pipe's read end instead of the
 	// collector (the test reads it itself).
 	stdout func(*os.File)
+	// stderr, when set, gets what the relay's stderr receives as it comes
+	// (and relayRun.stderr all of it at the end).
+	stderr *sshtest.Buffer
 	// started is closed once the relay's request is on its way.
 	started chan struct{}
 }
@@ -153,7 +163,11 @@ func runRelay(t *testing.T, sh share, o relayOpts, args ...string) relayRun {
 	} else {
 		wg.Go(func() { _, _ = io.Copy(&out, outR) })
 	}
-	wg.Go(func() { _, _ = io.Copy(&errb, errR) })
+	var errTo io.Writer = &errb
+	if o.stderr != nil {
+		errTo = io.MultiWriter(&errb, o.stderr)
+	}
+	wg.Go(func() { _, _ = io.Copy(errTo, errR) })
 	c := relay.Client{Socket: sh.srv.Path(), Args: args, Env: o.env, Stdio: [3]int{stdinFD, int(outW.Fd()), int(errW.Fd())},
 		Signals: o.signals}
 	if o.started != nil {
@@ -462,7 +476,7 @@ func TestPoolOpensAnotherConnectionWhenFull(t *testing.T) {
 func TestRefusesAnotherUser(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	pool := NewPool()
+	pool := NewPool(nil)
 	srv, err := serve(filepath.Join(t.TempDir(), SocketName), pool, nil, os.Getuid()+1) // as if the relay ran under another UID
 	if err != nil {
 		t.Fatal(err)
@@ -525,7 +539,7 @@ func TestServerCloseEndsSessions(t *testing.T) {
 // before the connection came is not opened.
 func TestPoolSessionContext(t *testing.T) {
 	t.Parallel()
-	p := NewPool()
+	p := NewPool(nil)
 	defer p.Close()
 	ctx, cancel := context.WithCancelCause(context.Background())
 	cancel(errRelayGone)

@@ -1,0 +1,175 @@
+package share
+
+import (
+	"bufio"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/podmpi/podmpi/agent/rsh"
+	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
+)
+
+// shortOpen is the open timeout of these tests' pools: a stall of a few
+// of them is to it what a stall of 12 s is to OpenTimeout.
+const shortOpen = 300 * time.Millisecond
+
+// daemonRun is a session that runs until the test ends its stdin, as an MPI
+// daemon runs for the whole job on the shared connection.
+type daemonRun struct {
+	out     *bufio.Reader
+	release *io.PipeWriter
+	res     chan relayRun
+}
+
+// holdSession starts a daemonRun on port through sh, once its command
+// runs.
+func holdSession(t *testing.T, sh share, env []string, port string) *daemonRun {
+	t.Helper()
+	out := make(chan *os.File, 1)
+	hold, release := io.Pipe()
+	h := &daemonRun{release: release, res: make(chan relayRun, 1)}
+	go func() {
+		h.res <- runRelay(t, sh, relayOpts{env: env, stdin: hold, stdout: func(r *os.File) { out <- r }},
+			"-p", port, "127.0.0.1", "echo ready; cat; echo done")
+	}()
+	h.out = bufio.NewReader(<-out)
+	if l, _ := h.out.ReadString('\n'); l != "ready\n" {
+		t.Fatalf("the held session did not start: %q", l)
+	}
+	return h
+}
+
+// ended reports whether the held session has ended already.
+func (h *daemonRun) ended() bool { return len(h.res) > 0 }
+
+// end ends the held session's input and returns how it ended, its stdout
+// after "ready".
+func (h *daemonRun) end(t *testing.T) relayRun {
+	t.Helper()
+	h.release.Close()
+	rest, _ := io.ReadAll(h.out)
+	select {
+	case r := <-h.res:
+		r.stdout = string(rest)
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held session did not end with its input")
+		return relayRun{}
+	}
+}
+
+// TestSlowOpenKeepsTheConnection: a session open that goes unanswered for
+// several open timeouts (the path to the worker stalls) while an MPI
+// daemon runs on the same connection neither closes the connection nor
+// fails: the running session goes on and ends normally, the new one says
+// it waits, runs once the path is back, and leaves no failure record.
+// Before, the pool closed the whole connection after OpenTimeout: the
+// running session exited 255.
+func TestSlowOpenKeepsTheConnection(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	proxy := sshtest.NewProxy(t, f.srv.Addr)
+	port := strconv.Itoa(proxy.Port)
+	sh := startShareOpen(t, shortOpen)
+	daemon := holdSession(t, sh, f.shareEnv(), port)
+
+	proxy.Freeze()
+	rec := t.TempDir()
+	var stderr sshtest.Buffer
+	second := make(chan relayRun, 1)
+	go func() {
+		second <- runRelay(t, sh, relayOpts{env: f.shareEnv(rsh.EnvFailureDir + "=" + rec), stderr: &stderr},
+			"-p", port, "127.0.0.1", "echo second")
+	}()
+	sshtest.Eventually(t, 20*time.Second, "the new session waiting past the open timeout, or the running one ended", func() bool {
+		return strings.Contains(stderr.String(), "no answer to a session request") || daemon.ended()
+	})
+	time.Sleep(2 * shortOpen) // the stall goes on
+	proxy.Thaw()
+
+	select {
+	case r := <-second:
+		if r.err != nil || r.code != 0 || r.stdout != "second\n" {
+			t.Fatalf("the session opened during the stall: %+v", r)
+		}
+		t.Logf("the session opened during the stall: stderr %q; %d connections through the proxy", r.stderr, proxy.Accepted())
+	case <-time.After(20 * time.Second):
+		t.Fatal("the session opened during the stall did not run once the path was back")
+	}
+	if r := daemon.end(t); r.err != nil || r.code != 0 || r.stdout != "done\n" {
+		t.Fatalf("the session that ran on the connection during the stall: %+v", r)
+	}
+	if recs, _, err := rsh.ReadFailureRecords(rec, 10, nil); err != nil || len(recs) != 0 {
+		t.Fatalf("failure records %+v, %v; want none", recs, err)
+	}
+}
+
+// TestLateOpenRunsNothing: a session whose client stops waiting (its
+// PODMPI_SSH_WAIT) before the worker answers fails with a timeout, named as
+// one in its line and record; the connection and the session running on it
+// are kept, and the open that the worker answers later is closed unused:
+// its command never runs.
+func TestLateOpenRunsNothing(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	proxy := sshtest.NewProxy(t, f.srv.Addr)
+	port := strconv.Itoa(proxy.Port)
+	sh := startShareOpen(t, shortOpen)
+	daemon := holdSession(t, sh, f.shareEnv(), port)
+
+	proxy.Freeze()
+	rec := t.TempDir()
+	ran := filepath.Join(t.TempDir(), "ran")
+	r := runRelay(t, sh, relayOpts{env: f.shareEnv(rsh.EnvFailureDir+"="+rec, rsh.EnvWait+"=1s")}, "-q", "-p", port, "127.0.0.1", "touch "+ran)
+	if daemon.ended() {
+		proxy.Thaw()
+		t.Fatalf("the running session ended when another one timed out: %+v", daemon.end(t))
+	}
+	if r.err != nil || r.code != 255 {
+		t.Fatalf("the session that timed out: %+v", r)
+	}
+	oneLine(t, r.stderr, "podmpi-rsh: 127.0.0.1:"+port+": remote-command: no answer to a session request within 1s")
+	recs, _, err := rsh.ReadFailureRecords(rec, 10, nil)
+	if err != nil || len(recs) != 1 || recs[0].Phase != "remote-command" || !strings.HasPrefix(recs[0].Cause, "no answer to a session request within 1s") {
+		t.Fatalf("records %+v, %v; want the timeout's", recs, err)
+	}
+
+	proxy.Thaw()
+	sshtest.Eventually(t, 10*time.Second, "the late session closed", func() bool { return sh.pool.Sessions() == 1 })
+	if r := daemon.end(t); r.err != nil || r.code != 0 || r.stdout != "done\n" {
+		t.Fatalf("the session that ran on the connection: %+v", r)
+	}
+	if _, err := os.Stat(ran); !os.IsNotExist(err) {
+		t.Fatalf("the command of the session that timed out ran (%v)", err)
+	}
+	if c := f.srv.Commands(); len(c) != 1 {
+		t.Fatalf("the worker ran %q, want the held session's command only", c)
+	}
+}
+
+// TestDeadConnectionIsReplaced: a connection whose transport failed (the
+// worker restarted, the connection was reset) is dropped at the next
+// session, which runs on a new one.
+func TestDeadConnectionIsReplaced(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	proxy := sshtest.NewProxy(t, f.srv.Addr)
+	port := strconv.Itoa(proxy.Port)
+	sh := startShare(t)
+	for i := range 2 {
+		if r := runRelay(t, sh, relayOpts{env: f.shareEnv()}, "-p", port, "127.0.0.1", "echo up"); r.err != nil || r.code != 0 || r.stdout != "up\n" {
+			t.Fatalf("session %d: %+v", i, r)
+		}
+		if i == 0 {
+			proxy.Cut()
+		}
+	}
+	if n := proxy.Accepted(); n != 2 || sh.pool.Len() != 1 {
+		t.Fatalf("%d connections, %d held; want 2 (a new one after the cut) and the new one held", n, sh.pool.Len())
+	}
+}
