@@ -23,6 +23,7 @@ import (
 	"github.com/podmpi/podmpi/agent/launcher/share"
 	"github.com/podmpi/podmpi/agent/launcher/slots"
 	"github.com/podmpi/podmpi/agent/rsh"
+	"github.com/podmpi/podmpi/agent/rsh/relay"
 )
 
 // Run runs every phase and then the user's command. It returns the exit
@@ -74,13 +75,16 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 		},
 		NoTreeSpawn: cfg.NoTreeSpawn,
 	}
+	// token is the sharing socket's run token: it goes into mpirun's
+	// environment apart from w.Rsh, whose settings are logged.
+	token := ""
 	if l.pool != nil {
 		srv, err := share.Serve(filepath.Join(rshDir, share.SocketName), l.pool, l.log)
 		if err != nil {
 			l.log.Warn("not sharing the launcher's SSH connections: every podmpi-rsh connects on its own", "err", err)
 		} else {
 			defer srv.Close()
-			w.Rsh.Socket = srv.Path()
+			w.Rsh.Socket, token = srv.Path(), srv.Token()
 			l.log.Info("sharing the launcher's SSH connections with podmpi-rsh", "socket", srv.Path(), "connections", l.pool.Len())
 		}
 	}
@@ -110,6 +114,9 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 		}
 	}
 	env, settings := w.Env(base)
+	if token != "" {
+		env = environ.Set(env, relay.EnvToken, token)
+	}
 	for _, s := range settings {
 		switch {
 		case s.Overrides:

@@ -2,6 +2,8 @@ package share
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -27,18 +29,23 @@ const closeWait = rsh.AbortWait + 5*time.Second
 var (
 	errRelayGone      = errors.New("the client process went away")
 	errLauncherEnding = errors.New("the launcher is ending")
+	// errNotThisRun is a request without the run's token.
+	errNotThisRun = errors.New("the request does not carry this run's " + relay.EnvToken +
+		": the launcher serves only the processes its mpirun starts")
 )
 
 // Server serves relays' sessions (package relay) on the pool's connections:
 // the launcher's side of connection sharing. It listens on a unix socket in
 // the launcher's private directory (mode 0700), answers only processes of
-// its own UID (SO_PEERCRED), takes each relay's stdin, stdout and stderr,
-// and runs the client's whole logic (the command line, its settings from
-// the relay's variables, waiting for a late worker, the exit status,
-// signals, failure lines and records) on the relay's behalf.
+// its own UID (SO_PEERCRED) whose request carries the run's token (Token,
+// which only mpirun's environment holds), takes each relay's stdin, stdout
+// and stderr, and runs the client's whole logic (the command line, its
+// settings from the relay's variables, waiting for a late worker, the exit
+// status, signals, failure lines and records) on the relay's behalf.
 type Server struct {
 	ln      *net.UnixListener
 	path    string
+	token   string
 	pool    *Pool
 	log     *slog.Logger
 	uid     int
@@ -73,7 +80,7 @@ func serve(path string, pool *Pool, log *slog.Logger, uid int) (*Server, error) 
 		return nil, fmt.Errorf("chmod %s: %w", path, err)
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	s := &Server{ln: ln, path: path, pool: pool, log: log, uid: uid, ctx: ctx, cancel: cancel}
+	s := &Server{ln: ln, path: path, token: rand.Text(), pool: pool, log: log, uid: uid, ctx: ctx, cancel: cancel}
 	s.wg.Add(1)
 	go s.accept()
 	return s, nil
@@ -81,6 +88,11 @@ func serve(path string, pool *Pool, log *slog.Logger, uid int) (*Server, error) 
 
 // Path is the socket's path, for relay.EnvSocket.
 func (s *Server) Path() string { return s.path }
+
+// Token is the run's token (128 random bits, crypto/rand.Text), for
+// relay.EnvToken in mpirun's environment only: what a relay proves it
+// belongs to this run with. Never log it.
+func (s *Server) Token() string { return s.token }
 
 // Close stops accepting, ends the sessions still running (each relay gets
 // a line and status 255) and waits for them, at most closeWait. It removes
@@ -141,7 +153,12 @@ func (s *Server) serve(c *net.UnixConn) {
 		refuse(c, "not the launcher's user")
 		return
 	}
-	open, st, err := readOpen(c, &s.pipes)
+	open, st, err := readOpen(c, &s.pipes, s.token)
+	if errors.Is(err, errNotThisRun) {
+		// The token itself is never logged, the request's nor the run's.
+		s.log.Warn("refused a podmpi-rsh request without this run's token: a process of the launcher's UID that mpirun did not start (another container of the pod sharing TMPDIR?)",
+			"pid", cred.Pid)
+	}
 	if err != nil {
 		s.log.Debug("podmpi-rsh request refused", "pid", cred.Pid, "err", err)
 		refuse(c, err.Error())
@@ -212,8 +229,9 @@ func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
 }
 
 // readOpen reads the relay's Open frame and the descriptors that come with
-// it (the first read carries them).
-func readOpen(c *net.UnixConn, pipes *pipes) (relay.Open, *stdio, error) {
+// it (the first read carries them), and takes the descriptors when the
+// request carries token.
+func readOpen(c *net.UnixConn, pipes *pipes, token string) (relay.Open, *stdio, error) {
 	buf := make([]byte, 16<<10)
 	oob := make([]byte, unix.CmsgSpace(3*4))
 	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
@@ -265,6 +283,9 @@ func readOpen(c *net.UnixConn, pipes *pipes) (relay.Open, *stdio, error) {
 	open, err := relay.DecodeOpen(payload)
 	if err != nil {
 		return fail(err)
+	}
+	if subtle.ConstantTimeCompare([]byte(open.Token), []byte(token)) != 1 {
+		return fail(errNotThisRun)
 	}
 	if len(fds) != open.FDs() {
 		return fail(fmt.Errorf("%d descriptors for %d streams", len(fds), open.FDs()))

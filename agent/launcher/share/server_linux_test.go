@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -99,6 +100,11 @@ func startShareOpen(t *testing.T, open time.Duration) share {
 	return share{pool: pool, srv: srv}
 }
 
+// env is what the launcher puts into mpirun's environment for its relays.
+func (sh share) env() []string {
+	return []string{relay.EnvSocket + "=" + sh.srv.Path(), relay.EnvToken + "=" + sh.srv.Token()}
+}
+
 // relayRun is one relay's session run in-process: stdin is fed from a
 // string, stdout and stderr are collected, as pipes (real descriptors,
 // which the launcher takes).
@@ -124,6 +130,9 @@ type relayOpts struct {
 	stderr *sshtest.Buffer
 	// started is closed once the relay's request is on its way.
 	started chan struct{}
+	// noToken leaves out the run's token that mpirun's environment holds
+	// (share.env): env is all the relay has.
+	noToken bool
 }
 
 func pipe(t *testing.T) (*os.File, *os.File) {
@@ -168,7 +177,11 @@ func runRelay(t *testing.T, sh share, o relayOpts, args ...string) relayRun {
 		errTo = io.MultiWriter(&errb, o.stderr)
 	}
 	wg.Go(func() { _, _ = io.Copy(errTo, errR) })
-	c := relay.Client{Socket: sh.srv.Path(), Args: args, Env: o.env, Stdio: [3]int{stdinFD, int(outW.Fd()), int(errW.Fd())},
+	env := o.env
+	if !o.noToken {
+		env = append(sh.env(), env...)
+	}
+	c := relay.Client{Socket: sh.srv.Path(), Args: args, Env: env, Stdio: [3]int{stdinFD, int(outW.Fd()), int(errW.Fd())},
 		Signals: o.signals}
 	if o.started != nil {
 		close(o.started)
@@ -343,7 +356,7 @@ func TestKilledRelayFreesItsChannel(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	sh := startShare(t)
-	cmd := helper([]string{rsh.EnvAuthDir + "=" + f.dir, relay.EnvSocket + "=" + sh.srv.Path()}, "-p", f.port(), "127.0.0.1", "echo ready; sleep 60")
+	cmd := helper(append(sh.env(), rsh.EnvAuthDir+"="+f.dir), "-p", f.port(), "127.0.0.1", "echo ready; sleep 60")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -410,7 +423,7 @@ func TestSharedWaitsForLateWorker(t *testing.T) {
 	wg.Go(func() { _, _ = io.Copy(&out, outR) })
 	sshtest.ServeLater(t, k, port, seen)
 	c := relay.Client{Socket: sh.srv.Path(), Args: []string{"-v", "-p", strconv.Itoa(port), "127.0.0.1", "echo up"},
-		Env: []string{rsh.EnvAuthDir + "=" + dir}, Stdio: [3]int{-1, int(outW.Fd()), int(errW.Fd())}}
+		Env: append(sh.env(), rsh.EnvAuthDir+"="+dir), Stdio: [3]int{-1, int(outW.Fd()), int(errW.Fd())}}
 	code, err := c.Run()
 	outW.Close()
 	errW.Close()
@@ -490,6 +503,47 @@ func TestRefusesAnotherUser(t *testing.T) {
 	}
 	if n := f.srv.Accepted(); n != 0 {
 		t.Fatalf("a refused relay made %d connections", n)
+	}
+}
+
+// TestRefusesWithoutTheRunsToken: a process of the launcher's own UID that
+// reaches the socket (a sidecar of the same pod sharing TMPDIR: on
+// OpenShift every container runs as the pod's UID) but was not started by
+// the run's mpirun, so that it lacks the run's token, is refused with a
+// line that says so; it has run nothing, made no connection, and falls
+// back to its own (which needs the job key it was never given). The same
+// request with the token is served. Neither token is logged.
+func TestRefusesWithoutTheRunsToken(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	var log sshtest.Buffer
+	pool := NewPool(nil)
+	srv, err := Serve(filepath.Join(t.TempDir(), SocketName), pool, slog.New(slog.NewJSONHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close(); pool.Close() })
+	sh := share{pool: pool, srv: srv}
+	const forged = "AAAAAAAAAAAAAAAAAAAAAAAAAA"
+	for name, env := range map[string][]string{
+		"no token":    {relay.EnvSocket + "=" + srv.Path()},
+		"wrong token": {relay.EnvSocket + "=" + srv.Path(), relay.EnvToken + "=" + forged},
+	} {
+		r := runRelay(t, sh, relayOpts{env: append(env, f.shareEnv()...), noToken: true}, "-p", f.port(), "127.0.0.1", "true")
+		var u *relay.Unserved
+		if !errors.As(r.err, &u) || !strings.Contains(u.Reason, "the launcher refused: the request does not carry this run's PODMPI_RSH_TOKEN") {
+			t.Fatalf("%s: got %+v, want a refusal naming the token", name, r)
+		}
+	}
+	if n := f.srv.Accepted(); n != 0 {
+		t.Fatalf("refused relays made %d connections", n)
+	}
+	if r := runRelay(t, sh, relayOpts{env: f.shareEnv()}, "-p", f.port(), "127.0.0.1", "echo served"); r.err != nil || r.code != 0 || r.stdout != "served\n" {
+		t.Fatalf("with the run's token: %+v", r)
+	}
+	if l := log.String(); strings.Count(l, "refused a podmpi-rsh request without this run's token") != 2 ||
+		strings.Contains(l, srv.Token()) || strings.Contains(l, forged) {
+		t.Fatalf("the launcher's log should name both refusals and neither token:\n%s", l)
 	}
 }
 
@@ -603,7 +657,7 @@ func TestSessionsShareAnOutputPipe(t *testing.T) {
 		inR, inW := pipe(t)
 		go func() { _, _ = io.Copy(inW, hold); inW.Close() }()
 		c := relay.Client{Socket: sh.srv.Path(), Args: []string{"-p", f.port(), "127.0.0.1", "echo session-" + strconv.Itoa(i) + "; cat"},
-			Env: f.shareEnv(), Stdio: [3]int{int(inR.Fd()), int(outW.Fd()), int(errW.Fd())}}
+			Env: append(sh.env(), f.shareEnv()...), Stdio: [3]int{int(inR.Fd()), int(outW.Fd()), int(errW.Fd())}}
 		go func() {
 			code, err := c.Run()
 			if err == nil && code != 0 {

@@ -21,5 +21,8 @@ func Serve(string, *Pool, *slog.Logger) (*Server, error) {
 // Path is the socket's path.
 func (s *Server) Path() string { return "" }
 
+// Token is the run's token.
+func (s *Server) Token() string { return "" }
+
 // Close does nothing.
 func (s *Server) Close() {}

@@ -28,7 +28,7 @@ func (c *Client) Run() (int, error) {
 		return 0, err
 	}
 	defer syscall.Close(sock)
-	open := Open{Args: c.Args, Env: SentEnv(c.Env), Stdio: modes}
+	open := Open{Token: Token(c.Env), Args: c.Args, Env: SentEnv(c.Env), Stdio: modes}
 	if err := sendAll(sock, AppendFrame(nil, FrameOpen, EncodeOpen(open)), syscall.UnixRights(fds...)); err != nil {
 		return 0, &Unserved{Reason: fmt.Sprintf("sending the request to %s: %v", c.Socket, err)}
 	}

@@ -100,7 +100,7 @@ func TestProcs(t *testing.T) {
 }
 
 func TestFallbackCommand(t *testing.T) {
-	env := []string{"PATH=/bin", EnvSocket + "=/tmp/x/rsh.sock", "GOMAXPROCS=1", envProcs + "=1"}
+	env := []string{"PATH=/bin", EnvSocket + "=/tmp/x/rsh.sock", EnvToken + "=0123abcd", "GOMAXPROCS=1", envProcs + "=1"}
 	args, got := fallbackCommand([]string{"/opt/podmpi/bin/ssh", "-p", "2222", "h", "true"}, env, "no\nsocket")
 	if !reflect.DeepEqual(args, []string{"/opt/podmpi/bin/ssh", "-p", "2222", "h", "true"}) {
 		t.Fatalf("args %q", args)

@@ -16,7 +16,8 @@ var fullClients = []string{"launcher", "worker-agent"}
 // Fallback replaces the process with the full client found next to self
 // (the relay binary's path): argv[0] is kept when it is one of Names (else
 // Name), so that the binary runs its client; EnvSocket is cleared, so that
-// it does not try the launcher again; EnvUnshared says why (the client's -v
+// it does not try the launcher again, and EnvToken, which it no longer
+// needs; EnvUnshared says why (the client's -v
 // shows it); and what Procs added to the environment is taken back out. It
 // returns only when no full client could be started.
 func Fallback(self string, argv, env []string, reason string) error {
@@ -38,7 +39,7 @@ func fallbackCommand(argv, env []string, reason string) ([]string, []string) {
 		args = append([]string{Name}, args[min(1, len(args)):]...)
 	}
 	env = slices.DeleteFunc(slices.Clone(withoutProcs(env)), func(kv string) bool {
-		return strings.HasPrefix(kv, EnvSocket+"=") || strings.HasPrefix(kv, EnvUnshared+"=")
+		return strings.HasPrefix(kv, EnvSocket+"=") || strings.HasPrefix(kv, EnvUnshared+"=") || strings.HasPrefix(kv, EnvToken+"=")
 	})
 	return args, append(env, EnvSocket+"=", EnvUnshared+"="+oneLine(reason))
 }

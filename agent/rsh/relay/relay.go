@@ -6,9 +6,10 @@
 // back to the full client).
 //
 // The launcher listens on a unix socket in its private directory (mode
-// 0700, its own UID) and names it in PODMPI_RSH_SOCKET for mpirun. A relay
-// connects, sends its command line, the variables the client reads, and its
-// stdin, stdout and stderr as descriptors (SCM_RIGHTS, as OpenSSH's
+// 0700, its own UID) and names it in PODMPI_RSH_SOCKET for mpirun, beside
+// the run's token in PODMPI_RSH_TOKEN. A relay connects, sends the token,
+// its command line, the variables the client reads, and its stdin, stdout
+// and stderr as descriptors (SCM_RIGHTS, as OpenSSH's
 // ControlMaster clients pass theirs), then lets go of its own copies: the
 // launcher reads and writes the remote command's streams directly. The
 // relay only forwards the signals it receives and exits with the status the
@@ -39,6 +40,16 @@ import (
 // back at once.
 const EnvSocket = "PODMPI_RSH_SOCKET"
 
+// EnvToken carries the run's token: the launcher makes one per run, sets
+// it in mpirun's environment beside EnvSocket, and serves only a request
+// that carries it. The socket's directory and the peer UID check keep out
+// other users; the token keeps out processes of the launcher's own UID that
+// are not of its run: on OpenShift every container of a pod runs as the
+// same UID, and a sidecar that shares the launcher's TMPDIR could otherwise
+// run commands on every worker with the job key it was never given. It is
+// never sent to the full client nor logged.
+const EnvToken = "PODMPI_RSH_TOKEN"
+
 // EnvUnshared carries to the full client why a relay fell back (it prints
 // it as a debug line under -v); the relay sets it when it execs the full
 // client.
@@ -68,13 +79,14 @@ const sentPrefix = "PODMPI_"
 var sentNames = []string{"HOME", "USER"}
 
 // SentEnv is the part of env (KEY=VALUE entries) a relay sends: every
-// PODMPI_ variable, HOME and USER. The client reads nothing else, and the
-// rest of a job's environment stays out of the launcher.
+// PODMPI_ variable but the token (Open carries it), HOME and USER. The
+// client reads nothing else, and the rest of a job's environment stays out
+// of the launcher.
 func SentEnv(env []string) []string {
 	var out []string
 	for _, kv := range env {
 		k, _, ok := strings.Cut(kv, "=")
-		if !ok {
+		if !ok || k == EnvToken {
 			continue
 		}
 		if strings.HasPrefix(k, sentPrefix) || slices.Contains(sentNames, k) {
@@ -82,6 +94,17 @@ func SentEnv(env []string) []string {
 		}
 	}
 	return out
+}
+
+// Token is the run's token in env (EnvToken's last entry), "" when none.
+func Token(env []string) string {
+	token := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, EnvToken+"="); ok {
+			token = v
+		}
+	}
+	return token
 }
 
 // DefaultTimeout bounds a relay's handshake: connecting, sending its
@@ -96,7 +119,8 @@ type Client struct {
 	Socket string
 	// Args are the client's arguments, without argv[0].
 	Args []string
-	// Env is the process's environment; SentEnv picks what is sent.
+	// Env is the process's environment; SentEnv picks what is sent, and
+	// the run's token (EnvToken) goes in the request.
 	Env []string
 	// Stdio are the descriptors of stdin, stdout and stderr (0, 1, 2 in the
 	// relay binary).

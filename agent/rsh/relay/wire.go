@@ -36,8 +36,9 @@ const HeaderSize = 5
 // together at a quarter of its stack limit (2 MiB by default).
 const MaxFrame = 4 << 20
 
-// magic starts every Open: the protocol and its version.
-const magic = "podmpi-rsh/1\x00"
+// magic starts every Open: the protocol and its version (2: the Open
+// carries the run's token).
+const magic = "podmpi-rsh/2\x00"
 
 // Stream says how one of the relay's stdin, stdout and stderr travels.
 type Stream byte
@@ -57,6 +58,10 @@ const (
 
 // Open is a relay's request.
 type Open struct {
+	// Token is the run's token (EnvToken) as the relay found it in its
+	// environment: the launcher serves only a request that carries its
+	// own.
+	Token string
 	// Args are the client's arguments without argv[0], as mpirun passed
 	// them.
 	Args []string
@@ -79,7 +84,7 @@ func (o Open) FDs() int {
 
 // EncodeOpen encodes o as the payload of an Open frame.
 func EncodeOpen(o Open) []byte {
-	n := len(magic) + 3 + 8
+	n := len(magic) + 3 + 4 + len(o.Token) + 8
 	for _, list := range [][]string{o.Args, o.Env} {
 		for _, s := range list {
 			n += 4 + len(s)
@@ -90,6 +95,8 @@ func EncodeOpen(o Open) []byte {
 	for _, s := range o.Stdio {
 		b = append(b, byte(s))
 	}
+	b = binary.BigEndian.AppendUint32(b, uint32(len(o.Token)))
+	b = append(b, o.Token...)
 	for _, list := range [][]string{o.Args, o.Env} {
 		b = binary.BigEndian.AppendUint32(b, uint32(len(list)))
 		for _, s := range list {
@@ -124,6 +131,10 @@ func DecodeOpen(p []byte) (Open, error) {
 		o.Stdio[i] = s
 	}
 	rest = rest[3:]
+	var err error
+	if o.Token, rest, err = decodeString(rest); err != nil {
+		return Open{}, err
+	}
 	lists := [2][]string{}
 	for i := range lists {
 		var err error
@@ -158,21 +169,29 @@ func decodeList(p string) ([]string, string, error) {
 	}
 	out := make([]string, 0, n)
 	for range n {
-		var l int
-		if l, p, err = decodeLen(p); err != nil {
+		var s string
+		if s, p, err = decodeString(p); err != nil {
 			return nil, "", err
 		}
-		if l > len(p) {
-			return nil, "", fmt.Errorf("relay: entry of %d bytes, %d left", l, len(p))
-		}
-		s := p[:l]
-		if strings.IndexByte(s, 0) >= 0 {
-			return nil, "", errors.New("relay: entry holds a NUL byte")
-		}
 		out = append(out, s)
-		p = p[l:]
 	}
 	return out, p, nil
+}
+
+// decodeString reads one length-prefixed string without a NUL.
+func decodeString(p string) (string, string, error) {
+	l, p, err := decodeLen(p)
+	if err != nil {
+		return "", "", err
+	}
+	if l > len(p) {
+		return "", "", fmt.Errorf("relay: entry of %d bytes, %d left", l, len(p))
+	}
+	s := p[:l]
+	if strings.IndexByte(s, 0) >= 0 {
+		return "", "", errors.New("relay: entry holds a NUL byte")
+	}
+	return s, p[l:], nil
 }
 
 func decodeLen(p string) (int, string, error) {

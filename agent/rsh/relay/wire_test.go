@@ -9,7 +9,7 @@ import (
 
 func TestOpenRoundTrip(t *testing.T) {
 	for _, o := range []Open{
-		{Args: []string{"-p", "2222", "host", " orted -mca ess \"env\""}, Env: []string{"PODMPI_SSH_WAIT=0", "HOME=/home/x"},
+		{Token: "5f0c7a", Args: []string{"-p", "2222", "host", " orted -mca ess \"env\""}, Env: []string{"PODMPI_SSH_WAIT=0", "HOME=/home/x"},
 			Stdio: [3]Stream{StreamNull, StreamFD, StreamStdout}},
 		{Args: []string{"h", "true"}, Env: []string{}, Stdio: [3]Stream{StreamFD, StreamFD, StreamFD}},
 		{Args: []string{"h", ""}, Env: []string{"A="}, Stdio: [3]Stream{StreamNull, StreamNull, StreamNull}},
@@ -43,6 +43,9 @@ func TestDecodeOpenRejects(t *testing.T) {
 		"no arguments":       EncodeOpen(Open{Env: []string{"A=b"}}),
 		"env without =":      EncodeOpen(Open{Args: []string{"h"}, Env: []string{"A"}}),
 		"NUL in an argument": EncodeOpen(Open{Args: []string{"h", "a\x00b"}}),
+		"NUL in the token":   EncodeOpen(Open{Token: "a\x00", Args: []string{"h"}}),
+		"token too long":     append([]byte(magic+"\x00\x00\x00"), 0, 0, 0, 9, 'a'),
+		"version 1":          append([]byte("podmpi-rsh/1\x00"), good[len(magic):]...),
 		"huge count":         append([]byte(magic+"\x00\x00\x00"), 0xff, 0xff, 0xff, 0xff),
 	} {
 		if _, err := DecodeOpen(p); err == nil {
@@ -78,15 +81,19 @@ func TestFrames(t *testing.T) {
 }
 
 func TestSentEnv(t *testing.T) {
-	got := SentEnv([]string{"PATH=/bin", "PODMPI_SSH_WAIT=0", "HOME=/h", "USER=u", "SECRET=x", "PODMPI_RSH_FAILURE_DIR=/d", "broken"})
+	env := []string{"PATH=/bin", "PODMPI_SSH_WAIT=0", "HOME=/h", EnvToken + "=old", "USER=u", "SECRET=x", "PODMPI_RSH_FAILURE_DIR=/d", "broken", EnvToken + "=t0k"}
+	got := SentEnv(env)
 	want := []string{"PODMPI_SSH_WAIT=0", "HOME=/h", "USER=u", "PODMPI_RSH_FAILURE_DIR=/d"}
 	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("SentEnv = %q, want %q", got, want)
+		t.Fatalf("SentEnv = %q, want %q (the token travels in the request, not with the variables)", got, want)
+	}
+	if tok := Token(env); tok != "t0k" {
+		t.Fatalf("Token = %q, want the last entry's", tok)
 	}
 }
 
 func FuzzDecodeOpen(f *testing.F) {
-	f.Add(EncodeOpen(Open{Args: []string{"-p", "2222", "host", "orted"}, Env: []string{"HOME=/h"}, Stdio: [3]Stream{1, 0, 2}}))
+	f.Add(EncodeOpen(Open{Token: "5f0c7a", Args: []string{"-p", "2222", "host", "orted"}, Env: []string{"HOME=/h"}, Stdio: [3]Stream{1, 0, 2}}))
 	f.Add([]byte(magic))
 	f.Fuzz(func(t *testing.T, p []byte) {
 		o, err := DecodeOpen(p)
