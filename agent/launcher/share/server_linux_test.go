@@ -120,8 +120,10 @@ type relayOpts struct {
 	env []string
 	// stdin, when set, is copied into the relay's stdin pipe, which is
 	// closed when it ends; else stdin is /dev/null.
-	stdin   io.Reader
-	signals <-chan os.Signal
+	stdin io.Reader
+	// stdinFile, when set, is the relay's stdin as it is (a socket).
+	stdinFile *os.File
+	signals   <-chan os.Signal
 	// stdout, when set, gets the stdout pipe's read end instead of the
 	// collector (the test reads it itself).
 	stdout func(*os.File)
@@ -148,14 +150,17 @@ func pipe(t *testing.T) (*os.File, *os.File) {
 func runRelay(t *testing.T, sh share, o relayOpts, args ...string) relayRun {
 	t.Helper()
 	var stdinFD int
-	if o.stdin != nil {
+	switch {
+	case o.stdinFile != nil:
+		stdinFD = int(o.stdinFile.Fd())
+	case o.stdin != nil:
 		r, w := pipe(t)
 		go func() {
 			_, _ = io.Copy(w, o.stdin)
 			w.Close()
 		}()
 		stdinFD = int(r.Fd())
-	} else {
+	default:
 		null, err := os.Open(os.DevNull)
 		if err != nil {
 			t.Fatal(err)

@@ -18,15 +18,24 @@ type stdio struct {
 	pipes  *pipes
 	mu     sync.Mutex
 	held   []held
-	in     *os.File
+	in     stream
 	out    io.Writer
 	err    io.Writer
 	closed bool
 }
 
+// stream is one of a relay's streams: an *os.File, or a nowait for a
+// socket or a pipe that could not be reopened.
+type stream interface {
+	io.Reader
+	io.Writer
+	Close() error
+	SetWriteDeadline(time.Time) error
+}
+
 // adopt takes the relay's descriptors (see pipes.take).
 func (st *stdio) adopt(modes [3]relay.Stream, fds []int) {
-	next := func(write bool, name string) *os.File {
+	next := func(write bool, name string) stream {
 		h := st.pipes.take(fds[0], write, name)
 		fds = fds[1:]
 		st.held = append(st.held, h)
@@ -57,10 +66,10 @@ func (st *stdio) streams() (io.Reader, io.Writer, io.Writer) {
 
 // interrupt is for a session cut short: a stdin of its own is closed (its
 // reader returns), and writes to outputs of its own get rsh.AbortWait to
-// finish, so that a copier blocked on a pipe nobody drains returns. A pipe
-// shared with other sessions is left alone (its deadline would be theirs
-// too), and so is a socket or file taken as it is (it has no deadline):
-// their copiers return when the reader drains them or goes away.
+// finish, so that a copier blocked on a pipe or socket nobody drains
+// returns. A pipe shared with other sessions is left alone (its deadline
+// would be theirs too): its copier returns when the reader drains it or
+// goes away.
 func (st *stdio) interrupt() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -79,7 +88,7 @@ func (st *stdio) interrupt() {
 }
 
 // close lets go of the streams once; a copier blocked on one of its own
-// returns.
+// returns (on a regular file or a device nothing blocks).
 func (st *stdio) close() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -118,19 +127,28 @@ type sharedPipe struct {
 // held is one stream: a shared pipe, or a descriptor of its own (shared
 // nil).
 type held struct {
-	f      *os.File
+	f      stream
 	shared *sharedPipe
 }
 
-// take adopts the relay's descriptor fd (and closes it): a pipe is
+// take adopts the relay's descriptor fd (and closes it). A pipe is
 // reopened non-blocking through /proc (so that closing it ends a blocked
 // read or write at once, and the relay's parent, which may share the
 // relay's description, never sees its flags change), an output pipe once
-// for every session on it; anything else, or a pipe that cannot be
-// reopened, is used as it is.
+// for every session on it. A socket cannot be reopened, and neither can a
+// pipe without /proc: each becomes a nowait, which gets the same from
+// per-call non-blocking I/O. Anything else (a regular file, a device) never
+// blocks and is used as it is.
 func (p *pipes) take(fd int, write bool, name string) held {
 	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+	if unix.Fstat(fd, &st) != nil {
+		return held{f: os.NewFile(uintptr(fd), name)}
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFSOCK:
+		return held{f: newNowait(fd, true, name)}
+	case unix.S_IFIFO:
+	default:
 		return held{f: os.NewFile(uintptr(fd), name)}
 	}
 	key := pipeKey{dev: st.Dev, ino: st.Ino, write: write}
@@ -147,7 +165,7 @@ func (p *pipes) take(fd int, write bool, name string) held {
 	}
 	nfd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(fd), mode|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return held{f: os.NewFile(uintptr(fd), name)}
+		return held{f: newNowait(fd, false, name)}
 	}
 	_ = unix.Close(fd)
 	f := os.NewFile(uintptr(nfd), name)
