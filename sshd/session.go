@@ -348,8 +348,9 @@ func (sess *session) start(shell bool, cmdline string) {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	}
 	cmd.Env = sessionEnv(s.cfg.Env, s.id, s.cfg.Shell, sess.conn.User(), sess.conn.RemoteAddr(), sess.conn.LocalAddr(), extra, sess.env)
+	var boostErr error
 	if err == nil {
-		err = cmd.Start()
+		boostErr, err = startAsOOMVictim(cmd.Start)
 	}
 	for _, f := range childFiles {
 		f.Close()
@@ -376,8 +377,8 @@ func (sess *session) start(shell bool, cmdline string) {
 		close(sess.runDone)
 		return
 	}
-	if err := preferAsOOMVictim(cmd.Process.Pid); err != nil {
-		s.log.Debug("the session's command keeps worker-agent's OOM score: an OOM kill in the container may take the agent with the rank", append(attrs, "err", err)...)
+	if boostErr != nil {
+		s.log.Debug("the session's command keeps worker-agent's OOM score: an OOM kill in the container may take the agent with the rank", append(attrs, "err", boostErr)...)
 	}
 	sess.mu.Lock()
 	sess.pgid = cmd.Process.Pid // Setpgid/Setsid: the group id is the leader's pid
