@@ -117,9 +117,9 @@ type Config struct {
 	Program    string
 	Executable string // this binary, for the podmpi-rsh symlink; "" = os.Executable()
 	TempDir    string
-	// TuneRuntime sets the process's Go runtime for serving sessions once
-	// the phases are done (rsh.TuneServer): the launcher binary's choice,
-	// never a test's that runs launchers in its own process.
+	// TuneRuntime sets the process's Go runtime for serving sessions while
+	// mpirun runs (rsh.TuneServer): the launcher binary's choice, never a
+	// test's that runs launchers in its own process.
 	TuneRuntime bool
 
 	Logger  *slog.Logger

@@ -88,10 +88,13 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 			l.log.Info("sharing the launcher's SSH connections with podmpi-rsh", "socket", srv.Path(), "connections", l.pool.Len())
 		}
 	}
+	restoreRuntime := func() {}
 	if cfg.TuneRuntime {
-		if before, changed := rsh.TuneServer(); changed {
-			l.log.Debug("serving sessions with one processor (GOMAXPROCS sets it)", "was", before)
+		before, changed, restore := rsh.TuneServer()
+		if changed {
+			l.log.Debug("serving sessions with one processor while mpirun runs (GOMAXPROCS sets it)", "was", before)
 		}
+		restoreRuntime = restore
 	}
 	// What happens after mpirun starts is watched (watch.go).
 	pm := l.newWatch(ctx, p, rshDir)
@@ -206,6 +209,8 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 		}
 		return err
 	})
+	// What follows (a failure's diagnosis) gets every processor again.
+	restoreRuntime()
 	l.m.MPIRunExitCode.Set(float64(res.ExitCode))
 	var diag *postmortem.Diagnosis
 	if !res.NotFound && (res.ExitCode != 0 || res.TimedOut || res.Canceled) {

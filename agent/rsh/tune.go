@@ -31,9 +31,19 @@ func TuneProcess() {
 // and it serves shared sessions: one processor unless GOMAXPROCS is set,
 // for the reason TuneProcess gives (a session's packets cross threads
 // otherwise). The phases before (a handshake with every worker at once)
-// used every processor; what remains is moving sessions' streams and light
-// polls. It returns the count before, for the log.
-func TuneServer() (before int, changed bool) { return oneProcessor() }
+// used every processor; what remains while mpirun runs is moving sessions'
+// streams and light polls. It returns the count before, for the log, and
+// restore, which gives the runtime that count back: the launcher calls it
+// once mpirun has exited, so that a failure's diagnosis (every worker's
+// account asked at once, mpirun's output parsed) is not throttled.
+func TuneServer() (before int, changed bool, restore func()) {
+	before, changed = oneProcessor()
+	return before, changed, func() {
+		if changed {
+			runtime.GOMAXPROCS(before)
+		}
+	}
+}
 
 // oneProcessor sets GOMAXPROCS to 1 unless the environment sets it, and
 // returns the count before and whether it changed.
