@@ -277,7 +277,7 @@ func (l *Launcher) newWatch(ctx context.Context, p *Prepared, dir string) *watch
 	}
 	w.stdout = w.collector.Writer(cfg.Stdout)
 	w.stderr = w.stdout
-	if !sameWriter(cfg.Stdout, cfg.Stderr) {
+	if !mpirun.SameWriter(cfg.Stdout, cfg.Stderr) {
 		w.stderr = w.collector.Writer(cfg.Stderr)
 	}
 	w.known = make(map[string][]string, len(p.Addrs))
@@ -939,17 +939,6 @@ func (w *watch) stoppedForGone() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.goneStopped
-}
-
-// sameWriter reports whether a and b are the same writer, so that the
-// output scanner uses one line buffer for both.
-func sameWriter(a, b io.Writer) (same bool) {
-	defer func() {
-		if recover() != nil { // not comparable
-			same = false
-		}
-	}()
-	return a == b
 }
 
 // requestStage is how far one HTTP request got, for the message of one

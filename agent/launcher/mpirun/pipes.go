@@ -89,10 +89,12 @@ func (p *ioPipes) closeAll() {
 	p.parentEnds = nil
 }
 
-// sameWriter reports whether a and b are the same writer (then stdout and
+// SameWriter reports whether a and b are the same writer (then stdout and
 // stderr share one pipe and one copier, as exec.Cmd does, so a writer that is
-// not safe for concurrent use is never written from two goroutines).
-func sameWriter(a, b io.Writer) (same bool) {
+// not safe for concurrent use is never written from two goroutines; the
+// launcher's output scanner keeps one line buffer for both). A writer that
+// is not comparable is never the same.
+func SameWriter(a, b io.Writer) (same bool) {
 	defer func() {
 		if recover() != nil { // not comparable
 			same = false

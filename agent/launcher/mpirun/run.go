@@ -201,7 +201,7 @@ func Run(ctx context.Context, opts RunOptions) (RunResult, error) {
 		return res, fmt.Errorf("creating stdout pipe: %w", err)
 	}
 	stderr := stdout
-	if !sameWriter(opts.Stdout, opts.Stderr) {
+	if !SameWriter(opts.Stdout, opts.Stderr) {
 		if stderr, err = streams.out(opts.Stderr); err != nil {
 			return res, fmt.Errorf("creating stderr pipe: %w", err)
 		}
