@@ -226,18 +226,14 @@ func (r *runner) relay(args []string, own bool) (code int, ok bool) {
 		return 0, false
 	}
 	c := relay.Client{Socket: sock, Args: args, Env: os.Environ(), Stdio: [3]int{0, 1, 2}, Signals: r.sigs,
-		Release: func() {
-			for fd := range 3 {
-				_ = syscall.Close(fd)
-			}
-		}}
+		Release: relay.CloseStdio}
 	code, err := c.Run()
 	var u *relay.Unserved
 	switch {
 	case errors.As(err, &u):
 		r.unshared = u.Reason
 		return 0, false
-	case errors.Is(err, relay.ErrNoAnswer):
+	case errors.Is(err, relay.ErrOutcomeUnknown):
 		r.line("%v", err) // the streams are still the process's
 	}
 	return code, true

@@ -12,8 +12,8 @@ import (
 )
 
 // Run has the launcher run the command and returns the status to exit
-// with. An *Unserved error means nothing ran; ErrLost and ErrNoAnswer come
-// with 255.
+// with. An *Unserved error means nothing ran; ErrLost and ErrOutcomeUnknown
+// come with 255.
 func (c *Client) Run() (int, error) {
 	modes, fds, err := Classify(c.Stdio)
 	if err != nil {
@@ -41,11 +41,11 @@ func (c *Client) Run() (int, error) {
 		return 0, &Unserved{Reason: fmt.Sprintf("%s closed before it answered", c.Socket)}
 	case err != nil:
 		// Whether the command runs is not known: it must not run twice.
-		return 255, fmt.Errorf("%w (%s: %v)", ErrNoAnswer, c.Socket, err)
+		return 255, fmt.Errorf("%w (%s: %v)", ErrOutcomeUnknown, c.Socket, err)
 	case typ == FrameRefuse:
 		return 0, &Unserved{Reason: "the launcher refused: " + printable(string(p))}
 	case typ != FrameAccept:
-		return 255, fmt.Errorf("%w: unexpected frame %d from %s", ErrNoAnswer, typ, c.Socket)
+		return 255, fmt.Errorf("%w: unexpected frame %d from %s", ErrOutcomeUnknown, typ, c.Socket)
 	}
 	// From here on the command is the launcher's to run, and any failure
 	// is the session's.

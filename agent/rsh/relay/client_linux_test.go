@@ -172,7 +172,7 @@ func TestRelayAnswers(t *testing.T) {
 	})
 	defer close(release)
 	c = Client{Socket: silent, Args: []string{"h", "true"}, Stdio: stdio, Timeout: 200 * time.Millisecond}
-	if code, err := c.Run(); code != 255 || !errors.Is(err, ErrNoAnswer) {
-		t.Fatalf("a launcher that did not answer: %d, %v; want 255, ErrNoAnswer", code, err)
+	if code, err := c.Run(); code != 255 || !errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("a launcher that did not answer: %d, %v; want 255, ErrOutcomeUnknown", code, err)
 	}
 }

@@ -32,6 +32,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -129,14 +130,23 @@ type Client struct {
 	// command) during the session; nil forwards none.
 	Signals <-chan os.Signal
 	// Release, when set, is called once the launcher holds the stdio and
-	// before the command runs: the relay binary closes its own copies
-	// there, so that it keeps no descriptor but the socket.
+	// before the command runs: a relay whose Stdio are its own closes them
+	// there (CloseStdio), so that it keeps no descriptor but the socket.
 	Release func()
 	// Started, when set, is called once the command may run, off the
 	// command's path (the relay binary subscribes to signals there).
 	Started func()
 	// Timeout bounds the handshake; DefaultTimeout when zero.
 	Timeout time.Duration
+}
+
+// CloseStdio closes the process's stdin, stdout and stderr: the Release of
+// a relay whose Stdio are 0, 1 and 2 (the relay binary, and the full client
+// when it relays), once the launcher holds them.
+func CloseStdio() {
+	for fd := range 3 {
+		_ = syscall.Close(fd)
+	}
 }
 
 // Unserved is why a relay was not served. Nothing ran: the caller falls
@@ -149,7 +159,9 @@ func (u *Unserved) Error() string { return "not served by the launcher: " + u.Re
 // the session, after the command had started.
 var ErrLost = errors.New("the launcher closed the shared session without an exit status")
 
-// ErrNoAnswer is returned (with status 255) when the launcher took the
-// request but gave no answer within the handshake's timeout: it may run the
-// command still, so the relay cannot run it on its own connection.
-var ErrNoAnswer = errors.New("the launcher took the command but did not answer")
+// ErrOutcomeUnknown is returned (with status 255) when the launcher took
+// the request and whether it runs the command is not known: no answer came
+// within the handshake's timeout, reading it failed, or it was neither
+// Accept nor Refuse. The launcher may run the command still, so the relay
+// cannot run it on its own connection: a command never runs twice.
+var ErrOutcomeUnknown = errors.New("the launcher took the command but gave no answer the relay knows (none in time, or not Accept nor Refuse): it may run it still, so it is not run again here")

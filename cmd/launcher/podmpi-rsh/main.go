@@ -52,7 +52,7 @@ func main() {
 	sigs := make(chan os.Signal, 4)
 	c := relay.Client{
 		Socket: os.Getenv(relay.EnvSocket), Args: os.Args[1:], Env: os.Environ(),
-		Stdio: [3]int{0, 1, 2}, Signals: sigs, Release: releaseStdio,
+		Stdio: [3]int{0, 1, 2}, Signals: sigs, Release: relay.CloseStdio,
 		Started: func() {
 			// Signals are taken from here on: before, one ends the relay
 			// as it would end any program, and the launcher, seeing it go,
@@ -64,7 +64,7 @@ func main() {
 	code, err := c.Run()
 	var u *relay.Unserved
 	if !errors.As(err, &u) {
-		if errors.Is(err, relay.ErrNoAnswer) {
+		if errors.Is(err, relay.ErrOutcomeUnknown) {
 			_, _ = os.Stderr.WriteString("podmpi-rsh: " + err.Error() + "\n")
 		}
 		os.Exit(code)
@@ -76,12 +76,4 @@ func main() {
 	}
 	_, _ = os.Stderr.WriteString("podmpi-rsh: cannot run the ssh client: " + err.Error() + "\n")
 	os.Exit(255)
-}
-
-// releaseStdio closes the relay's stdin, stdout and stderr once the launcher
-// holds them: it keeps no descriptor but its socket.
-func releaseStdio() {
-	for fd := range 3 {
-		_ = syscall.Close(fd)
-	}
 }
