@@ -411,36 +411,3 @@ func TestArbitraryUIDWithoutPasswdOrHome(t *testing.T) {
 		t.Fatalf("exit %v, stderr %q", err, errb.String())
 	}
 }
-
-// TestSignalForwarded: a signal the client receives reaches the remote
-// command, whose status comes back (the launcher's shared connection does
-// the same: package share).
-func TestSignalForwarded(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t)
-	sigs := make(chan os.Signal, 1)
-	out := newLineWaiter("ready\n")
-	var errb bytes.Buffer
-	done := make(chan int, 1)
-	go func() {
-		r := &runner{env: f.env(), stdout: out, stderr: &errb, sigs: sigs, grace: 10 * time.Second}
-		done <- r.run(context.Background(), []string{"-p", f.port(), "127.0.0.1", trapScript})
-	}()
-	select {
-	case <-out.seen:
-	case <-time.After(10 * time.Second):
-		t.Fatal("remote command never started")
-	}
-	sigs <- syscall.SIGTERM
-	select {
-	case code := <-done:
-		if code != 7 || out.String() != "ready\ngot-term\n" {
-			t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the session did not end after the signal")
-	}
-	if got := f.srv.Signals(); len(got) != 1 || got[0] != "TERM" {
-		t.Fatalf("server saw signals %q", got)
-	}
-}

@@ -63,6 +63,28 @@ func (h *daemonRun) end(t *testing.T) relayRun {
 	}
 }
 
+// stall is a worker behind a proxy, a share whose pool has the short open
+// timeout, and a session running on its connection through the proxy,
+// whose traffic is then frozen.
+type stall struct {
+	f      fixture
+	proxy  *sshtest.Proxy
+	port   string
+	sh     share
+	daemon *daemonRun
+}
+
+func newStall(t *testing.T) stall {
+	t.Helper()
+	st := stall{f: newFixture(t)}
+	st.proxy = sshtest.NewProxy(t, st.f.srv.Addr)
+	st.port = strconv.Itoa(st.proxy.Port)
+	st.sh = startShareWith(t, shortOpen, nil, os.Getuid())
+	st.daemon = holdSession(t, st.sh, st.f.shareEnv(), st.port)
+	st.proxy.Freeze()
+	return st
+}
+
 // TestSlowOpenKeepsTheConnection: a session open that goes unanswered for
 // several open timeouts (the path to the worker stalls) while an MPI
 // daemon runs on the same connection neither closes the connection nor
@@ -72,13 +94,8 @@ func (h *daemonRun) end(t *testing.T) relayRun {
 // running session exited 255.
 func TestSlowOpenKeepsTheConnection(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
-	proxy := sshtest.NewProxy(t, f.srv.Addr)
-	port := strconv.Itoa(proxy.Port)
-	sh := startShareOpen(t, shortOpen)
-	daemon := holdSession(t, sh, f.shareEnv(), port)
-
-	proxy.Freeze()
+	st := newStall(t)
+	f, proxy, port, sh, daemon := st.f, st.proxy, st.port, st.sh, st.daemon
 	rec := t.TempDir()
 	var stderr sshtest.Buffer
 	second := make(chan relayRun, 1)
@@ -116,13 +133,8 @@ func TestSlowOpenKeepsTheConnection(t *testing.T) {
 // its command never runs.
 func TestLateOpenRunsNothing(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
-	proxy := sshtest.NewProxy(t, f.srv.Addr)
-	port := strconv.Itoa(proxy.Port)
-	sh := startShareOpen(t, shortOpen)
-	daemon := holdSession(t, sh, f.shareEnv(), port)
-
-	proxy.Freeze()
+	st := newStall(t)
+	f, proxy, port, sh, daemon := st.f, st.proxy, st.port, st.sh, st.daemon
 	rec := t.TempDir()
 	ran := filepath.Join(t.TempDir(), "ran")
 	r := runRelay(t, sh, relayOpts{env: f.shareEnv(rsh.EnvFailureDir+"="+rec, rsh.EnvWait+"=1s")}, "-q", "-p", port, "127.0.0.1", "touch "+ran)

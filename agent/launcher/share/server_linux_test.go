@@ -81,15 +81,16 @@ type share struct {
 
 func startShare(t *testing.T) share {
 	t.Helper()
-	return startShareOpen(t, OpenTimeout)
+	return startShareWith(t, OpenTimeout, nil, os.Getuid())
 }
 
-// startShareOpen is startShare with a pool whose open timeout is open.
-func startShareOpen(t *testing.T, open time.Duration) share {
+// startShareWith is startShare with a pool whose open timeout is open, a
+// server that logs to log (nil: nowhere) and answers uid only.
+func startShareWith(t *testing.T, open time.Duration, log *slog.Logger, uid int) share {
 	t.Helper()
 	pool := NewPool(nil)
 	pool.openTimeout = open
-	srv, err := Serve(filepath.Join(t.TempDir(), SocketName), pool, nil)
+	srv, err := serve(filepath.Join(t.TempDir(), SocketName), pool, log, uid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -494,13 +495,7 @@ func TestPoolOpensAnotherConnectionWhenFull(t *testing.T) {
 func TestRefusesAnotherUser(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	pool := NewPool(nil)
-	srv, err := serve(filepath.Join(t.TempDir(), SocketName), pool, nil, os.Getuid()+1) // as if the relay ran under another UID
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close(); pool.Close() })
-	sh := share{pool: pool, srv: srv}
+	sh := startShareWith(t, OpenTimeout, nil, os.Getuid()+1) // as if the relay ran under another UID
 	r := runRelay(t, sh, relayOpts{env: f.shareEnv()}, "-p", f.port(), "127.0.0.1", "true")
 	var u *relay.Unserved
 	if !errors.As(r.err, &u) || !strings.Contains(u.Reason, "not the launcher's user") {
@@ -522,13 +517,8 @@ func TestRefusesWithoutTheRunsToken(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	var log sshtest.Buffer
-	pool := NewPool(nil)
-	srv, err := Serve(filepath.Join(t.TempDir(), SocketName), pool, slog.New(slog.NewJSONHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close(); pool.Close() })
-	sh := share{pool: pool, srv: srv}
+	sh := startShareWith(t, OpenTimeout, slog.New(slog.NewJSONHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug})), os.Getuid())
+	srv := sh.srv
 	const forged = "AAAAAAAAAAAAAAAAAAAAAAAAAA"
 	for name, env := range map[string][]string{
 		"no token":    {relay.EnvSocket + "=" + srv.Path()},

@@ -152,6 +152,19 @@ func nowaitPair(t *testing.T, socket, read bool) (*nowait, *os.File, *os.File) {
 	return n, mine, other
 }
 
+// endsWith waits, at most 5 s, for what ch reports, which must be want.
+func endsWith(t *testing.T, ch <-chan error, want error, what string) {
+	t.Helper()
+	select {
+	case err := <-ch:
+		if err != want {
+			t.Fatalf("%s: %v, want %v", what, err, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: it did not end", what)
+	}
+}
+
 // TestNowait: a nowait moves data both ways without making the shared
 // description non-blocking, and Close ends a read that waits, at once,
 // leaving later bytes to the description's other readers; a write that
@@ -179,14 +192,7 @@ func TestNowait(t *testing.T) {
 			if err := n.Close(); err != nil {
 				t.Fatal(err)
 			}
-			select {
-			case err := <-read:
-				if err != os.ErrClosed {
-					t.Fatalf("read after Close: %v, want os.ErrClosed", err)
-				}
-			case <-time.After(5 * time.Second):
-				t.Fatal("Close did not end the read that waited")
-			}
+			endsWith(t, read, os.ErrClosed, "the read that waited, at Close")
 			if fl, err := unix.FcntlInt(mine.Fd(), unix.F_GETFL, 0); err != nil || fl&unix.O_NONBLOCK != 0 {
 				t.Fatalf("the shared description's flags %#x, %v: made non-blocking", fl, err)
 			}
@@ -212,14 +218,7 @@ func TestNowait(t *testing.T) {
 			if err := w.SetWriteDeadline(time.Now().Add(100 * time.Millisecond)); err != nil {
 				t.Fatal(err)
 			}
-			select {
-			case err := <-wrote:
-				if err != os.ErrDeadlineExceeded {
-					t.Fatalf("write past its deadline: %v", err)
-				}
-			case <-time.After(5 * time.Second):
-				t.Fatal("the write that waited did not end at its deadline")
-			}
+			endsWith(t, wrote, os.ErrDeadlineExceeded, "the write that waited, at its deadline")
 			if err := w.SetWriteDeadline(time.Time{}); err != nil {
 				t.Fatal(err)
 			}
@@ -231,14 +230,7 @@ func TestNowait(t *testing.T) {
 			if err := w.Close(); err != nil {
 				t.Fatal(err)
 			}
-			select {
-			case err := <-wrote:
-				if err != os.ErrClosed {
-					t.Fatalf("write after Close: %v", err)
-				}
-			case <-time.After(5 * time.Second):
-				t.Fatal("Close did not end the write that waited")
-			}
+			endsWith(t, wrote, os.ErrClosed, "the write that waited, at Close")
 		})
 	}
 }
