@@ -135,21 +135,31 @@ func (p *Pool) Close() {
 	}
 }
 
-// pick returns the held connection with the fewest sessions that is
-// neither full nor stalled, counting the session about to open on it.
-func (p *Pool) pick(key string) *pooled {
+// pick returns the held connection with the fewest sessions that is not
+// full, counting the session about to open on it: one that is not
+// stalled, else, when stalledToo, a stalled one (stalled reports it).
+func (p *Pool) pick(key string, stalledToo bool) (pc *pooled, stalled bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var best *pooled
-	for _, pc := range p.hosts[key] {
-		if !pc.full && pc.stalled == 0 && (best == nil || pc.open < best.open) {
-			best = pc
+	var best, slow *pooled
+	for _, c := range p.hosts[key] {
+		switch {
+		case c.full:
+		case c.stalled == 0:
+			if best == nil || c.open < best.open {
+				best = c
+			}
+		case slow == nil || c.open < slow.open:
+			slow = c
 		}
+	}
+	if best == nil && stalledToo {
+		best, stalled = slow, slow != nil
 	}
 	if best != nil {
 		best.open++
 	}
-	return best
+	return best, stalled
 }
 
 // done ends a session on pc; full says the server refused it for its limit.
@@ -202,7 +212,11 @@ var errNoAnswer = errors.New("no answer from the worker")
 // waiting, and another connection is tried meanwhile (a held one that is
 // not stalled, or a new one): the first session to open serves, and one
 // that opens later, even after the client stopped waiting, is closed
-// unused, so that the command runs once or not at all.
+// unused, so that the command runs once or not at all. A request that
+// finds only stalled connections waits on one of them too (OpenSSH's
+// ControlMaster would wait on its one connection), besides trying a new
+// one: a worker-agent starved of CPU answers on the connection it has long
+// before it can take a new one's handshake.
 func (p *Pool) Session(ctx context.Context, req rsh.SessionRequest) (s *ssh.Session, end func(), f *sshclient.Failure) {
 	wait := req.Wait
 	if wait <= 0 {
@@ -210,7 +224,7 @@ func (p *Pool) Session(ctx context.Context, req rsh.SessionRequest) (s *ssh.Sess
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, wait, errNoAnswer)
 	defer cancel()
-	o := &opening{p: p, key: poolKey(req.Host, req.Port, req.Config), req: req, events: make(chan attempt, 2*maxPicks)}
+	o := &opening{p: p, key: poolKey(req.Host, req.Port, req.Config), req: req, events: make(chan attempt, 3*maxPicks)}
 	defer o.settle()
 	fail := func(err error) *sshclient.Failure {
 		return sshclient.Classify(req.Host, req.Port, sshclient.PhaseRemoteCommand, err)
@@ -218,7 +232,7 @@ func (p *Pool) Session(ctx context.Context, req rsh.SessionRequest) (s *ssh.Sess
 	var last error               // why the last connection could not serve (full, dead)
 	var lastF *sshclient.Failure // the last failure another connection would not mend
 	others := -1                 // sessions on the first stalled connection; -1: none stalled
-	o.start(ctx)
+	o.start(ctx, true)
 	for o.pending > 0 {
 		select {
 		case <-ctx.Done():
@@ -228,6 +242,8 @@ func (p *Pool) Session(ctx context.Context, req rsh.SessionRequest) (s *ssh.Sess
 			return nil, nil, o.timedOut(wait, others)
 		case a := <-o.events:
 			switch {
+			case a.queued:
+				o.start(ctx, false) // a connection that is not stalled meanwhile
 			case a.stalled:
 				if others < 0 {
 					others = a.others
@@ -235,7 +251,7 @@ func (p *Pool) Session(ctx context.Context, req rsh.SessionRequest) (s *ssh.Sess
 						req.Stalled(p.openTimeout, a.others)
 					}
 				}
-				o.start(ctx) // another connection meanwhile
+				o.start(ctx, false) // another connection meanwhile
 			case a.s != nil:
 				pc := a.pc
 				return a.s, func() { p.done(pc, false) }, nil
@@ -245,7 +261,7 @@ func (p *Pool) Session(ctx context.Context, req rsh.SessionRequest) (s *ssh.Sess
 			default: // full or dead: another connection takes it
 				o.pending--
 				last = a.err
-				o.start(ctx)
+				o.start(ctx, false)
 			}
 		}
 	}
@@ -261,8 +277,8 @@ type opening struct {
 	p   *Pool
 	key string
 	req rsh.SessionRequest
-	// events carries every attempt's reports: at most two each (stalled,
-	// then its end), so sending never blocks.
+	// events carries every attempt's reports: at most three each
+	// (queued, stalled, then its end), so sending never blocks.
 	events chan attempt
 	// pending and tried are the attempts not ended yet and all started
 	// (Session's goroutine only).
@@ -273,6 +289,8 @@ type opening struct {
 
 // attempt is one report of an attempt.
 type attempt struct {
+	// queued: the attempt waits on a connection that was stalled already.
+	queued bool
 	// stalled: the worker has not answered within the open timeout;
 	// others is how many other sessions are open on that connection.
 	stalled bool
@@ -287,14 +305,15 @@ type attempt struct {
 	err error
 }
 
-// start starts another attempt, unless maxPicks have been.
-func (o *opening) start(ctx context.Context) {
+// start starts another attempt, unless maxPicks have been; the first may
+// wait on a stalled connection.
+func (o *opening) start(ctx context.Context, first bool) {
 	if o.tried == maxPicks {
 		return
 	}
 	o.tried++
 	o.pending++
-	go o.try(ctx)
+	go o.try(ctx, first)
 }
 
 // report hands a to Session, or, once it returned, closes a late session.
@@ -337,10 +356,14 @@ func (o *opening) settle() {
 	}
 }
 
-// try opens a session on the held connection pick gives, or on a new one.
-func (o *opening) try(ctx context.Context) {
+// try opens a session on the held connection pick gives (a stalled one only
+// when first), or on a new one.
+func (o *opening) try(ctx context.Context, first bool) {
 	p := o.p
-	pc := p.pick(o.key)
+	pc, stalled := p.pick(o.key, first)
+	if stalled {
+		o.report(attempt{queued: true})
+	}
 	if pc == nil {
 		c, f := o.req.Dial(ctx)
 		if f != nil {

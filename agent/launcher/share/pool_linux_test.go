@@ -164,6 +164,49 @@ func TestLateOpenRunsNothing(t *testing.T) {
 	}
 }
 
+// TestStalledConnectionStillServes: a session asked for while the only
+// connection is stalled, and for which no new connection can be made,
+// waits on the stalled one and runs once the worker answers there, as on
+// OpenSSH's ControlMaster: the worker is slow, not gone.
+func TestStalledConnectionStillServes(t *testing.T) {
+	t.Parallel()
+	st := newStall(t)
+	var stderr sshtest.Buffer
+	first := make(chan relayRun, 1)
+	go func() {
+		first <- runRelay(t, st.sh, relayOpts{env: st.f.shareEnv(), stderr: &stderr}, "-p", st.port, "127.0.0.1", "echo first")
+	}()
+	sshtest.Eventually(t, 20*time.Second, "the first session waiting past the open timeout", func() bool {
+		return strings.Contains(stderr.String(), "no answer to a session request")
+	})
+	st.proxy.RefuseNew(true)
+	second := make(chan relayRun, 1)
+	go func() {
+		second <- runRelay(t, st.sh, relayOpts{env: st.f.shareEnv()}, "-q", "-p", st.port, "127.0.0.1", "echo second")
+	}()
+	// The second's new connection is refused; it waits on the stalled one.
+	sshtest.Eventually(t, 20*time.Second, "the second session's new connection refused", func() bool { return st.proxy.Refused() >= 1 })
+	select {
+	case r := <-second:
+		t.Fatalf("the second session ended while the worker was stalled: %+v", r)
+	case <-time.After(2 * shortOpen):
+	}
+	st.proxy.Thaw()
+	for name, ch := range map[string]chan relayRun{"first": first, "second": second} {
+		select {
+		case r := <-ch:
+			if r.err != nil || r.code != 0 || r.stdout != name+"\n" {
+				t.Fatalf("the %s session: %+v", name, r)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("the %s session did not run once the worker answered", name)
+		}
+	}
+	if r := st.daemon.end(t); r.err != nil || r.code != 0 || r.stdout != "done\n" {
+		t.Fatalf("the session that ran on the connection: %+v", r)
+	}
+}
+
 // TestDeadConnectionIsReplaced: a connection whose transport failed (the
 // worker restarted, the connection was reset) is dropped at the next
 // session, which runs on a new one.

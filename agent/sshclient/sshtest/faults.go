@@ -27,12 +27,11 @@ func ServeLater(t testing.TB, k Key, port int, ready <-chan struct{}) {
 }
 
 // Proxy is a TCP proxy on loopback in front of a server, whose traffic a
-// test can stall and whose connections it can cut: the network between a
-// client and a worker. Frozen, it moves no byte in either direction and
-// accepts no connection (the kernel still completes the TCP handshake of
-// new ones, which then wait), as a stalled path or a CPU-starved peer look
-// to the client; the connections stay open. Thawed, everything held moves
-// on.
+// test can stall and whose connections it can cut or refuse: the network
+// between a client and a worker. Frozen, it moves no byte in either
+// direction and joins no new connection to the server (they wait), as a
+// stalled path or a CPU-starved peer look to the client; the connections
+// stay open. Thawed, everything held moves on.
 type Proxy struct {
 	// Port is the proxy's loopback port.
 	Port int
@@ -42,11 +41,12 @@ type Proxy struct {
 	mu     sync.Mutex
 	thawed *sync.Cond
 	frozen bool
+	refuse bool
 	closed bool
 	conns  map[net.Conn]bool
-	// accepted counts the connections taken.
-	accepted int
-	wg       sync.WaitGroup
+	// accepted and refused count the connections taken and refused.
+	accepted, refused int
+	wg                sync.WaitGroup
 }
 
 // NewProxy starts a proxy to target (host:port), removed when the test
@@ -77,6 +77,33 @@ func (p *Proxy) Thaw() {
 	p.frozen = false
 	p.thawed.Broadcast()
 	p.mu.Unlock()
+}
+
+// RefuseNew has the proxy close every connection it accepts from now on,
+// at once and before a byte (on), frozen or not, or take them again (off):
+// a path on which no new connection can be made.
+func (p *Proxy) RefuseNew(on bool) {
+	p.mu.Lock()
+	p.refuse = on
+	p.mu.Unlock()
+}
+
+// refusing counts the connection just accepted as refused when the proxy
+// refuses new ones.
+func (p *Proxy) refusing() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.refuse {
+		p.refused++
+	}
+	return p.refuse
+}
+
+// Refused is how many connections RefuseNew closed.
+func (p *Proxy) Refused() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.refused
 }
 
 // Cut closes every connection through the proxy, as a worker that
@@ -113,26 +140,35 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
-		if !p.wait() {
-			c.Close()
-			return
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
+		if p.refusing() {
 			c.Close()
 			continue
 		}
-		if !p.track(c, up) {
-			return
-		}
-		for _, dir := range [][2]net.Conn{{up, c}, {c, up}} {
-			p.wg.Go(func() {
-				p.pump(dir[0], dir[1])
-				// One direction ended: so does the other.
-				dir[0].Close()
-				dir[1].Close()
-			})
-		}
+		p.wg.Go(func() { p.connect(c) })
+	}
+}
+
+// connect joins c to the target once the proxy is not frozen.
+func (p *Proxy) connect(c net.Conn) {
+	if !p.wait() {
+		c.Close()
+		return
+	}
+	up, err := net.Dial("tcp", p.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	if !p.track(c, up) {
+		return
+	}
+	for _, dir := range [][2]net.Conn{{up, c}, {c, up}} {
+		p.wg.Go(func() {
+			p.pump(dir[0], dir[1])
+			// One direction ended: so does the other.
+			dir[0].Close()
+			dir[1].Close()
+		})
 	}
 }
 
