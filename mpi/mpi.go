@@ -15,7 +15,7 @@
 // (plm_rsh_*, orte_*), Open MPI 5's PRRTE (plm_ssh_*, prte_*; Open MPI 5
 // translates only some OMPI_MCA_ names, differently between versions, so
 // both spellings are set), MPICH's Hydra (HYDRA_*) and Intel MPI's Hydra
-// (I_MPI_HYDRA_*, from Intel's reference).
+// (I_MPI_HYDRA_*, from Intel's reference) with libfabric under it (FI_*).
 package mpi
 
 import (
@@ -77,6 +77,14 @@ const (
 	// when the pod has several interfaces (a docker0-like second NIC that
 	// looks the same in every pod makes Open MPI hang).
 	IfaceInclude
+	// FabricIface pins libfabric's TCP provider, through which Intel MPI's
+	// ranks talk between pods, to the pod interface; set only when the pod
+	// has several interfaces and the interface's name is known (libfabric
+	// takes a name, no network). With a docker0-like second NIC that looks
+	// the same in every pod, each rank otherwise publishes that address
+	// (172.17.0.1 in every pod) and MPI_Init hangs: seen with Intel MPI
+	// 2021.19 over Debian's libfabric 1.17.
+	FabricIface
 	// NoTreeSpawn makes mpirun start every remote daemon itself.
 	NoTreeSpawn
 	// AllowRoot lets Open MPI run as uid 0.
@@ -224,6 +232,7 @@ var table = []Flavour{
 			{DefaultHostfile, []string{"I_MPI_HYDRA_HOST_FILE"}, []string{"I_MPI_HYDRA_HOSTFILE"}},
 			{DefaultSlots, []string{"I_MPI_PERHOST"}, nil},
 			{Iface, []string{"I_MPI_HYDRA_IFACE"}, nil},
+			{FabricIface, []string{"FI_TCP_IFACE"}, nil},
 		},
 	},
 }

@@ -39,8 +39,9 @@ type Wiring struct {
 	Iface string
 	// MultiNIC is true when the pod has more than one UP non-loopback IPv4
 	// interface (PodInterface's multi): Open MPI's oob and btl then get
-	// if_include=Iface, since a docker0-like second NIC that looks the same in
-	// every pod makes Open MPI hang (gotcha 3).
+	// if_include=Iface, and Intel MPI's libfabric FI_TCP_IFACE=Iface, since
+	// a docker0-like second NIC that looks the same in every pod makes Open
+	// MPI and Intel MPI hang (gotcha 3).
 	MultiNIC bool
 	// IfaceCIDR is the pod interface's network (10.250.0.0/24). It is NOT
 	// used when Iface is known: Open MPI forwards if_include to every worker,
@@ -192,6 +193,10 @@ func (w Wiring) params() []param {
 		case mpi.IfaceInclude:
 			if w.MultiNIC {
 				q.value = ifaceInclude
+			}
+		case mpi.FabricIface:
+			if w.MultiNIC {
+				q.value = w.Iface
 			}
 		case mpi.NoTreeSpawn:
 			if w.NoTreeSpawn {

@@ -356,8 +356,8 @@ func TestEnvMPICH(t *testing.T) {
 
 // TestEnvIntelReference checks the Intel MPI wiring against the names of the
 // Intel MPI Developer Reference ("Hydra Environment Variables") and the
-// variables mpi-operator sets for Intel MPI: Intel MPI cannot be installed
-// on our test machines.
+// variables mpi-operator sets for Intel MPI; test/e2e's TestIntelMPI runs
+// it with the real Intel MPI.
 func TestEnvIntelReference(t *testing.T) {
 	w := baseWiring(mpi.IntelMPI)
 	env, rep := w.Env([]string{"I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS=-o ConnectionAttempts=10", "K_MPI_JOB_ROLE=launcher"})
@@ -368,6 +368,7 @@ func TestEnvIntelReference(t *testing.T) {
 		"I_MPI_HYDRA_HOST_FILE":                 "/tmp/podmpi-123/hostfile",
 		"I_MPI_PERHOST":                         "2",
 		"I_MPI_HYDRA_IFACE":                     "eth0",
+		"FI_TCP_IFACE":                          "eth0",                     // several NICs: libfabric's TCP provider on the pod's
 		"I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS": "-o ConnectionAttempts=10", // mpi-operator's, untouched
 		"PATH":                                  "/tmp/podmpi-123:" + rsh.DefaultPath,
 	}
@@ -393,6 +394,17 @@ func TestEnvIntelReference(t *testing.T) {
 	}
 	if b.String() != "pi-worker-0.pi.default.svc:2\n" {
 		t.Errorf("Intel hostfile = %q", b.String())
+	}
+	// One NIC: libfabric picks it by itself. An unknown interface: a CIDR
+	// is no value for FI_TCP_IFACE, which takes a name only.
+	for _, w := range []Wiring{{Impl: mpi.IntelMPI, Iface: "eth0"}, {Impl: mpi.IntelMPI, MultiNIC: true, IfaceCIDR: "10.250.0.0/24"}} {
+		if v, ok := envMap(first(w.Env(nil)))["FI_TCP_IFACE"]; ok {
+			t.Errorf("multinic=%v iface=%q: FI_TCP_IFACE=%q set", w.MultiNIC, w.Iface, v)
+		}
+	}
+	// A user's FI_TCP_IFACE wins.
+	if v := envMap(first(w.Env([]string{"FI_TCP_IFACE=ib0"})))["FI_TCP_IFACE"]; v != "ib0" {
+		t.Errorf("user FI_TCP_IFACE overridden: %q", v)
 	}
 	// A user's I_MPI_PERHOST wins.
 	env, rep = w.Env([]string{"I_MPI_PERHOST=allcores"})
