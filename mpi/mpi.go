@@ -167,6 +167,16 @@ type Flavour struct {
 	// as tj-launcher-0-0.tj would go through podmpi-rsh to a pod where no
 	// worker-agent listens. Open MPI resolves names and needs no help.
 	SelfByHostname bool
+	// BootstrapExecByName: the launcher program hands its bootstrap program
+	// (BootstrapExec) down to the proxies it starts on the workers, and
+	// they run it too: Intel MPI's hierarchical launch passes it as
+	// hydra_bstrap_proxy's --launcher-exec, and a proxy on a worker execs
+	// it (execvp) to start other workers' proxies. The launcher's private
+	// path to podmpi-rsh exists in the launcher pod only ("execvp error on
+	// file ... No such file or directory" on the worker), so the program is
+	// given by name: the launcher's PATH finds its private one first, a
+	// worker session's PATH podmpi's client there.
+	BootstrapExecByName bool
 }
 
 // table lists every flavour; Implementations keeps its order.
@@ -224,8 +234,9 @@ var table = []Flavour{
 		// hydra_bstrap_proxy is what Intel MPI 2019+ starts over ssh; it
 		// starts hydra_pmi_proxy from its own directory, so finding either
 		// means the Intel MPI runtime is installed on the worker.
-		Daemons:        []string{"hydra_bstrap_proxy", "hydra_pmi_proxy"},
-		SelfByHostname: true,
+		Daemons:             []string{"hydra_bstrap_proxy", "hydra_pmi_proxy"},
+		SelfByHostname:      true,
+		BootstrapExecByName: true,
 		Params: []Param{
 			{Bootstrap, []string{"I_MPI_HYDRA_BOOTSTRAP"}, nil},
 			{BootstrapExec, []string{"I_MPI_HYDRA_BOOTSTRAP_EXEC"}, nil},

@@ -132,6 +132,16 @@ func (w Wiring) rshAgent() string {
 	return w.RshPath + " : " + rsh.Name + " : ssh : rsh"
 }
 
+// bootstrapExec is the Hydra launcher program: RshPath, or for a flavour
+// that hands it to its proxies on the workers (BootstrapExecByName) its
+// name alone, when Env puts RshDir, which holds it, first on PATH.
+func (w Wiring) bootstrapExec(f mpi.Flavour) string {
+	if f.BootstrapExecByName && w.RshDir != "" && filepath.Dir(w.RshPath) == filepath.Clean(w.RshDir) {
+		return filepath.Base(w.RshPath)
+	}
+	return w.RshPath
+}
+
 func keepFQDNNote(name, v string) string {
 	switch strings.ToLower(strings.TrimSpace(v)) {
 	case "0", "false", "no", "f", "n":
@@ -172,7 +182,7 @@ func (w Wiring) params() []param {
 				return ""
 			}
 		case mpi.BootstrapExec:
-			q.value = w.RshPath
+			q.value = w.bootstrapExec(f)
 			q.overrides = func(v string) bool { return !isRsh(v) }
 			q.keptNote = func(_, v string) string {
 				if isRsh(v) {

@@ -364,7 +364,7 @@ func TestEnvIntelReference(t *testing.T) {
 	m := envMap(env)
 	want := map[string]string{
 		"I_MPI_HYDRA_BOOTSTRAP":                 "ssh",
-		"I_MPI_HYDRA_BOOTSTRAP_EXEC":            "/tmp/podmpi-123/podmpi-rsh",
+		"I_MPI_HYDRA_BOOTSTRAP_EXEC":            "podmpi-rsh", // by name: see below
 		"I_MPI_HYDRA_HOST_FILE":                 "/tmp/podmpi-123/hostfile",
 		"I_MPI_PERHOST":                         "2",
 		"I_MPI_HYDRA_IFACE":                     "eth0",
@@ -394,6 +394,18 @@ func TestEnvIntelReference(t *testing.T) {
 	}
 	if b.String() != "pi-worker-0.pi.default.svc:2\n" {
 		t.Errorf("Intel hostfile = %q", b.String())
+	}
+	// Intel's hierarchical launch hands the bootstrap program to the
+	// proxies on the workers (--launcher-exec), where the launcher's
+	// private directory does not exist: it goes by name, which PATH finds
+	// in that directory first on the launcher and on the workers' PATH
+	// there (the image's /opt/podmpi/bin, or worker-agent's own).
+	if !strings.HasPrefix(m["PATH"], w.RshDir+":") || filepath.Join(w.RshDir, m["I_MPI_HYDRA_BOOTSTRAP_EXEC"]) != w.RshPath {
+		t.Errorf("I_MPI_HYDRA_BOOTSTRAP_EXEC=%q is not found as %s first on PATH=%q", m["I_MPI_HYDRA_BOOTSTRAP_EXEC"], w.RshPath, m["PATH"])
+	}
+	// MPICH's Hydra launches flat: the path, as ever.
+	if v := envMap(first(baseWiring(mpi.MPICH).Env(nil)))["HYDRA_LAUNCHER_EXEC"]; v != w.RshPath {
+		t.Errorf("MPICH HYDRA_LAUNCHER_EXEC=%q, want %q", v, w.RshPath)
 	}
 	// One NIC: libfabric picks it by itself. An unknown interface: a CIDR
 	// is no value for FI_TCP_IFACE, which takes a name only.
