@@ -7,7 +7,7 @@ COMMIT     ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 FUZZTIME   ?= 30s
 TESTFLAGS  ?=
 
-.PHONY: all build test test-short lint vet fmt staticcheck fuzz bench e2e e2e-ompi5 demo images images-prune image-test clean clean-stale \
+.PHONY: all build test test-short lint vet fmt staticcheck fuzz bench e2e e2e-ompi5 e2e-intelmpi demo images images-prune image-test clean clean-stale \
         cluster-tool cluster-build cluster-up cluster-down cluster-test cluster-bench
 
 all: build
@@ -68,6 +68,12 @@ e2e:
 e2e-ompi5:
 	./scripts/trixie-rootfs.sh
 	PODMPI_E2E_OMPI5=1 $(GO) test -race -count=1 -timeout 20m -v -run TestOpenMPI5 ./test/e2e/
+
+## e2e-intelmpi: install (once, cached in /var/cache/podmpi) Intel MPI from
+## PyPI's wheels into a venv and run the Intel MPI end-to-end test (root, PyPI)
+e2e-intelmpi:
+	./scripts/intelmpi.sh
+	PODMPI_E2E_INTELMPI=1 $(GO) test -race -count=1 -timeout 20m -v -run TestIntelMPI ./test/e2e/
 
 ## demo: the main job — a real OpenMPI allreduce across 3 worker pods (root)
 demo:

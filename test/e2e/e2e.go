@@ -1,5 +1,5 @@
 // Package e2e runs podmpi's launcher and worker-agent end to end: real
-// OpenMPI and MPICH jobs across network-namespace "pods" built by
+// OpenMPI, MPICH and Intel MPI jobs across network-namespace "pods" built by
 // test/harness, with Kubernetes-shaped DNS, the Trainer v2 SSH key layout and
 // an OpenShift-style arbitrary uid. The tests live in this package's _test
 // files; the helpers here are shared with the demo (test/e2e/cmd/demo).

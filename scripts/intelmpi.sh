@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Builds (once) Intel MPI from PyPI's wheels, for the Intel MPI end-to-end
+# tests (test/e2e) and the Intel MPI image (images/intelmpi.Dockerfile).
+# Cached in ${PODMPI_INTELMPI_CACHE:-/var/cache/podmpi/intelmpi-<version>}:
+#
+#   wheels/  impi-rt and impi-devel <version> (runtime; mpicc and headers)
+#            and mpi4py <MPI4PY_VERSION>, as pip downloaded them; the image
+#            build installs from here (a build volume) instead of PyPI
+#   venv/    a python3 venv with the three installed: bin/mpiexec.hydra,
+#            bin/mpirun (a script around it), bin/hydra_bstrap_proxy,
+#            bin/hydra_pmi_proxy, bin/mpicc (gcc underneath), lib/libmpi.so.12,
+#            include/mpi.h, and mpi4py, which loads that libmpi
+#
+# pip's own download cache is ${PIP_CACHE_DIR:-/var/cache/podmpi/pip}, so a
+# changed pin downloads only what changed.
+#
+# What the wheels need, found by installing them (docs/compatibility.md):
+#   - impi-rt asks for a "libfabric>=2.6" distribution that PyPI does not
+#     have (Intel's own channels do), so pip cannot resolve it: the wheels are
+#     installed with --no-deps, and libfabric comes from Debian's libfabric1
+#     (1.17 on bookworm; Intel MPI 2021.19 runs its tcp;ofi_rxm provider).
+#   - nothing to fix in the layout: mpiexec.hydra finds hydra_bstrap_proxy
+#     and hydra_pmi_proxy beside itself and starts them by absolute path on
+#     the other hosts, so every host (pod) needs the install at the same path;
+#     the network-namespace pods of the tests share this one.
+#   - I_MPI_ROOT=<venv> and <venv>/bin on PATH are all a run needs (mpicc
+#     links with an rpath to <venv>/lib); I_MPI_FABRICS=shm:ofi and
+#     FI_PROVIDER=tcp pick libfabric's TCP provider between hosts.
+#
+# Root for the default cache (or PODMPI_INTELMPI_CACHE elsewhere); needs
+# python3 with venv and pip (python3-venv, python3-pip) and PyPI. One build
+# at a time (flock on <cache>.lock), in place. Exit status 0 when the cache is ready, 1 with
+# one line saying why otherwise.
+set -euo pipefail
+version=${PODMPI_INTELMPI_VERSION:-2021.19.0}
+mpi4py_version=${PODMPI_MPI4PY_VERSION:-4.1.2}
+dest=${PODMPI_INTELMPI_CACHE:-/var/cache/podmpi/intelmpi-$version}
+export PIP_CACHE_DIR=${PIP_CACHE_DIR:-/var/cache/podmpi/pip}
+python=${PODMPI_PYTHON:-/usr/bin/python3}
+name="Intel MPI $version"
+
+ready() {
+  [ -x "$1/venv/bin/mpiexec.hydra" ] && [ -x "$1/venv/bin/hydra_bstrap_proxy" ] && [ -x "$1/venv/bin/mpicc" ] &&
+    [ -e "$1/venv/lib/libmpi.so.12" ] && [ -d "$1/venv/lib/python3"*/site-packages/mpi4py-"$mpi4py_version".dist-info ] &&
+    ls "$1"/wheels/impi_rt-"$version"-*.whl "$1"/wheels/impi_devel-"$version"-*.whl >/dev/null 2>&1
+}
+if ready "$dest"; then
+  echo "$name: cached in $dest"
+  exit 0
+fi
+mkdir -p "$(dirname "$dest")" "$PIP_CACHE_DIR" || { echo "$name: cannot create $(dirname "$dest") (root?)"; exit 1; }
+"$python" -m venv --help >/dev/null 2>&1 || { echo "$name: $python has no venv module (apt-get install -y python3-venv python3-pip)"; exit 1; }
+# Another build of the same cache (CI's, a make target's) finishes first;
+# this one then finds it ready.
+exec 9>"$dest.lock"
+flock -w 900 9 || { echo "$name: $dest.lock still held after 900 s"; exit 1; }
+if ready "$dest"; then
+  echo "$name: cached in $dest (built by another run meanwhile)"
+  exit 0
+fi
+log="$dest.log"
+start=$(date +%s)
+echo "$name: pip download and install into $dest (about 130 MB; log $log)"
+: >"$log"
+run() {
+  "$@" >>"$log" 2>&1 || { echo "$name: $* failed; tail of $log:"; tail -20 "$log"; exit 1; }
+}
+# Built in place under the lock (a venv names its own folder in its
+# scripts, so it is not built elsewhere and moved): a build cut short
+# leaves something ready() refuses, and the next run starts over.
+rm -rf "$dest"
+mkdir -p "$dest/wheels"
+# The wheels this machine's python installs (manylinux_2_28, cp3X for
+# mpi4py): binaries only, no dependencies (see "libfabric" above).
+run "$python" -m pip download --disable-pip-version-check --no-deps --only-binary=:all: -d "$dest/wheels" \
+  "impi-rt==$version" "impi-devel==$version" "mpi4py==$mpi4py_version"
+run "$python" -m venv "$dest/venv"
+run "$dest/venv/bin/pip" install --disable-pip-version-check --no-deps --no-index "$dest"/wheels/*.whl
+chmod -R a+rX "$dest"
+ready "$dest" || { echo "$name: installed, but something is missing in $dest; see $log"; exit 1; }
+echo "$name: ready in $dest after $(($(date +%s) - start)) s ($("$dest/venv/bin/mpirun" -V 2>/dev/null | head -1 || echo version unknown))"
