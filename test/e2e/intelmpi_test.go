@@ -116,14 +116,23 @@ func TestIntelMPI(t *testing.T) {
 	}
 
 	// `launcher -- mpirun` with Intel's mpirun (a script around
-	// mpiexec.hydra) after podmpi's on PATH: the launcher detects Intel MPI
-	// and runs Intel's, whose mpiexec.hydra call goes through podmpi's
-	// mpiexec.hydra to Intel's.
-	t.Run("launcher/mpirun", func(t *testing.T) {
-		r := start(t, "launcher", nil, append(launcherArgs(f.workersFlag(3)...), "--", "mpirun", "-np", "6", prog)...)
+	// mpiexec.hydra) after podmpi's on PATH, in the podmpi-intelmpi
+	// runtime's shape (runLauncherAsNode: Trainer's hostfile lists the
+	// launcher last, and it runs ranks too): the launcher detects Intel MPI,
+	// writes its own entry as its host name (Hydra starts those ranks
+	// without ssh) and runs Intel's mpirun, whose mpiexec.hydra call goes
+	// through podmpi's mpiexec.hydra to Intel's.
+	t.Run("launcher/mpirun/run-launcher-as-node", func(t *testing.T) {
+		asNode := writeHostfile(t, f, "intel-as-node", 2, 1, 2, 3, 0)
+		r := start(t, "launcher", nil, append(launcherArgs("--hostfile", asNode, "--self", f.c.Pod(0).ShortName), "--", "mpirun", prog)...)
 		mustSucceed(t, r)
-		checkAllreduce(t, r, 6, perWorker)
-		for _, want := range []string{"implementation=intelmpi", "im-node-0-0.im:2", filepath.Join(root, "bin/hydra_bstrap_proxy")} {
+		want := map[string]int{"im-launcher-0-0": 2}
+		for h, n := range perWorker {
+			want[h] = n
+		}
+		checkAllreduce(t, r, 8, want)
+		for _, want := range []string{"implementation=intelmpi", "im-node-0-0.im:2", "\nim-launcher-0-0:2\n",
+			"== probe (3/3 workers reachable)", filepath.Join(root, "bin/hydra_bstrap_proxy")} {
 			if !strings.Contains(r.out, want) {
 				t.Errorf("launcher report lacks %q; output:\n%s", want, r.out)
 			}
@@ -233,6 +242,33 @@ func TestIntelMPI(t *testing.T) {
 		r.out = rankLabel.ReplaceAllString(r.out, "") // -l: "[3] rank 3/6 ..."
 		checkAllreduce(t, r, 6, perWorker)
 	})
+
+	// Ranks that fail (Intel's rank variable is PMI_RANK): the launcher
+	// passes mpirun's code on and names the rank, its host and the cause,
+	// from Hydra's report and the worker-agents' accounts.
+	for _, d := range []struct {
+		name, script string
+		code         int
+		cause        string
+	}{
+		{"rank-exit-7", `sleep 1; [ "$PMI_RANK" = 3 ] && exit 7; sleep 2`, 7,
+			"root cause: rank 3 on im-node-0-1.im (bash) exited with status 7; hint: "},
+		{"rank-segfault", `sleep 1; [ "$PMI_RANK" = 1 ] && kill -SEGV $$; sleep 5`, -1,
+			"root cause: rank 1 on im-node-0-0.im (bash) "},
+	} {
+		t.Run("drill/"+d.name, func(t *testing.T) {
+			r := start(t, d.name, nil, append(launcherArgs(f.workersFlag(3)...), "--", "mpirun", "-np", "6", "bash", "-c", d.script)...)
+			if r.code == 0 || d.code > 0 && r.code != d.code {
+				t.Errorf("exit %d, want %d (mpirun's code passed on)", r.code, d.code)
+			}
+			if !strings.Contains(r.out, d.cause) {
+				t.Errorf("no %q in the output:\n%s", d.cause, r.out)
+			}
+			if d.name == "rank-segfault" && !strings.Contains(r.out, "SIGSEGV") {
+				t.Errorf("the root cause does not name SIGSEGV:\n%s", r.out)
+			}
+		})
+	}
 
 	t.Run("no_leftovers", func(t *testing.T) {
 		f.noLeftovers(t, 5*time.Second)
