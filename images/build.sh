@@ -30,10 +30,12 @@
 #                         machine's Go build and module caches (podman)
 # Builds use the host network (RUN apt-get, go mod download). Base images that
 # cannot be pulled are replaced by local stand-ins (see standin.sh) for Debian
-# and Go; the Intel MPI image needs Intel's apt repository and the Horovod
-# image needs PyPI and download.pytorch.org, so they build only where those
-# are reachable. A failed image does not stop the others; the exit status is
-# non-zero when any failed, and the summary names them.
+# and Go. The Intel MPI image installs PyPI's wheels: with podman, the ones
+# scripts/intelmpi.sh cached are mounted at /wheels for its RUN steps
+# (PODMPI_INTELMPI_WHEELS names another folder), else pip downloads them.
+# The Horovod image needs PyPI and download.pytorch.org, so it builds only
+# where those are reachable. A failed image does not stop the others; the
+# exit status is non-zero when any failed, and the summary names them.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -97,7 +99,7 @@ fi
 bases=()
 for w in "${want[@]}"; do
 	case "$w" in
-	openmpi | horovod) bases+=(docker.io/library/debian:bookworm-slim) ;;
+	openmpi | intelmpi | horovod) bases+=(docker.io/library/debian:bookworm-slim) ;;
 	mpich) bases+=(docker.io/library/debian:trixie-slim) ;;
 	esac
 done
@@ -135,6 +137,19 @@ if [[ "${PODMPI_GO_CACHE:-}" == host && -z "$prebuilt" ]]; then
 		go_cache_args=(-v "$gocache:/root/.cache/go-build:z" -v "$gomodcache:/go/pkg/mod:z")
 	else
 		note "PODMPI_GO_CACHE=host: no go command here to name its caches; building with the build stage's own"
+	fi
+fi
+
+# The Intel MPI image's wheels, as scripts/intelmpi.sh caches them (the
+# versions are the Dockerfile's), mounted read-only for its RUN steps
+# (podman build volumes; nothing of them is committed to a layer).
+intelmpi_wheels_args=()
+if [[ " ${want[*]} " == *" intelmpi "* && "${ENGINE[0]}" == podman ]]; then
+	wheels=${PODMPI_INTELMPI_WHEELS:-/var/cache/podmpi/intelmpi-$(sed -n 's/^ARG INTEL_MPI_VERSION=//p' "$here/intelmpi.Dockerfile")/wheels}
+	if [[ -d "$wheels" ]]; then
+		intelmpi_wheels_args=(-v "$wheels:/wheels:ro,z")
+	else
+		note "no Intel MPI wheels in $wheels (scripts/intelmpi.sh caches them): pip downloads them from PyPI"
 	fi
 fi
 
@@ -230,6 +245,7 @@ for w in "${want[@]}"; do
 		continue
 	fi
 	args=("$name:$tag" "$here/$w.Dockerfile" "$logdir/$w.log" --build-arg PODMPI_IMAGE="$podmpi_ref" -t "$name:$tag" -t "$name:latest")
+	[[ "$w" == intelmpi ]] && args+=("${intelmpi_wheels_args[@]}")
 	if [[ "${PODMPI_PARALLEL:-0}" == 1 ]]; then
 		build_one "${args[@]}" &
 		pids[$w]=$!

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make image-test: builds the binaries-only image for amd64 and arm64 and the
-# Open MPI and MPICH images (images/build.sh), and runs images/imagetest: the
+# Open MPI, MPICH and Intel MPI images (images/build.sh), and runs images/imagetest: the
 # binaries image's content (only /opt/podmpi, both architectures, glibc 2.28,
 # SBOM), its binaries copied into a Debian bullseye base and run there, and an
 # MPI allreduce across podman containers started inside the test harness's
@@ -34,7 +34,10 @@ export PODMPI_PLATFORMS=${PODMPI_PLATFORMS:-linux/$(host_arch),linux/$([[ $(host
 export PODMPI_GO_CACHE=${PODMPI_GO_CACHE:-host} PODMPI_PARALLEL=${PODMPI_PARALLEL:-1}
 start=$(date +%s)
 if [[ "${PODMPI_IMAGE_TEST_BUILD:-1}" != 0 ]]; then
-	"$here/build.sh" podmpi openmpi mpich
+	# The Intel MPI image installs the wheels scripts/intelmpi.sh caches
+	# (a no-op when cached; without them its build downloads them).
+	"$root/scripts/intelmpi.sh" || note "Intel MPI wheels not cached: the intelmpi image downloads them from PyPI"
+	"$here/build.sh" podmpi openmpi mpich intelmpi
 fi
 built=$(date +%s)
 cd "$root"

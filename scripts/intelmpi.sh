@@ -4,15 +4,17 @@
 # Cached in ${PODMPI_INTELMPI_CACHE:-/var/cache/podmpi/intelmpi-<version>}:
 #
 #   wheels/  impi-rt and impi-devel <version> (runtime; mpicc and headers)
-#            and mpi4py <MPI4PY_VERSION>, as pip downloaded them; the image
+#            and mpi4py, as pip downloaded them (the versions are
+#            images/intelmpi.Dockerfile's ARG defaults); the image
 #            build installs from here (a build volume) instead of PyPI
 #   venv/    a python3 venv with the three installed: bin/mpiexec.hydra,
 #            bin/mpirun (a script around it), bin/hydra_bstrap_proxy,
 #            bin/hydra_pmi_proxy, bin/mpicc (gcc underneath), lib/libmpi.so.12,
 #            include/mpi.h, and mpi4py, which loads that libmpi
 #
-# pip's own download cache is ${PIP_CACHE_DIR:-/var/cache/podmpi/pip}, so a
-# changed pin downloads only what changed.
+# pip's HTTP cache is ${PIP_CACHE_DIR:-/var/cache/podmpi/pip} (it stays
+# empty where a proxy marks PyPI's files uncacheable, as here: wheels/ is
+# what is kept).
 #
 # What the wheels need, found by installing them (docs/compatibility.md):
 #   - impi-rt asks for a "libfabric>=2.6" distribution that PyPI does not
@@ -25,15 +27,24 @@
 #     the network-namespace pods of the tests share this one.
 #   - I_MPI_ROOT=<venv> and <venv>/bin on PATH are all a run needs (mpicc
 #     links with an rpath to <venv>/lib); I_MPI_FABRICS=shm:ofi and
-#     FI_PROVIDER=tcp pick libfabric's TCP provider between hosts.
+#     FI_PROVIDER=tcp pick libfabric's TCP provider between hosts, and on a
+#     host with several interfaces FI_TCP_IFACE names the one to use (the
+#     launcher sets it).
 #
 # Root for the default cache (or PODMPI_INTELMPI_CACHE elsewhere); needs
 # python3 with venv and pip (python3-venv, python3-pip) and PyPI. One build
-# at a time (flock on <cache>.lock), in place. Exit status 0 when the cache is ready, 1 with
-# one line saying why otherwise.
+# at a time (flock on <cache>.lock), in place. Exit status 0 when the cache
+# is ready, 1 with one line saying why otherwise.
 set -euo pipefail
-version=${PODMPI_INTELMPI_VERSION:-2021.19.0}
-mpi4py_version=${PODMPI_MPI4PY_VERSION:-4.1.2}
+# The versions are images/intelmpi.Dockerfile's (its ARG defaults), so that
+# the tests run what the image ships.
+dockerfile="$(cd "$(dirname "$0")/.." && pwd)/images/intelmpi.Dockerfile"
+arg() { sed -n "s/^ARG $1=//p" "$dockerfile"; }
+version=${PODMPI_INTELMPI_VERSION:-$(arg INTEL_MPI_VERSION)}
+mpi4py_version=${PODMPI_MPI4PY_VERSION:-$(arg MPI4PY_VERSION)}
+if [ -z "$version" ] || [ -z "$mpi4py_version" ]; then
+  echo "intelmpi: no ARG INTEL_MPI_VERSION/MPI4PY_VERSION in $dockerfile"; exit 1
+fi
 dest=${PODMPI_INTELMPI_CACHE:-/var/cache/podmpi/intelmpi-$version}
 export PIP_CACHE_DIR=${PIP_CACHE_DIR:-/var/cache/podmpi/pip}
 python=${PODMPI_PYTHON:-/usr/bin/python3}

@@ -116,6 +116,9 @@ func TestAllreduceAcrossContainers(t *testing.T) {
 		// MPICH: the workers come from a name template and a count, with
 		// the same Trainer hostfile absent.
 		{"mpich", prefix + "/mpich:latest", 6, []string{"--discovery.template=tj-node-0-{i}.tj", "--workers-expected=3"}},
+		// Intel MPI: Trainer's hostfile again, which the launcher rewrites
+		// as Intel's host:N (the podmpi-intelmpi runtime's case).
+		{"intelmpi", prefix + "/intelmpi:latest", 6, nil},
 	} {
 		t.Run(mpi.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
