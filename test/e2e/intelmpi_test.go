@@ -124,7 +124,10 @@ func TestIntelMPI(t *testing.T) {
 	// through podmpi's mpiexec.hydra to Intel's.
 	t.Run("launcher/mpirun/run-launcher-as-node", func(t *testing.T) {
 		asNode := writeHostfile(t, f, "intel-as-node", 2, 1, 2, 3, 0)
-		r := start(t, "launcher", nil, append(launcherArgs("--hostfile", asNode, "--self", f.c.Pod(0).ShortName), "--", "mpirun", prog)...)
+		// Trainer's launcher environment too (Open MPI's names, which
+		// Intel MPI ignores): the runtime keeps mpiImplementation OpenMPI.
+		r := start(t, "launcher", TrainerLauncherEnv(asNode, 2),
+			append(launcherArgs("--hostfile", asNode, "--self", f.c.Pod(0).ShortName), "--", "mpirun", prog)...)
 		mustSucceed(t, r)
 		want := map[string]int{"im-launcher-0-0": 2}
 		for h, n := range perWorker {
@@ -136,6 +139,24 @@ func TestIntelMPI(t *testing.T) {
 			if !strings.Contains(r.out, want) {
 				t.Errorf("launcher report lacks %q; output:\n%s", want, r.out)
 			}
+		}
+	})
+
+	// What mpi-operator gives an Intel MPIJob's launcher: its hostfile
+	// (fully qualified names, host:N) named by I_MPI_HYDRA_HOST_FILE,
+	// I_MPI_PERHOST and ssh arguments for the bootstrap program, which
+	// podmpi's client takes.
+	t.Run("launcher/mpirun/mpi-operator-env", func(t *testing.T) {
+		opHosts := filepath.Join(work, "hostfile-im-operator")
+		if err := os.WriteFile(opHosts, []byte("im-worker-0.im.default.svc:2\nim-worker-1.im.default.svc:2\nim-worker-2.im.default.svc:2\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		opEnv := []string{"I_MPI_HYDRA_HOST_FILE=" + opHosts, "I_MPI_PERHOST=2", "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS=-o ConnectionAttempts=10", "K_MPI_JOB_ROLE=launcher"}
+		r := start(t, "operator", opEnv, append(launcherArgs("--hostfile", opHosts), "--", "mpirun", "-np", "6", prog)...)
+		mustSucceed(t, r)
+		checkAllreduce(t, r, 6, perWorker)
+		if !strings.Contains(r.out, "== probe (3/3 workers reachable)") || !strings.Contains(r.out, "implementation=intelmpi") {
+			t.Errorf("the launcher's phases did not run; output:\n%s", r.out)
 		}
 	})
 
