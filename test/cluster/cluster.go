@@ -287,11 +287,11 @@ func debianVersions(ctx context.Context) map[string]string {
 }
 
 // RuntimeFiles are the podmpi ClusterTrainingRuntimes make cluster-up
-// installs (Intel MPI needs an image built from Intel's repository, which
-// this machine cannot reach).
+// installs, by the MPI of their image (ImageMPIs).
 var RuntimeFiles = map[string]string{
-	"openmpi": "examples/trainer/clustertrainingruntime-openmpi.yaml",
-	"mpich":   "examples/trainer/clustertrainingruntime-mpich.yaml",
+	"openmpi":  "examples/trainer/clustertrainingruntime-openmpi.yaml",
+	"mpich":    "examples/trainer/clustertrainingruntime-mpich.yaml",
+	"intelmpi": "examples/trainer/clustertrainingruntime-intelmpi.yaml",
 }
 
 // InstallRuntimes applies the podmpi runtimes from examples/ with the image

@@ -167,18 +167,25 @@ func (c *Cluster) imageSource(ctx context.Context) (string, string, error) {
 	return dir, sha, nil
 }
 
-// buildPodmpiImages builds the Open MPI and MPICH images unless podman has
+// ImageMPIs are the podmpi MPI images the cluster runs (images/<mpi>.Dockerfile).
+var ImageMPIs = []string{"openmpi", "mpich", "intelmpi"}
+
+// buildPodmpiImages builds the MPI images (ImageMPIs) unless podman has
 // them under this tree's tag (a dirty tree is rebuilt: the layer cache makes
 // that quick). The binaries come from make build (scripts/build.sh on this
 // machine, with its Go build cache: seconds when warm), not from a compile in
-// a build container that starts with an empty cache; both MPI images build
-// side by side.
+// a build container that starts with an empty cache; the MPI images build
+// side by side (the Intel MPI image from the wheels scripts/intelmpi.sh
+// cached, else from PyPI).
 func (c *Cluster) buildPodmpiImages(ctx context.Context) (map[string]string, error) {
 	src, tag, err := c.imageSource(ctx)
 	if err != nil {
 		return nil, err
 	}
-	refs := map[string]string{"openmpi": PodmpiImage("openmpi", tag), "mpich": PodmpiImage("mpich", tag)}
+	refs := map[string]string{}
+	for _, mpi := range ImageMPIs {
+		refs[mpi] = PodmpiImage(mpi, tag)
+	}
 	need := false
 	for _, ref := range refs {
 		if _, err := podman(ctx, "image", "exists", ref); err != nil {
@@ -200,7 +207,7 @@ func (c *Cluster) buildPodmpiImages(ctx context.Context) (map[string]string, err
 		return nil, err
 	}
 	defer lf.Close()
-	c.logf("== building the podmpi images: make build (scripts/build.sh %s), then images/build.sh openmpi mpich from those binaries (tag %s; log %s)", bin, tag, logFile)
+	c.logf("== building the podmpi images: make build (scripts/build.sh %s), then images/build.sh %s from those binaries (tag %s; log %s)", bin, strings.Join(ImageMPIs, " "), tag, logFile)
 	build := exec.CommandContext(ctx, filepath.Join(src, "scripts", "build.sh"), bin)
 	build.Dir = src
 	build.Env = append(os.Environ(), "VERSION="+tag, "COMMIT="+strings.TrimSpace(commit))
@@ -209,13 +216,13 @@ func (c *Cluster) buildPodmpiImages(ctx context.Context) (map[string]string, err
 		return nil, fmt.Errorf("scripts/build.sh %s: %w (log %s:\n%s)", bin, err, logFile, tail(logFile, 20))
 	}
 	c.logf("== podmpi binaries built in %s", time.Since(start).Round(time.Second))
-	cmd := exec.CommandContext(ctx, filepath.Join(src, "images", "build.sh"), "openmpi", "mpich")
+	cmd := exec.CommandContext(ctx, filepath.Join(src, "images", "build.sh"), ImageMPIs...)
 	cmd.Dir = src
 	cmd.Env = append(os.Environ(), "PODMPI_TAG="+tag, "PODMPI_IMAGE_PREFIX=podmpi", "PODMPI_PREBUILT="+bin, "PODMPI_PARALLEL=1",
 		"PODMPI_BUILD_LOGS="+filepath.Join(c.L.Src(), "image-logs"))
 	cmd.Stdout, cmd.Stderr = lf, lf
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("images/build.sh openmpi mpich: %w (log %s:\n%s)", err, logFile, tail(logFile, 30))
+		return nil, fmt.Errorf("images/build.sh %s: %w (log %s:\n%s)", strings.Join(ImageMPIs, " "), err, logFile, tail(logFile, 30))
 	}
 	c.logf("== podmpi images ready in %s", time.Since(start).Round(time.Second))
 	return refs, nil

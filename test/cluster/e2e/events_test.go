@@ -172,6 +172,26 @@ func trainJobFailures(t *testing.T, ns string) {
 	})
 }
 
+// intelRankExit: on the Intel MPI runtime, rank 3 exits 7 (Intel's rank
+// variable is PMI_RANK). The TrainJob fails within 2 minutes of its
+// launcher's start, and the launcher names the rank and its status where
+// users look: termination message, describe, the SDK's get_job_events.
+func intelRankExit(t *testing.T, ns string) {
+	tj := trainJob(t, "podmpi-intelmpi")
+	setNested(t, tj, []any{"mpirun", "bash", "-c", `sleep 1; [ "$PMI_RANK" = 3 ] && exit 7; sleep 2`}, "spec", "trainer", "args")
+	r := runTrainJob(t, ns, tj, 4*time.Minute)
+	if r.complete {
+		t.Fatal("a TrainJob whose rank exits 7 completed")
+	}
+	started := launcherStart(r)
+	if d := r.finished.Sub(started); started.IsZero() || d > 2*time.Minute {
+		t.Errorf("TrainJob Failed %s after its launcher started (at %s), want within 2 minutes", d.Round(time.Second), started)
+	}
+	launcherEvidence(t, ns, r, "rank 3", "exited with status 7")
+	describeShows(t, ns, "trainjob", r.name, "RankFailed", "rank 3", "status 7", "hint:")
+	sdkShows(t, ns, r.name, "RankFailed", "rank 3", "exited with status 7")
+}
+
 // The ranks of the failure drills: rank 3 exits 7 after a second; rank 1
 // sends itself SIGSEGV. Not $$: Kubernetes turns "$$" in a container's args
 // into "$" (the escape of its $(VAR) expansion); $BASHPID is the same shell.

@@ -53,10 +53,10 @@ var e env
 func TestMain(m *testing.M) {
 	e = setup()
 	if e.skip == "" {
-		fmt.Printf("cluster: Kubernetes %s, CoreDNS %s, Trainer %s + JobSet %s, mpi-operator %s, Kueue %s, kube-router %s; debian: etcd %s, containerd %s, runc %s, cni-plugins %s, podman %s, docker-compose %s; images %s %s\n",
+		fmt.Printf("cluster: Kubernetes %s, CoreDNS %s, Trainer %s + JobSet %s, mpi-operator %s, Kueue %s, kube-router %s; debian: etcd %s, containerd %s, runc %s, cni-plugins %s, podman %s, docker-compose %s; images %s %s %s\n",
 			e.info.Kubernetes, e.info.CoreDNS, e.info.Trainer, e.info.JobSet, e.info.MPIOperator, e.info.Kueue, e.info.KubeRouter,
 			e.info.Debian["etcd"], e.info.Debian["containerd"], e.info.Debian["runc"], e.info.Debian["cni-plugins"],
-			e.info.Debian["podman"], e.info.Debian["docker-compose"], e.info.Images["openmpi"], e.info.Images["mpich"])
+			e.info.Debian["podman"], e.info.Debian["docker-compose"], e.info.Images["openmpi"], e.info.Images["mpich"], e.info.Images["intelmpi"])
 	}
 	os.Exit(m.Run())
 }

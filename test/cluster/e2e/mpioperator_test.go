@@ -14,8 +14,9 @@ import (
 )
 
 var mpiJobFiles = map[string]string{
-	"openmpi": "examples/mpi-operator/mpijob-openmpi.yaml",
-	"mpich":   "examples/mpi-operator/mpijob-mpich.yaml",
+	"openmpi":  "examples/mpi-operator/mpijob-openmpi.yaml",
+	"mpich":    "examples/mpi-operator/mpijob-mpich.yaml",
+	"intelmpi": "examples/mpi-operator/mpijob-intelmpi.yaml",
 }
 
 // mpiJob is an example MPIJob with this cluster's image and the workers'
@@ -131,8 +132,9 @@ func runMPIJobOnce(t *testing.T, ns string, mk func() *unstructured.Unstructured
 	return r
 }
 
-// TestMPIOperator runs both examples/mpi-operator MPIJobs under every pinned
-// mpi-operator and checks every rank's line.
+// TestMPIOperator runs the examples/mpi-operator MPIJobs (Open MPI and MPICH
+// under every pinned mpi-operator, Intel MPI under the first) and checks
+// every rank's line, then the failure drills.
 func TestMPIOperator(t *testing.T) {
 	need(t)
 	defer tool(t, "controllers", "--trainer", "none", "--mpi-operator", e.pins.MPIOperator[0])
@@ -141,7 +143,14 @@ func TestMPIOperator(t *testing.T) {
 			tool(t, "controllers", "--trainer", "none", "--mpi-operator", v)
 			ns := namespace(t, "mpijob", true)
 			applyRBAC(t, ns)
-			for _, mpi := range []string{"openmpi", "mpich"} {
+			mpis := []string{"openmpi", "mpich"}
+			if v == e.pins.MPIOperator[0] {
+				// Intel MPI under one release: mpi-operator's Intel
+				// settings (hostfile, I_MPI_* variables) are the same in
+				// every pinned one.
+				mpis = append(mpis, "intelmpi")
+			}
+			for _, mpi := range mpis {
 				t.Run(mpi, func(t *testing.T) {
 					r := runMPIJobOnce(t, ns, func() *unstructured.Unstructured { return mpiJob(t, mpi, nil) })
 					if !r.ok {
@@ -160,6 +169,12 @@ func TestMPIOperator(t *testing.T) {
 			}
 			mpiJobFailures(t, ns, true)
 			if v == e.pins.MPIOperator[0] {
+				// Intel MPI's rank crash, once: what the launcher reads does
+				// not depend on the release.
+				t.Run("intelmpi/segfault", func(t *testing.T) {
+					t.Parallel() // beside the drills above
+					intelRankCrash(t, ns)
+				})
 				// The same failures where the launcher may not use the API
 				// (once: what they show does not depend on the release).
 				t.Run("no-rbac", func(t *testing.T) {
@@ -174,4 +189,22 @@ func TestMPIOperator(t *testing.T) {
 			t.Run("quota", mpiOperatorQuota)
 		})
 	}
+}
+
+// intelRankCrash: in the Intel MPI MPIJob, rank 1 sends itself SIGSEGV
+// (Intel's rank variable is PMI_RANK). The MPIJob fails, the launcher pod
+// stays, and describe shows the launcher's RankCrashed Warning naming the
+// rank and the signal.
+func intelRankCrash(t *testing.T, ns string) {
+	job := mpiJob(t, "intelmpi", func(j *unstructured.Unstructured) {
+		setLauncherArgs(t, j, "mpirun", "-np", "4", "bash", "-c", `sleep 1; [ "$PMI_RANK" = 1 ] && kill -SEGV $BASHPID; sleep 5`)
+	})
+	r := runMPIJob(t, ns, job, 4*time.Minute)
+	if r.ok {
+		t.Fatalf("MPIJob %s succeeded; launcher log:\n%s", r.name, lastLines(r.log, 30))
+	}
+	if r.launcher == nil {
+		t.Fatalf("no launcher pod left after the failure (restartPolicy Never keeps it)")
+	}
+	describeShows(t, ns, "mpijob", r.name, "RankCrashed", "rank 1", "SIGSEGV", "hint:")
 }

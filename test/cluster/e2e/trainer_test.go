@@ -132,8 +132,10 @@ func renderedLauncherPods(t *testing.T, ns string, tj *unstructured.Unstructured
 }
 
 // TestTrainer runs examples/trainer under every pinned Trainer (each with the
-// JobSet its go.mod names): the OpenMPI and MPICH runtimes with the shipped
-// TrainJob, checking one launcher pod, the node pods and every rank's line.
+// JobSet its go.mod names): the Open MPI and MPICH runtimes with the shipped
+// TrainJob, checking one launcher pod, the node pods and every rank's line
+// (the Intel MPI runtime too, under the first release), then the failure
+// drills.
 func TestTrainer(t *testing.T) {
 	need(t)
 	defer tool(t, "controllers", "--trainer", e.pins.Trainer[0], "--mpi-operator", "none")
@@ -166,6 +168,20 @@ func TestTrainer(t *testing.T) {
 				r := runTrainJob(t, ns, trainJob(t, "podmpi-mpich"), 4*time.Minute)
 				checkTrainJob(t, ns, r, 3, 6)
 			})
+			if v == e.pins.Trainer[0] {
+				// Intel MPI under one release: what differs between
+				// releases (the runtime's rendering, resourcesPerNode) the
+				// other runtimes show under each; the launcher's side of
+				// Intel MPI does not depend on it.
+				t.Run("intelmpi", func(t *testing.T) {
+					if n := renderedLauncherPods(t, ns, trainJob(t, "podmpi-intelmpi")); n != 1 {
+						t.Errorf("runtime podmpi-intelmpi: Trainer %s renders %d launcher pods, want 1", v, n)
+					}
+					r := runTrainJob(t, ns, trainJob(t, "podmpi-intelmpi"), 4*time.Minute)
+					checkTrainJob(t, ns, r, 3, 6)
+				})
+				t.Run("intelmpi/exit-7", func(t *testing.T) { intelRankExit(t, ns) })
+			}
 			trainJobFailures(t, ns)
 			// The isolation drills on this Trainer's pods.
 			t.Run("networkpolicy", trainerNetworkPolicy)
