@@ -143,22 +143,7 @@ func launcherEvidence(t *testing.T, ns string, r trainJobResult, want ...string)
 // root cause; kubectl describe and the SDK show the podmpi Warning. In ns,
 // which has examples/rbac.
 func trainJobFailures(t *testing.T, ns string) {
-	t.Run("exit-7", func(t *testing.T) {
-		tj := trainJob(t, "podmpi-openmpi")
-		setNested(t, tj, exit7, "spec", "trainer", "args")
-		r := runTrainJob(t, ns, tj, 4*time.Minute)
-		if r.complete {
-			t.Fatal("a TrainJob whose rank exits 7 completed")
-		}
-		started := launcherStart(r)
-		if d := r.finished.Sub(started); started.IsZero() || d > 2*time.Minute {
-			t.Errorf("TrainJob Failed %s after its launcher started (at %s), want within 2 minutes", d.Round(time.Second), started)
-		}
-		launcherEvidence(t, ns, r, "rank 3", "exited with status 7")
-		line := describeShows(t, ns, "trainjob", r.name, "RankFailed", "rank 3", "status 7", "hint:")
-		sdkShows(t, ns, r.name, "RankFailed", "rank 3", "exited with status 7")
-		t.Logf("Failed %s after the launcher started; describe: %s", r.finished.Sub(started).Round(time.Second), strings.Join(strings.Fields(line), " "))
-	})
+	t.Run("exit-7", func(t *testing.T) { rankExit7(t, ns, "podmpi-openmpi", exit7) })
 	t.Run("segfault", func(t *testing.T) {
 		tj := trainJob(t, "podmpi-openmpi")
 		setNested(t, tj, segfault1, "spec", "trainer", "args")
@@ -172,13 +157,13 @@ func trainJobFailures(t *testing.T, ns string) {
 	})
 }
 
-// intelRankExit: on the Intel MPI runtime, rank 3 exits 7 (Intel's rank
-// variable is PMI_RANK). The TrainJob fails within 2 minutes of its
-// launcher's start, and the launcher names the rank and its status where
-// users look: termination message, describe, the SDK's get_job_events.
-func intelRankExit(t *testing.T, ns string) {
-	tj := trainJob(t, "podmpi-intelmpi")
-	setNested(t, tj, []any{"mpirun", "bash", "-c", `sleep 1; [ "$PMI_RANK" = 3 ] && exit 7; sleep 2`}, "spec", "trainer", "args")
+// rankExit7: on runtime rt, a TrainJob whose rank 3 exits 7 (args) fails
+// within 2 minutes of its launcher's start, and the launcher names the rank
+// and its status where users look: termination message, describe, the
+// SDK's get_job_events.
+func rankExit7(t *testing.T, ns, rt string, args []any) {
+	tj := trainJob(t, rt)
+	setNested(t, tj, args, "spec", "trainer", "args")
 	r := runTrainJob(t, ns, tj, 4*time.Minute)
 	if r.complete {
 		t.Fatal("a TrainJob whose rank exits 7 completed")
@@ -188,8 +173,9 @@ func intelRankExit(t *testing.T, ns string) {
 		t.Errorf("TrainJob Failed %s after its launcher started (at %s), want within 2 minutes", d.Round(time.Second), started)
 	}
 	launcherEvidence(t, ns, r, "rank 3", "exited with status 7")
-	describeShows(t, ns, "trainjob", r.name, "RankFailed", "rank 3", "status 7", "hint:")
+	line := describeShows(t, ns, "trainjob", r.name, "RankFailed", "rank 3", "status 7", "hint:")
 	sdkShows(t, ns, r.name, "RankFailed", "rank 3", "exited with status 7")
+	t.Logf("Failed %s after the launcher started; describe: %s", r.finished.Sub(started).Round(time.Second), strings.Join(strings.Fields(line), " "))
 }
 
 // The ranks of the failure drills: rank 3 exits 7 after a second; rank 1
@@ -198,6 +184,8 @@ func intelRankExit(t *testing.T, ns string) {
 var (
 	exit7     = []any{"mpirun", "bash", "-c", `sleep 1; [ "$OMPI_COMM_WORLD_RANK" = 3 ] && exit 7; sleep 2`}
 	segfault1 = []any{"mpirun", "bash", "-c", `sleep 1; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && kill -SEGV $BASHPID; sleep 5`}
+	// exit7Intel is exit7 under Intel MPI, whose rank variable is PMI_RANK.
+	exit7Intel = []any{"mpirun", "bash", "-c", `sleep 1; [ "$PMI_RANK" = 3 ] && exit 7; sleep 2`}
 )
 
 // trainJobWithoutRBAC: the same failure in a namespace without

@@ -180,7 +180,7 @@ func TestTrainer(t *testing.T) {
 					r := runTrainJob(t, ns, trainJob(t, "podmpi-intelmpi"), 4*time.Minute)
 					checkTrainJob(t, ns, r, 3, 6)
 				})
-				t.Run("intelmpi/exit-7", func(t *testing.T) { intelRankExit(t, ns) })
+				t.Run("intelmpi/exit-7", func(t *testing.T) { rankExit7(t, ns, "podmpi-intelmpi", exit7Intel) })
 			}
 			trainJobFailures(t, ns)
 			// The isolation drills on this Trainer's pods.
