@@ -53,7 +53,9 @@
 //	--ssh.per-source-max-startups PODMPI_SSH_PER_SOURCE_MAX_STARTUPS unauthenticated connections from one IP (default 10)
 //	--ssh.max-auth-tries      PODMPI_SSH_MAX_AUTH_TRIES      failed auth attempts per connection (default 6)
 //	--ssh.max-sessions        PODMPI_SSH_MAX_SESSIONS        session channels per connection (default 10)
-//	--ssh.keepalive-interval  PODMPI_SSH_KEEPALIVE_INTERVAL  keepalive probe interval, 0 disables (default 15s)
+//	--ssh.keepalive-interval  PODMPI_SSH_KEEPALIVE_INTERVAL  keepalive probe interval; after 3 unanswered probes the client
+//	                                                         is dropped (default 0: no probes, as OpenSSH's
+//	                                                         ClientAliveInterval 0)
 //	--ssh.kill-grace          PODMPI_SSH_KILL_GRACE          SIGTERM-to-SIGKILL delay for an abandoned session (default 1s)
 //	--web.listen-address      PODMPI_WEB_LISTEN_ADDRESS      HTTP listen address, empty disables (default :9022)
 //	--web.max-connections     PODMPI_WEB_MAX_CONNECTIONS     HTTP connections open at once; the oldest idle one is

@@ -504,6 +504,47 @@ func TestDocListsEveryFlag(t *testing.T) {
 	}
 }
 
+// TestDocDefaultsMatchFlags checks that the default doc.go gives each
+// duration and count flag is the flag's own.
+func TestDocDefaultsMatchFlags(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := newRootCmd(&options{env: func(string) (string, bool) { return "", false }})
+	checked := 0
+	root.Flags().VisitAll(func(f *pflag.Flag) {
+		kind := f.Value.Type()
+		if kind != "duration" && kind != "int" {
+			return
+		}
+		// The flag's entry: its line and the indented lines under it.
+		entry := regexp.MustCompile(`(?m)^//\s+--` + regexp.QuoteMeta(f.Name) + `\s.*(?:\n//\s{20,}.*)*`).Find(doc)
+		m := regexp.MustCompile(`default ([0-9][0-9a-z.]*)`).FindSubmatch(entry)
+		if m == nil {
+			t.Errorf("doc.go gives no default for --%s (%s)", f.Name, f.DefValue)
+			return
+		}
+		checked++
+		got := string(m[1])
+		if kind == "duration" {
+			d, err := time.ParseDuration(got)
+			if got == "0" {
+				d, err = 0, nil
+			}
+			if want, _ := time.ParseDuration(f.DefValue); err != nil || d != want {
+				t.Errorf("doc.go: --%s default %s, the flag's is %s", f.Name, got, f.DefValue)
+			}
+		} else if got != f.DefValue {
+			t.Errorf("doc.go: --%s default %s, the flag's is %s", f.Name, got, f.DefValue)
+		}
+	})
+	if checked < 8 {
+		t.Fatalf("only %d defaults checked", checked)
+	}
+}
+
 func flagNames(t *testing.T) []string {
 	t.Helper()
 	root := newRootCmd(&options{env: func(string) (string, bool) { return "", false }})
