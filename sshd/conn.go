@@ -13,6 +13,7 @@ import (
 	gliderssh "github.com/gliderlabs/ssh"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/podmpi/podmpi/agent/launcherid"
 	"github.com/podmpi/podmpi/jobkey"
 )
 
@@ -45,6 +46,10 @@ type connState struct {
 	keyType       string
 	keySource     string
 	keys          *keySnapshot // the keys when the connection's config was made
+
+	// launcher is the launcher instance the connection declared, nil when
+	// none; guarded by Server.mu.
+	launcher *launcherRecord
 }
 
 func (c *connState) releaseStartup() {
@@ -409,11 +414,14 @@ func (s *Server) rejectChannel(_ *gliderssh.Server, _ *ssh.ServerConn, nc ssh.Ne
 	_ = nc.Reject(ssh.Prohibited, fmt.Sprintf("%s channels are not allowed by worker-agent", truncate(nc.ChannelType(), 64)))
 }
 
-// globalRequest refuses global requests: tcpip-forward (ssh -R) and
-// streamlocal forwarding, and answers keepalives from clients (false, as
-// OpenSSH's sshd does for unknown requests).
+// globalRequest records a launcher's declaration (launcherid.RequestType,
+// launcher.go) and refuses every other global request: tcpip-forward (ssh
+// -R) and streamlocal forwarding, and answers keepalives from clients
+// (false, as OpenSSH's sshd does for unknown requests).
 func (s *Server) globalRequest(ctx gliderssh.Context, _ *gliderssh.Server, req *ssh.Request) (bool, []byte) {
 	switch req.Type {
+	case launcherid.RequestType:
+		return s.launcherRequest(ctx, req), nil
 	case "tcpip-forward", "cancel-tcpip-forward", "streamlocal-forward@openssh.com", "cancel-streamlocal-forward@openssh.com":
 		s.m.refusedReq("port_forward")
 		if st := stateOf(ctx); st != nil {

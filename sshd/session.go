@@ -47,9 +47,11 @@ type session struct {
 	runDone  chan struct{}
 	aborted  chan struct{}
 	finished atomic.Bool // exit status sent
+	replaced atomic.Bool // ended for a newer launcher instance (launcher.go)
 	abortOne sync.Once
 
 	mu        sync.Mutex
+	cmd       string   // the command line as logged; "" until started
 	pgid      int      // 0 until started
 	groupGone bool     // the process group is known to be empty
 	master    *os.File // pty master, nil without a pty
@@ -277,8 +279,9 @@ func (sess *session) signal(sig syscall.Signal) bool {
 	return syscall.Kill(-sess.pgid, sig) == nil
 }
 
-// abort ends the session because the client went away or the server is
-// shutting down: SIGTERM to the process group now, SIGKILL after grace.
+// abort ends the session because the client went away, a newer launcher
+// of the job connected, or the server is shutting down: SIGTERM to the
+// process group now, SIGKILL after grace.
 func (sess *session) abort(reason string, grace time.Duration) {
 	sess.abortOne.Do(func() {
 		close(sess.aborted)
@@ -307,6 +310,9 @@ func (sess *session) start(shell bool, cmdline string) {
 	if shell {
 		logCmd = "(shell)"
 	}
+	sess.mu.Lock()
+	sess.cmd = logCmd
+	sess.mu.Unlock()
 	attrs := []any{"session", sess.id, "user", truncate(sess.conn.User(), 64), "key_fp", sess.conn.Permissions.Extensions[extKeyFP],
 		"cmd", logCmd, "pty", sess.ptyReq != nil}
 
@@ -395,10 +401,21 @@ func (sess *session) exited(e SessionExit) {
 	}
 	select {
 	case <-sess.aborted:
-		e.Aborted = true
+		e.Aborted, e.Replaced = true, sess.replaced.Load()
 	default:
 	}
 	sess.s.cfg.OnSessionExit(e)
+}
+
+// command is the session's command line as logged; "(not started)" before
+// its exec or shell request.
+func (sess *session) command() string {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	if sess.cmd == "" {
+		return "(not started)"
+	}
+	return sess.cmd
 }
 
 // wait streams the session's I/O, waits for the command, sends its exit

@@ -50,6 +50,12 @@
 //     default, as OpenSSH's ClientAliveInterval; TCP keepalive on with the
 //     kernel's timing, as OpenSSH's TCPKeepAlive), and client "env" requests bounded per session by what execve accepts. No
 //     port, agent or X11 forwarding, no subsystems (sftp is refused).
+//   - A launcher lost without closing its connections leaves no orphans
+//     once its replacement connects: a connection that declares a newer
+//     instance of the job's launcher (launcherid.RequestType) ends the
+//     sessions of older instances' connections, on proof from this
+//     server's own clock (launcher.go). Connections that declare nothing
+//     are never ended that way.
 //   - TCP_NODELAY and, during the handshake, TCP_QUICKACK after every read,
 //     which removes a ~40 ms Nagle/delayed-ACK stall per OpenSSH connection.
 //   - Key exchange, cipher and MAC lists are set explicitly (jobkey.KeyExchanges,
@@ -128,6 +134,10 @@ type Config struct {
 	// started or failed to start, after its exit status was sent. It must
 	// not block.
 	OnSessionExit func(SessionExit)
+	// OnLauncherReplaced, when set, is called when a newer launcher
+	// instance of the job made the server end an older one's sessions
+	// (see launcher.go). It must not block.
+	OnLauncherReplaced func(LauncherReplaced)
 }
 
 // SessionExit is how one session's command ended.
@@ -140,8 +150,12 @@ type SessionExit struct {
 	Signal     syscall.Signal
 	CoreDumped bool
 	// Aborted is true when the server ended the session itself: its client
-	// went away or the server is shutting down.
-	Aborted  bool
+	// went away, a newer launcher of the job connected, or the server is
+	// shutting down.
+	Aborted bool
+	// Replaced is true when the server ended the session because a newer
+	// launcher instance of the job connected (Aborted is true too).
+	Replaced bool
 	Duration time.Duration
 }
 
@@ -227,7 +241,9 @@ type Server struct {
 	shutdownClaimed bool // a Shutdown call runs the sequence
 	conns           map[*connState]struct{}
 	sessions        map[*session]struct{}
-	failed          map[net.Addr]*connState // pre-auth conns, for ConnectionFailedCallback
+	failed          map[net.Addr]*connState    // pre-auth conns, for ConnectionFailedCallback
+	launchers       map[string]*launcherRecord // declared launcher instances by id (launcher.go)
+	launcherSeq     uint64                     // instances heard of so far
 
 	connWG       sync.WaitGroup // connection and keepalive goroutines
 	sessWG       sync.WaitGroup // session goroutines
@@ -251,6 +267,7 @@ func New(cfg Config) (*Server, error) {
 		conns:        make(map[*connState]struct{}),
 		sessions:     make(map[*session]struct{}),
 		failed:       make(map[net.Addr]*connState),
+		launchers:    make(map[string]*launcherRecord),
 		serveDone:    make(chan struct{}),
 		shutdownDone: make(chan struct{}),
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/podmpi/podmpi/agent/launcher/probe"
 	"github.com/podmpi/podmpi/agent/launcher/share"
 	"github.com/podmpi/podmpi/agent/launcher/slots"
+	"github.com/podmpi/podmpi/agent/launcherid"
 	"github.com/podmpi/podmpi/agent/sshclient"
 	"github.com/podmpi/podmpi/agent/worker/api"
 	"github.com/podmpi/podmpi/hostfile"
@@ -162,6 +163,13 @@ type Launcher struct {
 	// pool holds the probe's connections for mpirun's sessions when the
 	// launcher shares its connections (Run sets it; run.go serves it).
 	pool *share.Pool
+	// instance is this launcher process as it declares itself to the
+	// worker-agents on every connection it and its mpirun's podmpi-rsh
+	// make (launcherid), so that a worker ends what an older, lost
+	// instance of the job's launcher left running there. Only Run sets
+	// it (instance.go): `launcher probe` and `launcher hostfile`, run by
+	// hand next to a running job, declare nothing.
+	instance launcherid.Instance
 }
 
 // New fills the zero settings of cfg from Defaults() and the missing
@@ -436,6 +444,7 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 		if client.User == "" {
 			client.User = os.Getenv("USER")
 		}
+		client.Launcher = l.instance
 		if cfg.InsecureIgnoreHostKey {
 			l.log.Warn("host keys are NOT verified (--ssh.insecure-ignore-host-key): anyone who can answer on a worker's address gets the job's commands")
 			client.InsecureIgnoreHostKey = true

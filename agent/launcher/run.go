@@ -38,6 +38,7 @@ func (l *Launcher) Run(ctx context.Context) (exitcode.Code, error) {
 		l.pool = share.NewPool(l.log)
 		defer l.pool.Close()
 	}
+	defer l.declareInstance()()
 	p, err := l.Prepare(ctx, true)
 	if err != nil {
 		return codeOf(err), err
@@ -72,6 +73,7 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 		Root:     os.Getuid() == 0,
 		Rsh: rsh.Settings{
 			AuthDir: cfg.AuthDir, Port: cfg.SSHPort, User: cfg.SSHUser, Insecure: cfg.InsecureIgnoreHostKey, Wait: &cfg.SSHWait,
+			Launcher: l.instance,
 		},
 		NoTreeSpawn: cfg.NoTreeSpawn,
 	}

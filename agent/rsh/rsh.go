@@ -59,6 +59,8 @@
 //	PODMPI_SSH_WAIT                      how long to wait for a late worker, "120" or "2m" (default 2m; 0: no waiting)
 //	PODMPI_RSH_FAILURE_DIR               directory where each remote command that cannot be run (exit 255) leaves a JSON
 //	                                     record (FailureRecord); the launcher sets it for mpirun and reads them
+//	PODMPI_LAUNCHER_INSTANCE             the launcher instance to declare to the worker (package launcherid); the
+//	                                     launcher sets it for mpirun, and a client on another pod ignores it
 //
 // # Host key checking
 //
@@ -119,6 +121,7 @@ import (
 
 	"github.com/podmpi/podmpi/agent/cli"
 	"github.com/podmpi/podmpi/agent/exitcode"
+	"github.com/podmpi/podmpi/agent/launcherid"
 	"github.com/podmpi/podmpi/agent/rsh/relay"
 	"github.com/podmpi/podmpi/agent/signals"
 	"github.com/podmpi/podmpi/agent/sshclient"
@@ -426,6 +429,7 @@ func (r *runner) config(opts Options, port int) (sshclient.Config, *sshclient.Fa
 		}
 		cfg.InsecureIgnoreHostKey = b
 	}
+	cfg.Launcher = r.launcher(opts)
 	cfg.ConnectTimeout = opts.ConnectTimeout
 	if cfg.ConnectTimeout == 0 {
 		if v := r.lookup(EnvConnectTimeout); v != "" {
@@ -437,6 +441,35 @@ func (r *runner) config(opts Options, port int) (sshclient.Config, *sshclient.Fa
 		}
 	}
 	return cfg, nil
+}
+
+// launcher is the launcher instance this client declares to the worker:
+// the one launcherid.EnvName names when the client runs on that
+// launcher's pod (its host name), so that a worker-agent can end what an
+// older, lost instance of the job's launcher left running. On any other
+// pod (the variable reached a rank's environment, and the rank runs ssh)
+// the client is not the launcher and declares nothing; so does a client
+// without the variable.
+func (r *runner) launcher(opts Options) launcherid.Instance {
+	v := r.lookup(launcherid.EnvName)
+	if v == "" {
+		return launcherid.Instance{}
+	}
+	inst, err := launcherid.ParseValue(v)
+	host, _ := os.Hostname()
+	switch {
+	case err != nil:
+		if opts.Verbose > 0 {
+			r.line("debug: not declaring a launcher instance: %v", err)
+		}
+		return launcherid.Instance{}
+	case !inst.OnHost(host):
+		if opts.Verbose > 0 {
+			r.line("debug: not declaring launcher instance %s: it is %s's, and this is %s", inst.Short(), inst.Hostname, host)
+		}
+		return launcherid.Instance{}
+	}
+	return inst
 }
 
 // retry is how the client waits for a worker that does not resolve or

@@ -15,6 +15,7 @@ import (
 
 	"github.com/podmpi/podmpi/agent/environ"
 	"github.com/podmpi/podmpi/agent/execpath"
+	"github.com/podmpi/podmpi/agent/launcherid"
 	"github.com/podmpi/podmpi/agent/rsh/relay"
 )
 
@@ -201,6 +202,9 @@ type Settings struct {
 	// Socket is the launcher's socket for connection sharing
 	// (relay.EnvSocket); "" leaves it unset.
 	Socket string
+	// Launcher is the launcher instance every client started on its pod
+	// declares (launcherid.EnvName); zero leaves it unset.
+	Launcher launcherid.Instance
 }
 
 // Env returns the variables that carry s, in a fixed order, leaving out
@@ -227,6 +231,9 @@ func (s Settings) Env() [][2]string {
 	}
 	if s.Socket != "" {
 		out = append(out, [2]string{relay.EnvSocket, s.Socket})
+	}
+	if !s.Launcher.IsZero() {
+		out = append(out, [2]string{launcherid.EnvName, s.Launcher.Value()})
 	}
 	return out
 }

@@ -31,6 +31,12 @@
 // A worker-agent over its limit of unauthenticated connections answers with
 // one line of text (RefusalMarker) instead of its SSH identification; that
 // is a handshake failure that says so, and Transient.
+//
+// A connection of the launcher (Config.Launcher) declares its launcher
+// instance right after authentication, within the handshake's deadline
+// (package launcherid): a worker-agent ends what an older instance of the
+// job's launcher left running; any other server refuses the request, which
+// changes nothing.
 package sshclient
 
 import (
@@ -45,6 +51,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/podmpi/podmpi/agent/launcherid"
 	"github.com/podmpi/podmpi/jobkey"
 )
 
@@ -209,6 +216,14 @@ type Config struct {
 	HandshakeTimeout time.Duration
 	// Resolver resolves host names; net.DefaultResolver when nil.
 	Resolver *net.Resolver
+	// Launcher, when not zero, is the launcher instance this connection
+	// belongs to: Dial declares it to the worker right after
+	// authentication, before any session (launcherid.RequestType), so
+	// that a worker-agent can end the sessions of an older instance of the
+	// job's launcher that was lost without closing its connections. Only
+	// the launcher and the podmpi-rsh processes of its mpirun set it;
+	// every other client declares nothing.
+	Launcher launcherid.Instance
 }
 
 // Validate reports a configuration Dial cannot use, as a PhaseConfig failure
@@ -301,8 +316,8 @@ func (c Config) ClientConfig() *ssh.ClientConfig {
 
 // Identity names what a connection made with c authenticates as and
 // accepts from the server: the login name (DefaultUser when empty), the
-// client keys in the order they are offered, and the pinned host keys, or
-// that any is accepted. Two configurations with the same Identity make
+// client keys in the order they are offered, the pinned host keys, or
+// that any is accepted, and the launcher instance it declares. Two configurations with the same Identity make
 // interchangeable connections to one host; the launcher's connection
 // sharing serves a session only on a connection of the same Identity.
 func (c Config) Identity() string {
@@ -322,6 +337,9 @@ func (c Config) Identity() string {
 		b.WriteString(" host=any")
 	case c.HostKey != nil:
 		b.WriteString(" host=" + ssh.FingerprintSHA256(c.HostKey))
+	}
+	if !c.Launcher.IsZero() {
+		b.WriteString(" launcher=" + c.Launcher.ID)
 	}
 	return b.String()
 }
@@ -429,6 +447,12 @@ func handshake(ctx context.Context, conn net.Conn, addr string, cfg Config) (*ss
 		}
 	}()
 	c, chans, reqs, err := ssh.NewClientConn(pc, addr, cc)
+	if err == nil && !cfg.Launcher.IsZero() {
+		// Still under the handshake's deadline and ctx.
+		if err = declare(c, cfg.Launcher); err != nil {
+			c.Close()
+		}
+	}
 	close(done)
 	<-stopped
 	if err != nil {
@@ -456,4 +480,16 @@ func handshake(ctx context.Context, conn net.Conn, addr string, cfg Config) (*ss
 	_ = conn.SetDeadline(time.Time{})
 	pc.stop()
 	return ssh.NewClient(c, chans, reqs), nil
+}
+
+// declare sends the launcher instance's declaration and waits for the
+// answer, so that the worker has recorded it before the first session
+// opens. A refusal (OpenSSH, an agent older than the request, a payload it
+// does not take) changes nothing; only a connection that fails meanwhile
+// is an error.
+func declare(c ssh.Conn, inst launcherid.Instance) error {
+	if _, _, err := c.SendRequest(launcherid.RequestType, true, inst.Declaration(time.Now())); err != nil {
+		return fmt.Errorf("declaring the launcher instance to the worker: %w", err)
+	}
+	return nil
 }

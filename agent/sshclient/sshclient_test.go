@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/podmpi/podmpi/agent/launcherid"
 	"github.com/podmpi/podmpi/agent/sshclient"
 	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
 	"github.com/podmpi/podmpi/jobkey"
@@ -339,5 +340,36 @@ func BenchmarkDialExecTrue(b *testing.B) {
 			b.Fatal(err)
 		}
 		c.Close()
+	}
+}
+
+// TestDialDeclaresLauncherToAnyServer: a launcher's connection declares
+// its instance; a server that does not know the request (OpenSSH, this
+// minimal server) refuses it and the connection works as any other. The
+// instance is part of the connection's Identity, so that connection
+// sharing never serves a launcher's session on another instance's
+// connection, or an undeclared client's on a launcher's.
+func TestDialDeclaresLauncherToAnyServer(t *testing.T) {
+	t.Parallel()
+	j := newJob(t)
+	srv := j.server(t)
+	cfg := j.cfg
+	cfg.Launcher = launcherid.New("uid-1", "tj-launcher-0-0", time.Now())
+	c, f := sshclient.Dial(context.Background(), "127.0.0.1", srv.Port, cfg)
+	if f != nil {
+		t.Fatal(f)
+	}
+	defer c.Close()
+	s, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := s.Output("echo hello"); err != nil || string(out) != "hello\n" {
+		t.Fatalf("output %q, %v", out, err)
+	}
+	other := cfg
+	other.Launcher = launcherid.New("uid-1", "tj-launcher-0-0", time.Now())
+	if cfg.Identity() == j.cfg.Identity() || cfg.Identity() == other.Identity() || !strings.Contains(cfg.Identity(), cfg.Launcher.ID) {
+		t.Fatalf("identities do not tell the instances apart: %q, %q, %q", j.cfg.Identity(), cfg.Identity(), other.Identity())
 	}
 }

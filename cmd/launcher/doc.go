@@ -61,13 +61,22 @@
 //	--termination-log               PODMPI_TERMINATION_LOG               termination message file (/dev/termination-log)
 //	--kube.api                      PODMPI_KUBE_API                      auto: Events and pod states through the in-cluster API when a token is mounted; off
 //	--kube.pod-name                 PODMPI_KUBE_POD_NAME                 the launcher's own pod (downward API metadata.name; default: found by its address)
-//	--kube.pod-uid                  PODMPI_KUBE_POD_UID                  the launcher's own pod uid (downward API metadata.uid)
+//	--kube.pod-uid                  PODMPI_KUBE_POD_UID                  the launcher's own pod uid (downward API metadata.uid), for its Events and its instance
 //	--log.format                    PODMPI_LOG_FORMAT                    auto, json or text (auto: JSON in Kubernetes)
 //	--log.level                     PODMPI_LOG_LEVEL                     debug, info, warn, error
 //
 // The rsh client reads PODMPI_SSH_AUTH_DIR, PODMPI_SSH_PORT, PODMPI_SSH_USER,
 // PODMPI_SSH_INSECURE_IGNORE_HOST_KEY, PODMPI_SSH_WAIT and
 // PODMPI_SSH_CONNECT_TIMEOUT, which the launcher sets for mpirun's children.
+//
+// The launcher running mpirun declares itself to every worker-agent it
+// connects to, and so does each podmpi-rsh of its mpirun on its pod
+// (PODMPI_LAUNCHER_INSTANCE): a random instance id, the pod's uid and host
+// name, its start. A worker ends the sessions an older instance of the
+// job's launcher left running (a launcher lost with its node, then
+// restarted by its Job). `launcher probe` and `launcher hostfile`, and a
+// launcher started while another runs mpirun in the same container, declare
+// nothing.
 //
 // By default (--ssh.share-connections) the launcher keeps the connection its
 // probe made to each worker and serves the sessions of mpirun's podmpi-rsh on

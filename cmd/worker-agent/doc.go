@@ -16,8 +16,9 @@
 //	          ?after=<seq> and at or after ?since=<RFC 3339 time>: OOM
 //	          kills (with the memory limit and usage), rank exits, failed
 //	          sessions (their program, not its arguments), GPU Xid and
-//	          double-bit ECC errors; the launcher reads it while mpirun
-//	          runs and after a failed job (package agent/worker/account)
+//	          double-bit ECC errors, launchers replaced; the launcher
+//	          reads it while mpirun runs and after a failed job (package
+//	          agent/worker/account)
 //	/metrics  Prometheus: podmpi_worker_ssh_* (connections, auth failures by
 //	          reason, active sessions, session durations, exit codes),
 //	          podmpi_worker_gpus, podmpi_worker_slots, podmpi_worker_ready,
@@ -83,6 +84,15 @@
 // updates it (a rotated key), the next connection is served with the new
 // host key and checked against the new authorized_keys, and the log says
 // "job key rotated" with the old and new fingerprints.
+//
+// A launcher lost without closing its connections (its node died, its
+// network cut) leaves no orphans once the job's launcher starts again: the
+// launcher declares its instance on every connection it and its mpirun's
+// podmpi-rsh make, and when a newer instance connects the agent ends the
+// older one's sessions (SIGTERM, SIGKILL after --ssh.kill-grace), logs "a
+// newer launcher of the job connected" at WARN with both instances and
+// records a launcher-replaced event in /events. Clients that declare
+// nothing (a person's ssh, tree spawn from a worker) are never ended so.
 //
 // An over-limit connection (--ssh.max-startups, --ssh.per-source-max-startups)
 // gets one text line, "worker-agent: too many unauthenticated connections

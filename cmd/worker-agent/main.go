@@ -421,8 +421,9 @@ func (o *options) serve(ctx context.Context) error {
 		Metrics:              sshd.NewMetrics(reg),
 		OnSessionExit: func(e sshd.SessionExit) {
 			acct.SessionExited(account.SessionExit{Session: e.Session, Command: e.Command, PID: e.PID,
-				ExitCode: e.ExitCode, Signal: e.Signal, CoreDumped: e.CoreDumped, Aborted: e.Aborted})
+				ExitCode: e.ExitCode, Signal: e.Signal, CoreDumped: e.CoreDumped, Aborted: e.Aborted, Replaced: e.Replaced})
 		},
+		OnLauncherReplaced: func(r sshd.LauncherReplaced) { acct.LauncherReplaced(r.Old, r.New, r.Commands) },
 	})
 	if err != nil {
 		return keyFailure(err)

@@ -278,9 +278,15 @@ func (f *fixture) agentPIDs() map[int][]int {
 // launch starts the launcher in pod 0.
 func (f *fixture) launch(t *testing.T, ctx context.Context, flags []string, command ...string) *harness.Proc {
 	t.Helper()
+	return f.launchIn(t, ctx, 0, flags, command...)
+}
+
+// launchIn starts the launcher in pod, with a run directory of its own.
+func (f *fixture) launchIn(t *testing.T, ctx context.Context, pod int, flags []string, command ...string) *harness.Proc {
+	t.Helper()
 	f.seq++
 	run := filepath.Join(work, fmt.Sprintf("run-%s-%d", f.job, f.seq))
-	p, err := StartLauncher(ctx, f.c, 0, bin, LauncherOptions{
+	p, err := StartLauncher(ctx, f.c, pod, bin, LauncherOptions{
 		AuthDir: authDir, RunDir: run, Flags: flags, Command: command,
 		Log: filepath.Join(f.c.LogDir(), fmt.Sprintf("launcher-%d.log", f.seq)),
 	})

@@ -14,7 +14,8 @@
 //     environment, read once), resident memory, and, when it is caught as
 //     a zombie before its parent reaps it, its exit status;
 //   - the exit status of each SSH session's command, which the SSH server
-//     knows exactly (SessionExited);
+//     knows exactly (SessionExited), and the sessions it ended because a
+//     newer launcher of the job connected (LauncherReplaced);
 //   - GPU Xid and double-bit ECC events from NVML (GPU).
 //
 // When the OOM counter rises, the process that vanished around then with
@@ -58,6 +59,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/podmpi/podmpi/agent/launcherid"
 	"github.com/podmpi/podmpi/agent/signals"
 	"github.com/podmpi/podmpi/agent/worker/api"
 	"github.com/podmpi/podmpi/gpu"
@@ -121,8 +123,10 @@ type SessionExit struct {
 	Signal     syscall.Signal
 	CoreDumped bool
 	// Aborted is true when the agent ended the session itself (its client
-	// went away, or the agent is shutting down).
-	Aborted bool
+	// went away, a newer launcher of the job connected, or the agent is
+	// shutting down); Replaced when a newer launcher was the reason.
+	Aborted  bool
+	Replaced bool
 }
 
 // Account is the pod's account. Its methods are safe for concurrent use.
@@ -534,13 +538,39 @@ func (a *Account) SessionExited(e SessionExit) {
 	} else {
 		ev.Message = fmt.Sprintf("ssh session %s (%s) exited with status %d", e.Session, cmd, e.ExitCode)
 	}
-	if e.Aborted {
+	switch {
+	case e.Replaced:
+		ev.Message += ", ended by the agent: a newer launcher of the job connected"
+		level = slog.LevelInfo
+	case e.Aborted:
 		ev.Message += " after its client went away"
 		level = slog.LevelInfo
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.record(ev, level)
+}
+
+// LauncherReplaced records that the agent ended the sessions of launcher
+// instance old, running commands, because newer, a newer launcher of the
+// job, connected. The SSH server logs it at WARN; the event is logged at
+// INFO.
+func (a *Account) LauncherReplaced(old, newer launcherid.Instance, commands []string) {
+	programs := make([]string, len(commands))
+	for i, c := range commands {
+		programs[i] = commandName(c)
+	}
+	ev := api.Event{Time: a.now(), Kind: api.KindLauncherReplaced, Rank: -1, ExitCode: -1,
+		Launchers: &api.LauncherChange{Old: apiLauncher(old), New: apiLauncher(newer), Programs: programs},
+		Message: fmt.Sprintf("%s was replaced by %s: ended its %d session(s) (%s), which would otherwise have run on "+
+			"until TCP keepalive dropped the lost launcher's connection", old, newer, len(programs), strings.Join(programs, ", "))}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.record(ev, slog.LevelInfo)
+}
+
+func apiLauncher(i launcherid.Instance) api.Launcher {
+	return api.Launcher{Instance: i.ID, PodUID: i.PodUID, Hostname: i.Hostname, Started: i.Start}
 }
 
 // GPU records a GPU error.

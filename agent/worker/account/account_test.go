@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/podmpi/podmpi/agent/launcherid"
 	"github.com/podmpi/podmpi/agent/worker/api"
 	"github.com/podmpi/podmpi/cgroup/cgrouptest"
 	"github.com/podmpi/podmpi/gpu"
@@ -298,6 +299,34 @@ func TestSessionExitKeepsTheProgramOnly(t *testing.T) {
 	evs := r.events()
 	if len(evs) != 2 || evs[0].Command != "orted" || evs[1].Command != "python3" || evs[1].Message != "ssh session c1/s2 (python3) exited with status 1" {
 		t.Errorf("events = %+v; want orted and python3 named", evs)
+	}
+}
+
+// TestLauncherReplaced: the sessions the agent ended for a newer launcher
+// are one event naming both instances and the programs (never their
+// arguments), and each session's end says why it was ended.
+func TestLauncherReplaced(t *testing.T) {
+	r := newRig(t, 0)
+	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	old := launcherid.Instance{ID: strings.Repeat("0a", 16), PodUID: "uid-a", Hostname: "tj-launcher-0-0", Start: start}
+	newer := launcherid.Instance{ID: strings.Repeat("0b", 16), PodUID: "uid-b", Hostname: "tj-launcher-0-0", Start: start.Add(time.Hour)}
+	r.a.LauncherReplaced(old, newer, []string{"PATH=/x ; export PATH ; /opt/ompi/bin/orted -mca orte_hnp_uri \"tcp://10.0.0.1:4000\""})
+	r.a.SessionExited(SessionExit{Session: "c1/s2", Command: "orted -mca ess env", PID: 77, ExitCode: -1, Signal: syscall.SIGTERM,
+		Aborted: true, Replaced: true})
+	evs := r.events()
+	if len(evs) != 2 {
+		t.Fatalf("events = %+v", evs)
+	}
+	e := evs[0]
+	want := "launcher tj-launcher-0-0 (pod uid uid-a, instance 0a0a0a0a, started 2026-01-02T03:04:05Z) was replaced by " +
+		"launcher tj-launcher-0-0 (pod uid uid-b, instance 0b0b0b0b, started 2026-01-02T04:04:05Z): ended its 1 session(s) (orted)"
+	if e.Kind != api.KindLauncherReplaced || !strings.HasPrefix(e.Message, want) || e.Launchers == nil ||
+		e.Launchers.Old.Instance != old.ID || e.Launchers.New.PodUID != "uid-b" || !e.Launchers.New.Started.Equal(newer.Start) ||
+		len(e.Launchers.Programs) != 1 || e.Launchers.Programs[0] != "orted" || strings.Contains(e.Message, "10.0.0.1") {
+		t.Errorf("event = %+v", e)
+	}
+	if !strings.HasSuffix(evs[1].Message, "ended by SIGTERM, ended by the agent: a newer launcher of the job connected") {
+		t.Errorf("session event = %+v", evs[1])
 	}
 }
 

@@ -37,6 +37,11 @@ const (
 	KindGPUXid = "gpu-xid"
 	// KindGPUECC: NVML reported a double-bit (uncorrectable) ECC error.
 	KindGPUECC = "gpu-ecc-dbe"
+	// KindLauncherReplaced: a newer instance of the job's launcher
+	// connected, and the agent ended the sessions of an older one that
+	// was lost without closing its connections (Launchers names both).
+	// The sessions' own ends follow as KindSessionExit events.
+	KindLauncherReplaced = "launcher-replaced"
 )
 
 // Event is one entry of the account. Unknown numbers are -1 (Rank,
@@ -68,6 +73,8 @@ type Event struct {
 	// (shortened), for KindSessionExit.
 	Session string `json:"session,omitempty"`
 	Command string `json:"command,omitempty"`
+	// Launchers names the launcher instances of KindLauncherReplaced.
+	Launchers *LauncherChange `json:"launchers,omitempty"`
 	// Message is the event as one sentence, as the agent logged it.
 	Message string `json:"message"`
 	// Provisional marks what the agent has seen but not recorded yet (Seq
@@ -102,6 +109,26 @@ type Memory struct {
 	AtLimit bool `json:"atLimit,omitempty"`
 	// Error says why the cgroup could not be read, when it could not.
 	Error string `json:"error,omitempty"`
+}
+
+// LauncherChange is a KindLauncherReplaced event: the instance whose
+// sessions were ended, the one whose connection proved it replaced, and
+// the programs of the sessions ended.
+type LauncherChange struct {
+	Old      Launcher `json:"old"`
+	New      Launcher `json:"new"`
+	Programs []string `json:"programs"`
+}
+
+// Launcher is one launcher instance as it declared itself to the agent.
+type Launcher struct {
+	// Instance is the random id of the launcher process (32 hex digits).
+	Instance string `json:"instance"`
+	// PodUID and Hostname are its pod's ("" when not given).
+	PodUID   string `json:"podUID,omitempty"`
+	Hostname string `json:"hostname"`
+	// Started is when it started, on the launcher's own clock.
+	Started time.Time `json:"started"`
 }
 
 // GPUEvent is the device and code of a GPU event.
