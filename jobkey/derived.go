@@ -150,7 +150,49 @@ func deriveFrom(kind string, secret []byte) (ssh.Signer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ssh.NewSignerFromKey(ed25519.NewKeyFromSeed(seed))
+	rk, err := hkdf.Key(sha512.New, ikm, nil, requestInfo, RequestKeySize)
+	if err != nil {
+		return nil, err
+	}
+	s, err := ssh.NewSignerFromKey(ed25519.NewKeyFromSeed(seed))
+	if err != nil {
+		return nil, err
+	}
+	as, ok := s.(ssh.AlgorithmSigner)
+	if !ok {
+		return nil, fmt.Errorf("derived key: %T is not an ssh.AlgorithmSigner", s)
+	}
+	return &derivedSigner{AlgorithmSigner: as, requestKey: rk}, nil
+}
+
+// requestInfo is the HKDF info string of the request key; it carries a
+// version as derivedInfo does.
+const requestInfo = "podmpi job request key v1"
+
+// RequestKeySize is the size of RequestKey's keys (HMAC-SHA256).
+const RequestKeySize = 32
+
+// derivedSigner is the derived ed25519 key with the request key derived
+// from the same secret.
+type derivedSigner struct {
+	ssh.AlgorithmSigner
+	requestKey []byte
+}
+
+// RequestKey returns the key for authenticating requests between the
+// job's pods (an HMAC-SHA256 key) that comes with a derived key: derived
+// as the derived key is, from the same canonical secret of the job's
+// private key, under an info string of its own, so that it says nothing
+// about the derived key or the job key, and every holder of id_rsa, and
+// only they, derives the same one. It returns nil for any other signer,
+// and so whenever there is no derived key (an ed25519 job key, FIPS 140
+// mode: a key must serve one purpose there, and the job key signs).
+// The caller must not change or reveal it.
+func RequestKey(derived ssh.Signer) []byte {
+	if d, ok := derived.(*derivedSigner); ok {
+		return d.requestKey
+	}
+	return nil
 }
 
 // sec1Key is RFC 5915's ECPrivateKey.

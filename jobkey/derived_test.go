@@ -51,6 +51,49 @@ func TestLoadJobKeyDerivesStableEd25519(t *testing.T) {
 	}
 }
 
+// TestRequestKey: the request key comes with the derived key, is the same
+// for every load of the same job key (fast SEC1 path and full parse alike),
+// differs between job keys, and is nil without a derived key.
+func TestRequestKey(t *testing.T) {
+	dir, _ := writeTrainerLayout(t, 0o640)
+	p := filepath.Join(dir, PrivateKey)
+	_, d1, err := LoadJobKey(p)
+	must(t, err)
+	k1 := RequestKey(d1)
+	if len(k1) != RequestKeySize {
+		t.Fatalf("request key of %d bytes", len(k1))
+	}
+	data, err := os.ReadFile(p)
+	must(t, err)
+	raw, err := ssh.ParseRawPrivateKey(data)
+	must(t, err)
+	d2, err := DeriveSigner(raw)
+	must(t, err)
+	if !bytes.Equal(RequestKey(d2), k1) {
+		t.Fatal("the full parse derives another request key than the fast path")
+	}
+	other, _ := writeTrainerLayout(t, 0o640)
+	_, d3, err := LoadJobKey(filepath.Join(other, PrivateKey))
+	must(t, err)
+	if bytes.Equal(RequestKey(d3), k1) {
+		t.Fatal("two job keys derive the same request key")
+	}
+	if RequestKey(nil) != nil || RequestKey(newSigner(t)) != nil {
+		t.Fatal("a request key without a derived key")
+	}
+	// The derived key still signs with its algorithm, as before.
+	sig, err := d1.(ssh.AlgorithmSigner).SignWithAlgorithm(rand.Reader, []byte("x"), ssh.KeyAlgoED25519)
+	must(t, err)
+	must(t, d1.PublicKey().Verify([]byte("x"), sig))
+}
+
+func newSigner(t *testing.T) ssh.Signer {
+	_, k, _ := ed25519.GenerateKey(rand.Reader)
+	s, err := ssh.NewSignerFromKey(k)
+	must(t, err)
+	return s
+}
+
 func TestLoadJobKeyEd25519HasNoDerived(t *testing.T) {
 	_, k, _ := ed25519.GenerateKey(rand.Reader)
 	blk, err := ssh.MarshalPrivateKey(k, "")

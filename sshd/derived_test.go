@@ -97,3 +97,20 @@ func TestDerivedKeyOnlyWhereJobKeyIsAuthorized(t *testing.T) {
 		t.Fatal("derived key accepted although id_rsa's key is not in authorized_keys")
 	}
 }
+
+// TestRequestKeyIsTheJobKeys: the server's request key is the one every
+// holder of the job's id_rsa derives (the launcher proves its HTTP
+// requests with it); a server without id_rsa has none.
+func TestRequestKeyIsTheJobKeys(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, nil)
+	_, derived, err := jobkey.LoadJobKey(filepath.Join(ts.keys.dir, jobkey.PrivateKey))
+	must(t, err)
+	if k := ts.RequestKey(); len(k) != jobkey.RequestKeySize || string(k) != string(jobkey.RequestKey(derived)) {
+		t.Fatalf("RequestKey() = %x, want the job key's", k)
+	}
+	unpinned := startServer(t, func(c *Config) { must(t, os.Remove(filepath.Join(c.AuthDir, jobkey.PrivateKey))) })
+	if k := unpinned.RequestKey(); k != nil {
+		t.Fatalf("a server without id_rsa has request key %x", k)
+	}
+}

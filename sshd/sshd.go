@@ -321,6 +321,11 @@ func (s *Server) HostKeyFingerprint() string {
 // (an ed25519 job key, no id_rsa, FIPS 140 mode).
 func (s *Server) DerivedKeyFingerprint() string { return derivedFP(s.keys.current().derived) }
 
+// RequestKey is the key that proves a request comes from a holder of the
+// job's id_rsa (jobkey.RequestKey), derived from the job key as it is now;
+// nil when there is none (no id_rsa, an ed25519 job key, FIPS 140 mode).
+func (s *Server) RequestKey() []byte { return jobkey.RequestKey(s.keys.current().derived) }
+
 // HostKeyPinned reports whether the host key is the job's id_rsa, which
 // clients can pin to id_rsa.pub.
 func (s *Server) HostKeyPinned() bool { return s.keys.current().pinned }

@@ -294,7 +294,7 @@ func (l *Launcher) newWatch(ctx context.Context, p *Prepared, dir string) *watch
 	tr.DisableKeepAlives = true // one request per worker now and then: no idle descriptor per worker
 	tr.Proxy = nil
 	tr.DialContext = w.dial
-	w.client = &http.Client{Transport: tr}
+	w.client = &http.Client{Transport: w.l.proveRequests(tr)}
 	w.runCtx, w.cancel = context.WithCancelCause(ctx)
 	w.unwatchCtx = context.AfterFunc(ctx, func() {
 		w.mu.Lock()

@@ -15,17 +15,29 @@ import (
 // maxMetricsInFlight bounds concurrent /metrics scrapes, and
 // maxEventsInFlight concurrent /events requests (a launcher asks each
 // worker once at a time; more is a client gone wrong, or a flood).
+// Requests that prove they come from the job's launcher (api.ProofHeader)
+// have maxLauncherEventsInFlight of their own, so that strangers holding
+// every shared slot (slow readers from any pod) never make the launcher
+// wait, count the worker silent and blame it.
 const (
-	maxMetricsInFlight = 4
-	maxEventsInFlight  = 4
+	maxMetricsInFlight        = 4
+	maxEventsInFlight         = 4
+	maxLauncherEventsInFlight = 4
 )
+
+// eventsWriteTimeout bounds one /events answer, its wait for a fresh
+// reading (at most a second) included: the document is a few hundred
+// kilobytes at most, which a reader on the pod network takes in
+// milliseconds; one that reads slower loses the answer rather than hold a
+// slot for the server's 30 s.
+const eventsWriteTimeout = 5 * time.Second
 
 func (w *Worker) newMux() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", w.healthz)
 	mux.HandleFunc("GET /readyz", w.readyz)
 	mux.HandleFunc("GET /info", w.info)
-	mux.Handle("GET "+api.EventsPath, limitInFlight(maxEventsInFlight, api.EventsPath, http.HandlerFunc(w.events)))
+	mux.Handle("GET "+api.EventsPath, w.eventsBudgets(http.HandlerFunc(w.events)))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(w.reg, promhttp.HandlerOpts{
 		ErrorLog:            promLogger{w},
 		Registry:            w.reg,
@@ -69,7 +81,25 @@ func (w *Worker) info(rw http.ResponseWriter, _ *http.Request) {
 	}
 }
 
+// eventsBudgets serves h to the job's launcher (a request with a valid
+// proof) within maxLauncherEventsInFlight, and to everyone else within
+// maxEventsInFlight.
+func (w *Worker) eventsBudgets(h http.Handler) http.Handler {
+	shared := limitInFlight(maxEventsInFlight, api.EventsPath, h)
+	launcher := limitInFlight(maxLauncherEventsInFlight, api.EventsPath+" (for the job's launcher)", h)
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if w.gate.proven(r) {
+			launcher.ServeHTTP(rw, r)
+			return
+		}
+		shared.ServeHTTP(rw, r)
+	})
+}
+
 func (w *Worker) events(rw http.ResponseWriter, r *http.Request) {
+	// Not supported by test recorders only; the server's WriteTimeout
+	// then still holds.
+	_ = http.NewResponseController(rw).SetWriteDeadline(time.Now().Add(eventsWriteTimeout))
 	rw.Header().Set("Cache-Control", "no-store")
 	if w.cfg.Account == nil {
 		http.Error(rw, "this worker-agent keeps no account of its pod", http.StatusNotFound)

@@ -19,8 +19,10 @@
 //	          with the memory limit and usage, rank and session exits, GPU
 //	          errors, recorded after ?after=<seq> (see [api.EventsQuery];
 //	          the launcher reads it while mpirun runs and after a failed
-//	          job); at most 4 requests at once, each answered from a
-//	          reading the account shares (account.Account.Snapshot)
+//	          job); at most 4 requests at once, and 4 more for requests
+//	          that prove they come from the job's launcher (api.ProofHeader,
+//	          proof.go), each answered within 5 s from a reading the
+//	          account shares (account.Account.Snapshot)
 //	/metrics  Prometheus exposition of a dedicated registry
 //
 // The HTTP server is unauthenticated, so it is bounded: at most
@@ -159,6 +161,7 @@ type Worker struct {
 	reg     *prometheus.Registry
 	metrics *metrics
 	handler http.Handler
+	gate    *launcherGate // tells the job's launcher's /events requests apart
 
 	shuttingDown atomic.Bool
 	webAddr      atomic.Pointer[net.Addr]
@@ -195,7 +198,7 @@ func New(cfg Config) (*Worker, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	w := &Worker{cfg: cfg, log: log, reg: cfg.Registry}
+	w := &Worker{cfg: cfg, log: log, reg: cfg.Registry, gate: newLauncherGate(cfg.SSH)}
 	m, err := newMetrics(cfg.Registry, cfg.Version, w.readyGauge)
 	if err != nil {
 		return nil, err

@@ -46,6 +46,7 @@ type fakeSSH struct {
 	serveErr    error
 	onShutdown  func()
 	shutdowns   int
+	requestKey  []byte
 }
 
 var (
@@ -75,6 +76,7 @@ func (f *fakeSSH) DerivedKeyFingerprint() string {
 	defer f.mu.Unlock()
 	return f.derived
 }
+func (f *fakeSSH) RequestKey() []byte      { f.mu.Lock(); defer f.mu.Unlock(); return f.requestKey }
 func (f *fakeSSH) KeyError() error         { f.mu.Lock(); defer f.mu.Unlock(); return f.keyErr }
 func (f *fakeSSH) AuthorizedKeyCount() int { f.mu.Lock(); defer f.mu.Unlock(); return f.keys }
 

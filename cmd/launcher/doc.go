@@ -76,7 +76,8 @@
 // job's launcher left running (a launcher lost with its node, then
 // restarted by its Job). `launcher probe` and `launcher hostfile`, and a
 // launcher started while another runs mpirun in the same container, declare
-// nothing.
+// nothing. Its requests for /events carry a proof made with a key derived
+// from the job's id_rsa, which worker-agents serve from slots of their own.
 //
 // By default (--ssh.share-connections) the launcher keeps the connection its
 // probe made to each worker and serves the sessions of mpirun's podmpi-rsh on

@@ -18,7 +18,9 @@
 //	          sessions (their program, not its arguments), GPU Xid and
 //	          double-bit ECC errors, launchers replaced; the launcher
 //	          reads it while mpirun runs and after a failed job (package
-//	          agent/worker/account)
+//	          agent/worker/account). 4 requests at once, 4 more for the
+//	          job's launcher (requests proven with a key derived from the
+//	          job's id_rsa), each answer written within 5s
 //	/metrics  Prometheus: podmpi_worker_ssh_* (connections, auth failures by
 //	          reason, active sessions, session durations, exit codes),
 //	          podmpi_worker_gpus, podmpi_worker_slots, podmpi_worker_ready,
