@@ -39,25 +39,33 @@ func (j job) server(t testing.TB) *sshtest.Server {
 	return sshtest.Start(t, sshtest.Options{HostKey: j.key.Signer, Authorized: []ssh.PublicKey{j.key.Public()}})
 }
 
+// TestDialAndExec: a connection runs a command. A launcher's connection
+// declares its instance first; a server that does not know the request
+// (OpenSSH, this minimal server) refuses it and the connection works as
+// any other.
 func TestDialAndExec(t *testing.T) {
 	t.Parallel()
 	j := newJob(t)
 	srv := j.server(t)
-	c, f := sshclient.Dial(context.Background(), "127.0.0.1", srv.Port, j.cfg)
-	if f != nil {
-		t.Fatal(f)
-	}
-	defer c.Close()
-	s, err := c.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := s.Output("echo hello")
-	if err != nil || string(out) != "hello\n" {
-		t.Fatalf("output %q, %v", out, err)
-	}
-	if string(c.ServerVersion()) == "" || !strings.HasPrefix(string(c.ClientVersion()), "SSH-2.0-podmpi") {
-		t.Fatalf("versions %q %q", c.ServerVersion(), c.ClientVersion())
+	launcher := j.cfg
+	launcher.Launcher = launcherid.New("uid-1", "tj-launcher-0-0", time.Now())
+	for _, cfg := range []sshclient.Config{j.cfg, launcher} {
+		c, f := sshclient.Dial(context.Background(), "127.0.0.1", srv.Port, cfg)
+		if f != nil {
+			t.Fatal(f)
+		}
+		defer c.Close()
+		s, err := c.NewSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := s.Output("echo hello")
+		if err != nil || string(out) != "hello\n" {
+			t.Fatalf("output %q, %v", out, err)
+		}
+		if string(c.ServerVersion()) == "" || !strings.HasPrefix(string(c.ClientVersion()), "SSH-2.0-podmpi") {
+			t.Fatalf("versions %q %q", c.ServerVersion(), c.ClientVersion())
+		}
 	}
 }
 
@@ -343,31 +351,15 @@ func BenchmarkDialExecTrue(b *testing.B) {
 	}
 }
 
-// TestDialDeclaresLauncherToAnyServer: a launcher's connection declares
-// its instance; a server that does not know the request (OpenSSH, this
-// minimal server) refuses it and the connection works as any other. The
-// instance is part of the connection's Identity, so that connection
-// sharing never serves a launcher's session on another instance's
-// connection, or an undeclared client's on a launcher's.
-func TestDialDeclaresLauncherToAnyServer(t *testing.T) {
+// TestIdentityNamesTheLauncher: the launcher instance is part of a
+// connection's Identity, so that connection sharing never serves a
+// launcher's session on another instance's connection, or an undeclared
+// client's on a launcher's.
+func TestIdentityNamesTheLauncher(t *testing.T) {
 	t.Parallel()
 	j := newJob(t)
-	srv := j.server(t)
-	cfg := j.cfg
+	cfg, other := j.cfg, j.cfg
 	cfg.Launcher = launcherid.New("uid-1", "tj-launcher-0-0", time.Now())
-	c, f := sshclient.Dial(context.Background(), "127.0.0.1", srv.Port, cfg)
-	if f != nil {
-		t.Fatal(f)
-	}
-	defer c.Close()
-	s, err := c.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := s.Output("echo hello"); err != nil || string(out) != "hello\n" {
-		t.Fatalf("output %q, %v", out, err)
-	}
-	other := cfg
 	other.Launcher = launcherid.New("uid-1", "tj-launcher-0-0", time.Now())
 	if cfg.Identity() == j.cfg.Identity() || cfg.Identity() == other.Identity() || !strings.Contains(cfg.Identity(), cfg.Launcher.ID) {
 		t.Fatalf("identities do not tell the instances apart: %q, %q, %q", j.cfg.Identity(), cfg.Identity(), other.Identity())

@@ -15,17 +15,10 @@ import (
 	"time"
 )
 
-// 1,000 idle HTTP connections (some sending half a request header) do not
-// make the agent hold 1,000 connections and goroutines: it keeps at most
-// WebMaxConnections open by closing the oldest idle one, and /readyz still
-// answers at once. Not parallel: it counts goroutines.
-func TestHTTPIdleFloodBounded(t *testing.T) {
-	ssh := readySSH()
-	w := newWorker(t, ssh, fakeDetector{inv: twoGPUs()}, func(c *Config) {
-		c.WebAddress = "127.0.0.1:0"
-		c.SSHAddress = "127.0.0.1:0"
-		c.ShutdownGrace = 2 * time.Second
-	})
+// runReady runs w until the test ends and returns its HTTP address once
+// /readyz answers 200.
+func runReady(t *testing.T, w *Worker) net.Addr {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
@@ -37,7 +30,7 @@ func TestHTTPIdleFloodBounded(t *testing.T) {
 			t.Error("Run did not return")
 		}
 	})
-	addr := waitFor(t, func() net.Addr {
+	return waitFor(t, func() net.Addr {
 		if a := w.WebAddr(); a != nil {
 			if c, _ := httpGet(t, a, "/readyz"); c == 200 {
 				return a
@@ -45,6 +38,20 @@ func TestHTTPIdleFloodBounded(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// 1,000 idle HTTP connections (some sending half a request header) do not
+// make the agent hold 1,000 connections and goroutines: it keeps at most
+// WebMaxConnections open by closing the oldest idle one, and /readyz still
+// answers at once. Not parallel: it counts goroutines.
+func TestHTTPIdleFloodBounded(t *testing.T) {
+	ssh := readySSH()
+	w := newWorker(t, ssh, fakeDetector{inv: twoGPUs()}, func(c *Config) {
+		c.WebAddress = "127.0.0.1:0"
+		c.SSHAddress = "127.0.0.1:0"
+		c.ShutdownGrace = 2 * time.Second
+	})
+	addr := runReady(t, w)
 	ln := w.httpLn.Load()
 	before := runtime.NumGoroutine()
 

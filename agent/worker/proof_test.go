@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"context"
 	"io"
 	"net"
 	"net/http"
@@ -85,25 +84,7 @@ func TestEventsLauncherBudget(t *testing.T) {
 		c.SSHAddress = "127.0.0.1:0"
 		c.ShutdownGrace = 2 * time.Second
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Error("Run did not return")
-		}
-	})
-	addr := waitFor(t, func() net.Addr {
-		if a := w.WebAddr(); a != nil {
-			if c, _ := httpGet(t, a, "/readyz"); c == 200 {
-				return a
-			}
-		}
-		return nil
-	})
+	addr := runReady(t, w)
 	url := "http://" + addr.String() + api.EventsPath + "?after=0"
 
 	for range maxEventsInFlight {
