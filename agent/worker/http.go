@@ -99,7 +99,7 @@ func (w *Worker) eventsBudgets(h http.Handler) http.Handler {
 func (w *Worker) events(rw http.ResponseWriter, r *http.Request) {
 	// Not supported by test recorders only; the server's WriteTimeout
 	// then still holds.
-	_ = http.NewResponseController(rw).SetWriteDeadline(time.Now().Add(eventsWriteTimeout))
+	_ = http.NewResponseController(rw).SetWriteDeadline(time.Now().Add(w.eventsWrite))
 	rw.Header().Set("Cache-Control", "no-store")
 	if w.cfg.Account == nil {
 		http.Error(rw, "this worker-agent keeps no account of its pod", http.StatusNotFound)

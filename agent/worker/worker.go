@@ -162,6 +162,9 @@ type Worker struct {
 	metrics *metrics
 	handler http.Handler
 	gate    *launcherGate // tells the job's launcher's /events requests apart
+	// eventsWrite bounds one /events answer: eventsWriteTimeout (tests
+	// set their own).
+	eventsWrite time.Duration
 
 	shuttingDown atomic.Bool
 	webAddr      atomic.Pointer[net.Addr]
@@ -198,7 +201,7 @@ func New(cfg Config) (*Worker, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	w := &Worker{cfg: cfg, log: log, reg: cfg.Registry, gate: newLauncherGate(cfg.SSH)}
+	w := &Worker{cfg: cfg, log: log, reg: cfg.Registry, gate: newLauncherGate(cfg.SSH), eventsWrite: eventsWriteTimeout}
 	m, err := newMetrics(cfg.Registry, cfg.Version, w.readyGauge)
 	if err != nil {
 		return nil, err
