@@ -299,6 +299,16 @@ func TestChecksReject(t *testing.T) {
 		{"worker: token left to the ServiceAccount", ctr, func(t *testing.T, o map[string]any) {
 			delete(at(t, o, "spec", "template", "spec", "replicatedJobs", "[0]", "template", "spec", "template", "spec"), "automountServiceAccountToken")
 		}, "automountServiceAccountToken unset: want false"},
+		// Trainer v2.2.1's CRDs embed Kubernetes 1.36's pod spec, whose
+		// group scheduling field is schedulingGroup; v2.2.0's embed 1.35's,
+		// where it was workloadRef. Each release's schema must refuse the
+		// other's name, so both releases are checked, not one twice.
+		{"pod template: v2.2.1's schedulingGroup under v2.2.0", ctr, func(t *testing.T, o map[string]any) {
+			at(t, o, launcherPod...)["schedulingGroup"] = map[string]any{"podGroupName": "g"}
+		}, "[trainer-v2.2.0] spec.template.spec.replicatedJobs[1].template.spec.template.spec.schedulingGroup: unknown field"},
+		{"pod template: v2.2.0's workloadRef under v2.2.1", ctr, func(t *testing.T, o map[string]any) {
+			at(t, o, launcherPod...)["workloadRef"] = map[string]any{"name": "w", "podGroup": "g"}
+		}, "[trainer-v2.2.1] spec.template.spec.replicatedJobs[1].template.spec.template.spec.workloadRef: unknown field"},
 		{"NetworkPolicy: strict core decode", netpol, func(t *testing.T, o map[string]any) {
 			at(t, o, "spec")["podSelecter"] = map[string]any{}
 		}, `unknown field "spec.podSelecter"`},
