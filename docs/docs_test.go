@@ -2,8 +2,9 @@
 // keeps it honest against the code: every exit code of agent/exitcode.Table,
 // every diagnosis phase of agent/sshclient and agent/launcher, every flag of
 // both binaries with its PODMPI_* twin and default, every other PODMPI_*
-// variable the code reads, and every relative link, repository path and make
-// target the pages mention. The lists come from the code (go/ast and the
+// variable the code reads, every relative link, repository path and make
+// target the pages mention, and every benchmark figure the README quotes
+// (from BENCHMARKS.md's table of the latest run). The lists come from the code (go/ast and the
 // binaries' --help), never from this file.
 package docs
 
