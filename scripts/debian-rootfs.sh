@@ -16,12 +16,18 @@
 #   PACKAGE    installed with apt-get inside the root after debootstrap
 #
 # Needs root and debootstrap; uses the Debian mirror this machine's apt uses
-# (PODMPI_MIRROR overrides it). The root is built in DEST.tmp.<pid> and moved
-# into place only when complete; the log is DEST.log. Exit status 0 when the
-# root is ready (cached or built), 1 with one line saying why otherwise.
+# (PODMPI_MIRROR overrides it). One build at a time per DEST, and DEST is
+# either complete or absent: scripts/cache-build.sh takes DEST.lock (a second
+# caller waits, up to PODMPI_ROOTFS_WAIT seconds, default 1800, and then
+# reuses the root the first one built) and runs this script again with
+# --build to debootstrap into a temporary folder it renames to DEST when
+# every --check path is there. The log is DEST.log. Exit status 0 when the
+# root is ready (cached, reused or built), 1 with one line saying why
+# otherwise.
 set -euo pipefail
 export PATH="$PATH:/usr/sbin:/sbin"
-suite= dest= sysroot=0
+args=("$@")
+suite= dest= sysroot=0 build=0
 checks=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -29,6 +35,7 @@ while [ $# -gt 0 ]; do
   --dest) dest=$2; shift 2 ;;
   --check) checks+=("$2"); shift 2 ;;
   --sysroot) sysroot=1; shift ;;
+  --build) build=1; shift ;; # from scripts/cache-build.sh, holding DEST.lock: build into $PODMPI_CACHE_TMP
   --) shift; break ;;
   -*) echo "debian-rootfs: unknown option $1" >&2; exit 64 ;;
   *) break ;;
@@ -41,16 +48,15 @@ if [ -z "$suite" ] || [ -z "$dest" ] || [ "${#checks[@]}" -eq 0 ]; then
 fi
 name="$suite rootfs"
 
-ready() {
-  local c
+if [ "$build" -eq 0 ]; then
+  cargs=()
   for c in "${checks[@]}"; do
-    [ -e "$1/$c" ] || return 1
+    cargs+=(--check "$c")
   done
-}
-if ready "$dest"; then
-  echo "$name: cached in $dest"
-  exit 0
+  exec "$(dirname "$0")/cache-build.sh" --name "$name" --dest "$dest" --wait "${PODMPI_ROOTFS_WAIT:-1800}" "${cargs[@]}" \
+    -- "$0" --build "${args[@]}"
 fi
+tmp=${PODMPI_CACHE_TMP:?--build is for scripts/cache-build.sh, which names the folder to build in}
 if [ "$(id -u)" -ne 0 ]; then
   echo "$name: not in $dest, and building it needs root (debootstrap)"; exit 1
 fi
@@ -59,11 +65,10 @@ command -v debootstrap >/dev/null || { echo "$name: apt-get install -y debootstr
 mirror=${PODMPI_MIRROR:-$(grep -rhoE '^(URIs:|deb) +https?://[^ ]+/debian/?( |$)' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null \
   | grep -oE 'https?://[^ ]+' | grep -v security | head -1 || true)}
 mirror=${mirror:-http://deb.debian.org/debian}
-tmp="$dest.tmp.$$"
 log="$dest.log"
-cleanup() { umount "$tmp/proc" 2>/dev/null || true; rm -rf "$tmp"; }
+# A proc mount left in the temporary root would survive its removal.
+cleanup() { umount "$tmp/proc" 2>/dev/null || true; }
 trap cleanup EXIT
-mkdir -p "$(dirname "$dest")"
 start=$(date +%s)
 echo "$name: debootstrap from $mirror into $dest (a few minutes; log $log)"
 # minbase first, then apt-get inside: debootstrap's --include does not order
@@ -90,8 +95,4 @@ if [ "$sysroot" -eq 1 ]; then
   done < <(find "$tmp/usr/lib" "$tmp/usr/lib64" -xdev -type l 2>/dev/null)
   echo "$name: $n absolute symlinks under usr/lib made relative (sysroot)" >>"$log"
 fi
-ready "$tmp" || { echo "$name: built, but ${checks[*]} not all present; see $log"; exit 1; }
-rm -rf "$dest"
-mv "$tmp" "$dest"
-trap - EXIT
-echo "$name: ready in $dest after $(($(date +%s) - start)) s"
+echo "$name: built in $(($(date +%s) - start)) s"
