@@ -299,6 +299,12 @@ func TestChecksReject(t *testing.T) {
 		{"worker: token left to the ServiceAccount", ctr, func(t *testing.T, o map[string]any) {
 			delete(at(t, o, "spec", "template", "spec", "replicatedJobs", "[0]", "template", "spec", "template", "spec"), "automountServiceAccountToken")
 		}, "automountServiceAccountToken unset: want false"},
+		{"runtime: memory-only limits the Kubeflow SDK refuses", ctr, func(t *testing.T, o map[string]any) {
+			at(t, o, append(slices.Clone(launcherPod), "containers", "[0]", "resources")...)["limits"] = map[string]any{"memory": "1Gi"}
+		}, `replicatedJobs[1] container[0] resources: limits {"memory":"1Gi"} name no cpu or accelerator`},
+		{"TrainJob: memory-only limits the Kubeflow SDK refuses", trainjob, func(t *testing.T, o map[string]any) {
+			at(t, o, "spec", "trainer", "resourcesPerNode")["limits"] = map[string]any{"memory": "1Gi"}
+		}, `spec.trainer.resourcesPerNode: limits {"memory":"1Gi"} name no cpu or accelerator`},
 		// Trainer v2.2.1's CRDs embed Kubernetes 1.36's pod spec, whose
 		// group scheduling field is schedulingGroup; v2.2.0's embed 1.35's,
 		// where it was workloadRef. Each release's schema must refuse the

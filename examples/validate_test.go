@@ -522,6 +522,7 @@ func checkKindRules(d document, runtimes map[string]bool) []string {
 	switch d.GVK {
 	case gvk{"trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"}, gvk{"trainer.kubeflow.org/v1alpha1", "TrainingRuntime"}:
 		errs = append(errs, checkLauncherPods(d)...)
+		errs = append(errs, sdkLimitsProblems(d)...)
 		errs = append(errs, trainerLauncherFailureProblems(d)...)
 		mpi, _ := dig(d.Obj, "spec", "mlPolicy", "mpi").(map[string]any)
 		if mpi == nil {
@@ -565,11 +566,55 @@ func checkKindRules(d document, runtimes map[string]bool) []string {
 			env = append(env, n+"="+v)
 		}
 		errs = append(errs, mpirunTimeoutProblems("spec.trainer", env, nil)...)
+		errs = append(errs, sdkLimitsProblems(d)...)
 	case gvk{"kubeflow.org/v2beta1", "MPIJob"}:
 		if p, _ := dig(d.Obj, "spec", "sshAuthMountPath").(string); p != "/home/mpiuser/.ssh" {
 			errs = append(errs, fmt.Sprintf("spec.sshAuthMountPath %q: want /home/mpiuser/.ssh", p))
 		}
 		errs = append(errs, mpiJobLauncherFailureProblems(d)...)
+	}
+	return errs
+}
+
+// sdkDevices are the limits the Kubeflow Python SDK (0.5.0) knows a device
+// by (kubeflow.trainer.backends.kubernetes.utils.get_container_devices):
+// limits that name none of them, memory alone say, make it raise "Unknown
+// device type in the container resources" for the runtime (get_runtime,
+// train) and for every pod of a job (get_job, wait_for_job_status,
+// get_job_logs, list_jobs).
+var sdkDevices = []string{"cpu", "nvidia.com/gpu", "google.com/tpu", "huawei.com/Ascend910"}
+
+// sdkLimitsProblems reports the resources of a runtime's node containers or
+// of a TrainJob's resourcesPerNode whose limits name no device the SDK
+// knows. The migration pairs keep their MPIJob's memory-only limits (their
+// TrainJob side mirrors the MPIJob; docs/migration.md says what the SDK
+// needs), so only the shipped runtimes and TrainJobs are held to it.
+func sdkLimitsProblems(d document) []string {
+	if strings.HasPrefix(d.File, migrationDir+string(filepath.Separator)) {
+		return nil
+	}
+	check := func(where string, res any) []string {
+		limits, _ := dig(res, "limits").(map[string]any)
+		if len(limits) == 0 {
+			return nil
+		}
+		for name := range limits {
+			if slices.Contains(sdkDevices, name) || strings.HasPrefix(name, "nvidia.com/mig-") {
+				return nil
+			}
+		}
+		return []string{fmt.Sprintf("%s: limits %s name no cpu or accelerator: the Kubeflow SDK (0.5.0) fails on such a runtime or pod (\"Unknown device type in the container resources\"); drop the limits or name cpu too", where, canonical(limits))}
+	}
+	if d.GVK.Kind == "TrainJob" {
+		return check("spec.trainer.resourcesPerNode", dig(d.Obj, "spec", "trainer", "resourcesPerNode"))
+	}
+	var errs []string
+	rjs, _ := dig(d.Obj, "spec", "template", "spec", "replicatedJobs").([]any)
+	for i, rj := range rjs {
+		cs, _ := dig(rj, "template", "spec", "template", "spec", "containers").([]any)
+		for j, c := range cs {
+			errs = append(errs, check(fmt.Sprintf("replicatedJobs[%d] container[%d] resources", i, j), dig(c, "resources"))...)
+		}
 	}
 	return errs
 }

@@ -14,12 +14,12 @@ import (
 )
 
 // quotaHard is what the drill's ResourceQuota requires of every pod: CPU and
-// memory requests and a memory limit. Not a CPU limit: the examples leave
-// CPU unbounded, as a limit throttles ranks that busy-poll.
+// memory requests. No limits: the examples set none, as a CPU limit
+// throttles ranks that busy-poll and the Kubeflow SDK (0.5.0) fails on pods
+// whose limits name memory without cpu (docs/compatibility.md).
 var quotaHard = corev1.ResourceList{
 	corev1.ResourceRequestsCPU:    resource.MustParse("4"),
 	corev1.ResourceRequestsMemory: resource.MustParse("8Gi"),
-	corev1.ResourceLimitsMemory:   resource.MustParse("8Gi"),
 }
 
 // quotaNamespace is a restricted namespace (the shipped NetworkPolicy
