@@ -16,7 +16,10 @@
 #   launcher                launcher -- mpirun -np N podmpi-allreduce
 # Runs as UID 1000, GID 0 by default and under any UID with GID 0 and a
 # read-only root file system: it writes only to /tmp (mount an emptyDir there)
-# and /dev/shm. The build context is the repository root.
+# and /dev/shm, and to $HOME (/home/mpiuser) when a job writes there (the
+# Kubeflow SDK's command does: mount an emptyDir there too). python3 is here
+# for the SDK's command, which runs "python" on the function it writes. The
+# build context is the repository root.
 
 # The binaries: the podmpi image (images/podmpi.Dockerfile), which
 # images/build.sh builds first and passes here.
@@ -40,7 +43,8 @@ FROM ${BASE_IMAGE}
 # package; the last line proves OpenSSH stayed out.
 RUN set -eux; \
     apt-get update; \
-    apt-get install -y --no-install-recommends mpich; \
+    apt-get install -y --no-install-recommends mpich python3-minimal; \
+    ln -s python3 /usr/bin/python; \
     rm -rf /var/lib/apt/lists/*; \
     if dpkg-query -W -f '${db:Status-Status} ${Package}\n' 'openssh-*' 2>/dev/null | grep '^installed' \
         || command -v ssh || command -v sshd; then \
