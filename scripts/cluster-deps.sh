@@ -3,8 +3,9 @@
 # cluster-up, cluster-test): etcd, containerd + runc, the CNI plugins,
 # podman (image builds), docker-compose (the compose example against
 # podman's Docker-compatible API), iptables, gcc + libc6-dev (the static
-# pause program), ipset (kube-router, the NetworkPolicy firewall). Only what
-# is missing is installed.
+# pause program), ipset (kube-router, the NetworkPolicy firewall),
+# python3-venv (the Kubeflow Python SDK's venv, scripts/sdk-venv.sh). Only
+# what is missing is installed.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=scripts/lib.sh
@@ -12,4 +13,4 @@ here=$(cd "$(dirname "$0")" && pwd)
 require_root_and_go cluster-up "network links, mounts and cgroups of the cluster"
 install_missing cluster-up etcd-server containerd runc containernetworking-plugins podman \
   docker-compose golang-github-containernetworking-plugin-dnsname dnsmasq-base openssh-client \
-  iptables ipset iproute2 gcc libc6-dev git ca-certificates
+  iptables ipset iproute2 gcc libc6-dev git ca-certificates python3-venv

@@ -11,7 +11,7 @@ import (
 )
 
 // What a user sees of a failed job, where users look: kubectl describe of
-// the TrainJob or MPIJob, the Kubeflow SDK's get_job_events(), the launcher
+// the TrainJob or MPIJob, the Kubeflow Python SDK's get_job_events(), the launcher
 // pod's termination message and log, which stay after the failure.
 
 // applyRBAC applies examples/rbac in ns, as docs/quickstart.md says.
@@ -34,40 +34,6 @@ func podmpiEvents(t *testing.T, ns, kind, name string) []corev1.Event {
 		if ev.InvolvedObject.Kind == kind && ev.InvolvedObject.Name == name && ev.Source.Component == "podmpi-launcher" {
 			out = append(out, ev)
 		}
-	}
-	return out
-}
-
-// sdkEvents is what the Kubeflow SDK's TrainerClient.get_job_events(name)
-// returns: core/v1 Events of the namespace whose involvedObject is the
-// TrainJob, its JobSet, or one of its pods that exist now (by kind and
-// name), skipping Events without firstTimestamp.
-func sdkEvents(t *testing.T, ns, trainJob string) []corev1.Event {
-	t.Helper()
-	ctx := ctxT(t, time.Minute)
-	pods, err := podsWith(ctx, ns, "jobset.sigs.k8s.io/jobset-name="+trainJob)
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := map[string]bool{trainJob: true}
-	for _, p := range pods {
-		names[p.Name] = true
-	}
-	list, err := e.cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []corev1.Event
-	for _, ev := range list.Items {
-		switch ev.InvolvedObject.Kind {
-		case "TrainJob", "JobSet", "Pod":
-		default:
-			continue
-		}
-		if !names[ev.InvolvedObject.Name] || ev.FirstTimestamp.IsZero() {
-			continue
-		}
-		out = append(out, ev)
 	}
 	return out
 }
@@ -95,23 +61,22 @@ func describeShows(t *testing.T, ns, kind, name, reason string, want ...string) 
 	return ""
 }
 
-// sdkShows checks that the SDK's event filter returns a podmpi Warning on
-// the TrainJob with reason and every want in its message.
+// sdkShows checks that the Kubeflow Python SDK's get_job_events(trainJob)
+// (the real one, testdata/sdk/trainjob.py --events-of) returns podmpi's
+// Event on the TrainJob with reason and every want in its message. The SDK
+// keeps neither an Event's type nor its source: the reason, on the
+// TrainJob, is what makes it podmpi's Warning.
 func sdkShows(t *testing.T, ns, trainJob, reason string, want ...string) {
 	t.Helper()
-	for _, ev := range sdkEvents(t, ns, trainJob) {
-		if ev.Type != corev1.EventTypeWarning || ev.Reason != reason || ev.Source.Component != "podmpi-launcher" {
-			continue
-		}
-		ok := true
-		for _, w := range want {
-			ok = ok && strings.Contains(ev.Message, w)
-		}
-		if ok {
+	r := runSDK(t, ns, 2*time.Minute, "--events-of", trainJob)
+	var seen []string
+	for _, ev := range r.Events {
+		if ev.Kind == "TrainJob" && ev.Name == trainJob && ev.Reason == reason && containsAll(ev.Message, want) {
 			return
 		}
+		seen = append(seen, ev.Kind+"/"+ev.Name+" "+ev.Reason+": "+ev.Message)
 	}
-	t.Errorf("the SDK's get_job_events(%s) returns no podmpi Warning %s with %q", trainJob, reason, want)
+	t.Errorf("the SDK's get_job_events(%s) returns no %s on the TrainJob with %q; it returned:\n%s", trainJob, reason, want, strings.Join(seen, "\n"))
 }
 
 // launcherEvidence checks that a failed TrainJob's launcher ran once and
