@@ -119,13 +119,20 @@ func waitHeld(t *testing.T, dest string) {
 	}
 }
 
-func needTools(t *testing.T) {
+// newEntry skips the test without bash and flock, and returns a context
+// for its builders, a cache entry's path in a new folder and the file the
+// build command counts its runs in.
+func newEntry(t *testing.T) (ctx context.Context, dest, count string) {
 	t.Helper()
 	for _, tool := range []string{"bash", "flock"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s not on PATH (util-linux and bash run the cache's builds)", tool)
 		}
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	dir := t.TempDir()
+	return ctx, filepath.Join(dir, "entry"), filepath.Join(dir, "count")
 }
 
 // TestCacheBuildOneBuilderAtATime: of two builders of one entry started
@@ -133,11 +140,7 @@ func needTools(t *testing.T) {
 // build runs once. (Without the lock both built, and the second to finish
 // removed the first's result while the first was using it.)
 func TestCacheBuildOneBuilderAtATime(t *testing.T) {
-	needTools(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	dest, count := filepath.Join(dir, "entry"), filepath.Join(dir, "count")
+	ctx, dest, count := newEntry(t)
 	first := startBuilder(t, ctx, dest, nil, buildCommand(count, "2", false))
 	waitHeld(t, dest)
 	second := startBuilder(t, ctx, dest, nil, buildCommand(count, "0", false))
@@ -171,11 +174,7 @@ func TestCacheBuildOneBuilderAtATime(t *testing.T) {
 // folder; an incomplete entry and a killed builder's folder are replaced
 // by a complete build.
 func TestCacheBuildCompleteOrAbsent(t *testing.T) {
-	needTools(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	dest, count := filepath.Join(dir, "entry"), filepath.Join(dir, "count")
+	ctx, dest, count := newEntry(t)
 
 	failed := startBuilder(t, ctx, dest, nil, buildCommand(count, "0", true))
 	if code := failed.wait(t); code != 1 || !strings.Contains(failed.out.String(), "nothing was put in place") {
@@ -213,11 +212,7 @@ func TestCacheBuildCompleteOrAbsent(t *testing.T) {
 // TestCacheBuildWaitHasADeadline: a builder that waits longer than --wait
 // gives up with exit 1, naming the process that holds the lock.
 func TestCacheBuildWaitHasADeadline(t *testing.T) {
-	needTools(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	dest, count := filepath.Join(dir, "entry"), filepath.Join(dir, "count")
+	ctx, dest, count := newEntry(t)
 	holder := startBuilder(t, ctx, dest, nil, buildCommand(count, "4", false))
 	waitHeld(t, dest)
 	start := time.Now()
