@@ -46,7 +46,7 @@ func sdkPython(t *testing.T) string {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, filepath.Join(e.repo, "scripts", "sdk-venv.sh"))
+		cmd := exec.CommandContext(ctx, filepath.Join(repoDir(), "scripts", "sdk-venv.sh"))
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		if err := cmd.Run(); err != nil {
@@ -60,6 +60,16 @@ func sdkPython(t *testing.T) string {
 		t.Fatal(sdkPyErr)
 	}
 	return sdkPy
+}
+
+// repoDir is the repository, with or without a cluster (setup finds it
+// only with one).
+func repoDir() string {
+	if e.repo != "" {
+		return e.repo
+	}
+	wd, _ := os.Getwd()
+	return filepath.Clean(filepath.Join(wd, "..", "..", ".."))
 }
 
 // sdkResult is what testdata/sdk/trainjob.py prints.
@@ -101,7 +111,7 @@ func runSDK(t *testing.T, ns string, timeout time.Duration, args ...string) sdkR
 	py := sdkPython(t)
 	ctx := ctxT(t, timeout)
 	cmd := exec.CommandContext(ctx, py, append([]string{filepath.Join(e.repo, sdkDriver), "--namespace", ns}, args...)...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.info.Kubeconfig)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.info.Kubeconfig, "PYTHONDONTWRITEBYTECODE=1")
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	start := time.Now()
@@ -115,6 +125,58 @@ func runSDK(t *testing.T, ns string, timeout time.Duration, args ...string) sdkR
 	}
 	t.Logf("%s %s: %s in %s", filepath.Base(sdkDriver), strings.Join(args, " "), r.Status, time.Since(start).Round(100*time.Millisecond))
 	return r
+}
+
+// TestSDKReadsRuntimes: the Kubeflow Python SDK takes every podmpi runtime
+// of examples/trainer (Intel MPI's too, whether or not this cluster has its
+// image) for an MPI runtime of podmpi's framework, and the command it would
+// give a CustomTrainer's TrainJob runs the function: the driver reads each
+// file with the functions get_runtime and train call, and the Go test runs
+// the command's script as one rank would (python on PATH, the SDK's home in
+// a temporary folder). No cluster needed; root for the venv's cache. The
+// runtimes' memory-only limits once made the SDK raise here.
+func TestSDKReadsRuntimes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (scripts/sdk-venv.sh caches the SDK in /var/cache/podmpi)")
+	}
+	py := sdkPython(t)
+	repo := repoDir()
+	files, err := filepath.Glob(filepath.Join(repo, "examples", "trainer", "clustertrainingruntime-*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no runtimes in examples/trainer (%v)", err)
+	}
+	for _, f := range files {
+		t.Run(strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "clustertrainingruntime-"), ".yaml"), func(t *testing.T) {
+			home := t.TempDir()
+			ctx := ctxT(t, 2*time.Minute)
+			cmd := exec.CommandContext(ctx, py, filepath.Join(repo, sdkDriver), "--render", f)
+			cmd.Env = append(os.Environ(), "DEFAULT_MPI_USER_HOME="+home, "PYTHONDONTWRITEBYTECODE=1")
+			var out, errb bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &errb
+			runErr := cmd.Run()
+			var r struct {
+				sdkResult
+				Command []string `json:"trainjob_command"`
+			}
+			if err := json.Unmarshal(out.Bytes(), &r); err != nil || runErr != nil || len(r.Error) > 0 {
+				t.Fatalf("the SDK on %s: %v %v\n%s\nstderr:\n%s", filepath.Base(f), runErr, err, strings.Join(r.Error, "\n"), lastLines(errb.String(), 20))
+			}
+			rt := "podmpi-" + strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "clustertrainingruntime-"), ".yaml")
+			checkSDKRuntime(t, r.sdkResult, rt)
+			if len(r.Command) != 6 || r.Command[3] != "bash" || r.Command[4] != "-c" {
+				t.Fatalf("the SDK's TrainJob command %q, want mpirun --hostfile /etc/mpi/hostfile bash -c <script>", r.Command)
+			}
+			// One rank of it, here: the script writes the function into the
+			// SDK's home and runs python on it.
+			rank := exec.CommandContext(ctx, "bash", "-c", r.Command[5])
+			rank.Env = []string{"PATH=" + filepath.Dir(py) + ":/usr/bin:/bin", "PMI_RANK=1", "PMI_SIZE=3", "PODMPI_SDK_PROBE=rendered"}
+			b, err := rank.CombinedOutput()
+			host, _ := os.Hostname()
+			if want := fmt.Sprintf("sdk-rank 1 of 3 on %s: PODMPI_SDK_PROBE=rendered", host); err != nil || strings.TrimSpace(string(b)) != want {
+				t.Errorf("the SDK's script as rank 1: %v, output %q, want %q", err, b, want)
+			}
+		})
+	}
 }
 
 // sdkRankLine is one rank's line of the driver's functions.

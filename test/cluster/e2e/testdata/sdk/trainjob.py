@@ -6,6 +6,7 @@ scripts/sdk-venv.sh and the cluster's KUBECONFIG:
     python trainjob.py --namespace NS --runtime podmpi-openmpi --function ranks \
         --num-nodes 3 --env NAME=VALUE --timeout 300
     python trainjob.py --namespace NS --events-of TRAINJOB
+    python trainjob.py --render RUNTIME.yaml
 
 It calls TrainerClient.get_runtime, train with a CustomTrainer (the SDK
 writes the TrainJob's command itself: mpirun --hostfile /etc/mpi/hostfile
@@ -13,7 +14,11 @@ bash -c '<the function>'), wait_for_job_status (Complete, or Failed for
 --function fail-rank-1), get_job_logs (the launcher, step node-0, where
 mpirun gathers every rank's output) and get_job_events, and prints what
 each returned as one JSON object on stdout; --events-of only reads the
-events of a TrainJob made some other way (get_job_events). A call that
+events of a TrainJob made some other way (get_job_events). --render needs
+no cluster: it reads a runtime from a file with the SDK functions that
+get_runtime and train use (kubeflow.trainer.backends.kubernetes.utils) and
+prints what the SDK makes of it and the command it would give a TrainJob for
+ranks(). A call that
 raises is recorded under "error" and the calls after it still run, so that
 the test can show what the SDK saw; the exit status is then 1.
 """
@@ -64,16 +69,19 @@ FUNCTIONS = {"ranks": (ranks, "Complete"), "fail-rank-1": (fail_rank_1, "Failed"
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--namespace", required=True)
+    p.add_argument("--namespace")
     p.add_argument("--runtime")
     p.add_argument("--function", choices=sorted(FUNCTIONS))
     p.add_argument("--events-of", metavar="TRAINJOB", help="only get_job_events of this TrainJob")
+    p.add_argument("--render", metavar="RUNTIME_YAML", help="no cluster: what the SDK makes of this runtime")
     p.add_argument("--num-nodes", type=int, default=3)
     p.add_argument("--env", action="append", default=[], help="NAME=VALUE for the TrainJob's trainer.env")
     p.add_argument("--timeout", type=int, default=300, help="seconds wait_for_job_status waits")
     a = p.parse_args()
-    if not a.events_of and not (a.runtime and a.function):
-        p.error("give --runtime and --function, or --events-of")
+    if a.render:
+        return render(a.render)
+    if not a.namespace or not (a.events_of or (a.runtime and a.function)):
+        p.error("give --namespace, and --runtime and --function or --events-of; or --render")
 
     out = {"runtime": a.runtime, "function": a.function}
 
@@ -101,13 +109,7 @@ def main():
     if rt is None:
         print(json.dumps(out))
         return 1
-    out["runtime_trainer"] = {
-        "framework": rt.trainer.framework,
-        "command": list(rt.trainer.command),
-        "image": rt.trainer.image,
-        "device": rt.trainer.device,
-        "device_count": rt.trainer.device_count,
-    }
+    out["runtime_trainer"] = trainer_json(rt.trainer)
     start = time.monotonic()
     name = call("train", lambda: client.train(runtime=rt, trainer=CustomTrainer(func=func, num_nodes=a.num_nodes, env=env)))
     if name is None:
@@ -126,6 +128,45 @@ def main():
     out["logs"] = logs or []
     events = call("get_job_events", lambda: client.get_job_events(name))
     out["events"] = event_list(events)
+    print(json.dumps(out))
+    return 1 if "error" in out else 0
+
+
+def trainer_json(trainer):
+    """The SDK's RuntimeTrainer as JSON."""
+    return {
+        "framework": trainer.framework,
+        "command": list(trainer.command),
+        "image": trainer.image,
+        "device": trainer.device,
+        "device_count": trainer.device_count,
+    }
+
+
+def render(path):
+    """Prints what the SDK makes of the runtime in path (get_runtime's
+    functions) and the TrainJob command train would write for ranks()."""
+    import yaml  # PyYAML, which the kubernetes client brings
+
+    from kubeflow.trainer.backends.kubernetes import utils
+    from kubeflow.trainer.constants import constants
+    from kubeflow.trainer.types import types
+    from kubeflow_trainer_api import models
+
+    out = {"file": path}
+    try:
+        doc = next(d for d in yaml.safe_load_all(open(path)) if d and d.get("kind", "").endswith("TrainingRuntime"))
+        cr = getattr(models, "TrainerV1alpha1" + doc["kind"]).from_dict(doc)
+        trainer = utils.get_runtime_trainer(
+            cr.metadata.labels[constants.RUNTIME_FRAMEWORK_LABEL],
+            cr.spec.template.spec.replicated_jobs,
+            cr.spec.ml_policy,
+        )
+        out["runtime_trainer"] = trainer_json(trainer)
+        runtime = types.Runtime(name=cr.metadata.name, kind=types.RuntimeKind(doc["kind"]), trainer=trainer)
+        out["trainjob_command"] = utils.get_trainer_cr_from_custom_trainer(runtime, CustomTrainer(func=ranks)).command
+    except Exception:
+        out["error"] = [traceback.format_exc()]
     print(json.dumps(out))
     return 1 if "error" in out else 0
 
