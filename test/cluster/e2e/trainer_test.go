@@ -157,16 +157,22 @@ func TestTrainer(t *testing.T) {
 			})
 
 			t.Run("openmpi", func(t *testing.T) {
-				r := runTrainJob(t, ns, trainJob(t, "podmpi-openmpi"), 4*time.Minute)
+				tj := trainJob(t, "podmpi-openmpi")
+				probe := withTrainerEnvCheck(t, tj, envOnLauncherOnly(v))
+				r := runTrainJob(t, ns, tj, 4*time.Minute)
 				checkTrainJob(t, ns, r, 3, 6)
+				checkTrainerEnv(t, r.log, probe, 6)
 				// A healthy job says so where users look.
 				if !hasEvent(t, ns, "TrainJob", r.name, corev1.EventTypeNormal, "Initialized", "init done in") {
 					t.Errorf("a successful TrainJob has no Normal Initialized Event from podmpi")
 				}
 			})
 			t.Run("mpich", func(t *testing.T) {
-				r := runTrainJob(t, ns, trainJob(t, "podmpi-mpich"), 4*time.Minute)
+				tj := trainJob(t, "podmpi-mpich")
+				probe := withTrainerEnvCheck(t, tj, false)
+				r := runTrainJob(t, ns, tj, 4*time.Minute)
 				checkTrainJob(t, ns, r, 3, 6)
+				checkTrainerEnv(t, r.log, probe, 6)
 			})
 			if v == e.pins.Trainer[0] {
 				// Intel MPI under one release: what differs between
