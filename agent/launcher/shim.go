@@ -60,7 +60,10 @@ var execve = syscall.Exec
 //     only asks for information (--version, --help, -info), it names its
 //     hosts itself (-H, --host, -hosts), or nothing names any worker (no
 //     hostfile option, no PODMPI_WORKERS/HOSTFILE/DISCOVERY_* setting, no
-//     MPI default-hostfile variable, no /etc/mpi/hostfile): a local run;
+//     MPI default-hostfile variable, no /etc/mpi/hostfile): a local run.
+//     The one setting it still gets is Open MPI's keep_fqdn_hostnames,
+//     unless the user set it (mpirun.DirectEnv): horovodrun's
+//     `mpirun -H w-0.job:1,...` fails without it;
 //   - or runs the job as RunJob does, with the real program as the command.
 func RunShim(ctx context.Context, cfg Config, argv []string) (exitcode.Code, error) {
 	if len(argv) == 0 {
@@ -85,13 +88,34 @@ func RunShim(ctx context.Context, cfg Config, argv []string) (exitcode.Code, err
 			cfg.Logger.Debug("running the real program directly", "program", real, "why", why)
 		}
 		impl, _ := mpirun.Identify(ctx, cfg.Implementation, real)
-		err := execve(real, programArgv0(cmd, real, impl), os.Environ())
+		env, settings := mpirun.DirectEnv(impl, os.Environ())
+		logDirectEnv(cfg, settings)
+		err := execve(real, programArgv0(cmd, real, impl), env)
 		return exitcode.MPIRunNotFound, &Failure{Phase: PhaseMPIRun, Code: exitcode.MPIRunNotFound,
 			Err: fmt.Errorf("running %s: %w", real, err), Hint: "check that " + real + " is an executable the image can run"}
 	}
 	cfg.Command = cmd
 	cfg.Program = real
 	return RunJob(ctx, cfg)
+}
+
+// logDirectEnv logs what mpirun.DirectEnv decided for a program the shim
+// runs at once: a setting at debug level (the shim stays quiet when the
+// job works), a kept user value that breaks the job as a warning.
+func logDirectEnv(cfg Config, settings []mpirun.Setting) {
+	if cfg.Logger == nil {
+		return
+	}
+	for _, s := range settings {
+		switch {
+		case s.Kept && s.Note != "":
+			cfg.Logger.Warn(s.Note, "name", s.Name)
+		case s.Kept:
+			cfg.Logger.Debug("keeping the user's setting", "name", s.Name, "ours", s.Value)
+		default:
+			cfg.Logger.Debug("set", "name", s.Name, "value", s.Value)
+		}
+	}
 }
 
 // directReason says why the shim runs the real program at once, "" when

@@ -297,3 +297,64 @@ func TestRunShimDirectArgv0(t *testing.T) {
 		})
 	}
 }
+
+// TestRunShimDirectKeepsFQDN: horovodrun's `mpirun -H w-0.job:1,...`
+// runs the real Open MPI at once (it names its hosts), and still gets
+// keep_fqdn_hostnames, without which Open MPI 4 strips the subdomain and
+// starts its daemon on a name that does not resolve in a pod. A value the
+// user set is kept; a Hydra gets nothing.
+func TestRunShimDirectKeepsFQDN(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		beside string   // the daemon installed beside the real mpirun
+		user   []string // the user's own variables
+		want   []string // variables the real program must see
+		absent []string // variables it must not see
+	}{
+		{name: "open mpi 4", beside: "orted", want: []string{"OMPI_MCA_orte_keep_fqdn_hostnames=1"}},
+		{name: "open mpi 5", beside: "prted",
+			want: []string{"PRTE_MCA_prte_keep_fqdn_hostnames=1", "OMPI_MCA_orte_keep_fqdn_hostnames=1"}},
+		{name: "user's value kept", beside: "orted", user: []string{"OMPI_MCA_orte_keep_fqdn_hostnames=0"},
+			want: []string{"OMPI_MCA_orte_keep_fqdn_hostnames=0"}, absent: []string{"OMPI_MCA_orte_keep_fqdn_hostnames=1"}},
+		{name: "mpich", beside: "hydra_pmi_proxy", absent: []string{"OMPI_MCA_orte_keep_fqdn_hostnames=1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			self, bin, usr, real := shimLayout(t)
+			if err := os.WriteFile(filepath.Join(usr, tc.beside), []byte("#!/bin/sh\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			t.Setenv("PATH", bin+":"+usr)
+			for _, v := range []string{EnvLauncherPID, "OMPI_MCA_orte_keep_fqdn_hostnames", "PRTE_MCA_prte_keep_fqdn_hostnames", "OMPI_MCA_prte_keep_fqdn_hostnames"} {
+				t.Setenv(v, "")
+				os.Unsetenv(v)
+			}
+			for _, kv := range tc.user {
+				k, v, _ := strings.Cut(kv, "=")
+				t.Setenv(k, v)
+			}
+			var gotPath string
+			var gotEnv []string
+			defer func(e func(string, []string, []string) error) { execve = e }(execve)
+			execve = func(path string, _, env []string) error {
+				gotPath, gotEnv = path, env
+				return errors.New("exec refused by the test")
+			}
+			argv := []string{"mpirun", "--allow-run-as-root", "--tag-output", "-np", "2", "-H", "hv-node-0-0.hv:1,hv-node-0-1.hv:1",
+				"-mca", "plm_rsh_args", "-p 2222", "python3", "train.py"}
+			_, _ = RunShim(context.Background(), Config{Executable: self}, argv)
+			if gotPath != real {
+				t.Fatalf("exec %q, want the real mpirun %q at once", gotPath, real)
+			}
+			for _, kv := range tc.want {
+				if !slices.Contains(gotEnv, kv) {
+					t.Errorf("the real mpirun's environment lacks %s", kv)
+				}
+			}
+			for _, kv := range tc.absent {
+				if slices.Contains(gotEnv, kv) {
+					t.Errorf("the real mpirun's environment has %s", kv)
+				}
+			}
+		})
+	}
+}

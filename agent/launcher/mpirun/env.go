@@ -240,28 +240,108 @@ func (w Wiring) params() []param {
 // mpi-operator's misspelled HYDRA_LAUNCH_EXTRA_ARGS under MPICH, and a Hydra
 // launch without a known interface.
 func (w Wiring) Env(base []string) (env []string, report []Setting) {
-	user := make(map[string]string, len(base))
-	for _, kv := range base {
-		if k, v, ok := strings.Cut(kv, "="); ok && v != "" {
-			user[k] = v // the last one wins, as in exec
+	e := newEnvEdit(base)
+	report = e.params(w.params())
+
+	for _, ig := range w.Impl.Flavour().Ignored {
+		if v, ok := e.user[ig.Name]; ok {
+			note := ig.Why
+			if _, set := e.user[ig.Use]; !set {
+				note += "; use " + ig.Use
+			}
+			report = append(report, Setting{Name: ig.Name, Kept: true, UserValue: v, Note: note})
 		}
 	}
-	override := map[string]string{}
-	var add []string // in order
-	setVar := func(k, v string) {
-		if _, ok := override[k]; !ok {
-			add = append(add, k)
+	for _, c := range w.Impl.Flavour().LaunchChoices {
+		for _, n := range c.Names {
+			if v, ok := e.user[n]; ok && !c.Selects(v) {
+				report = append(report, Setting{Name: n, Kept: true, UserValue: v, Overrides: true,
+					Note: w.Impl.Flavour().Program + " will start its daemons with another launcher than " + strings.Join(c.Via, " or ") +
+						": none through podmpi-rsh, and no rank on another host"})
+			}
 		}
-		override[k] = v
+	}
+	if w.Iface == "" {
+		for _, p := range w.Impl.Flavour().Params {
+			if p.Role == mpi.Iface && e.user[p.Names[0]] == "" {
+				report = append(report, Setting{Name: p.Names[0], Note: hydraNoIfaceNote(p.Names[0], w.LocalAddr)})
+			}
+		}
 	}
 
-	for _, p := range w.params() {
+	for _, kv := range w.Rsh.Env() {
+		e.set(kv[0], kv[1])
+		report = append(report, Setting{Name: kv[0], Value: kv[1]})
+	}
+	if w.RshDir != "" {
+		v := rsh.PrependPath(w.RshDir, e.user["PATH"])
+		e.set("PATH", v)
+		report = append(report, Setting{Name: "PATH", Value: v})
+	}
+	return e.apply(base), report
+}
+
+// DirectEnv is the environment of the real MPI launcher program of impl
+// when the mpirun shim runs it at once, without the launcher's phases (the
+// command names its hosts itself, as horovodrun's `mpirun -H
+// w-0.job:1,...` does; the phases already ran; a local run): base with
+// only the settings that concern how the program treats the host names it
+// is given, which none of those cases makes moot. That is Open MPI's
+// keep_fqdn_hostnames: without it Open MPI 4 strips the subdomain from
+// `-H tj-node-0-1.tj` and starts its daemon on tj-node-0-1, a name that
+// does not resolve in a pod (Trainer and mpi-operator set it in the
+// launcher pod; docker-compose and hand-written pods do not). A value the
+// user set is kept and reported, as Env keeps it.
+func DirectEnv(impl mpi.Implementation, base []string) (env []string, report []Setting) {
+	var ps []param
+	for _, p := range (Wiring{Impl: impl}).params() {
+		if p.Role == mpi.KeepFQDN {
+			ps = append(ps, p)
+		}
+	}
+	e := newEnvEdit(base)
+	report = e.params(ps)
+	return e.apply(base), report
+}
+
+// envEdit is an environment being changed: the values the user set
+// (non-empty ones; the last of a name wins, as in exec) and podmpi's
+// settings in the order they were made.
+type envEdit struct {
+	user     map[string]string
+	override map[string]string
+	add      []string
+}
+
+func newEnvEdit(base []string) *envEdit {
+	e := &envEdit{user: make(map[string]string, len(base)), override: map[string]string{}}
+	for _, kv := range base {
+		if k, v, ok := strings.Cut(kv, "="); ok && v != "" {
+			e.user[k] = v
+		}
+	}
+	return e
+}
+
+// set makes k=v one of podmpi's settings, replacing an earlier one.
+func (e *envEdit) set(k, v string) {
+	if _, ok := e.override[k]; !ok {
+		e.add = append(e.add, k)
+	}
+	e.override[k] = v
+}
+
+// params sets every parameter of ps that has a value, under each of its
+// names, unless the user set it under any name or alias; it reports each
+// decision, with the parameter's note on a kept value.
+func (e *envEdit) params(ps []param) (report []Setting) {
+	for _, p := range ps {
 		if p.value == "" {
 			continue
 		}
 		userName, userValue := "", ""
 		for _, n := range append(append([]string(nil), p.Names...), p.Aliases...) {
-			if v, ok := user[n]; ok {
+			if v, ok := e.user[n]; ok {
 				userName, userValue = n, v
 				break
 			}
@@ -270,7 +350,7 @@ func (w Wiring) Env(base []string) (env []string, report []Setting) {
 			s := Setting{Name: n, Value: p.value}
 			if userName != "" {
 				s.Kept = true
-				if v, ok := user[n]; ok {
+				if v, ok := e.user[n]; ok {
 					s.UserValue = v
 				} else {
 					s.UserName, s.UserValue = userName, userValue
@@ -280,53 +360,22 @@ func (w Wiring) Env(base []string) (env []string, report []Setting) {
 				}
 				s.Overrides = p.overrides != nil && p.overrides(userValue)
 			} else {
-				setVar(n, p.value)
+				e.set(n, p.value)
 			}
 			report = append(report, s)
 		}
 	}
+	return report
+}
 
-	for _, ig := range w.Impl.Flavour().Ignored {
-		if v, ok := user[ig.Name]; ok {
-			note := ig.Why
-			if _, set := user[ig.Use]; !set {
-				note += "; use " + ig.Use
-			}
-			report = append(report, Setting{Name: ig.Name, Kept: true, UserValue: v, Note: note})
-		}
-	}
-	for _, c := range w.Impl.Flavour().LaunchChoices {
-		for _, n := range c.Names {
-			if v, ok := user[n]; ok && !c.Selects(v) {
-				report = append(report, Setting{Name: n, Kept: true, UserValue: v, Overrides: true,
-					Note: w.Impl.Flavour().Program + " will start its daemons with another launcher than " + strings.Join(c.Via, " or ") +
-						": none through podmpi-rsh, and no rank on another host"})
-			}
-		}
-	}
-	if w.Iface == "" {
-		for _, p := range w.Impl.Flavour().Params {
-			if p.Role == mpi.Iface && user[p.Names[0]] == "" {
-				report = append(report, Setting{Name: p.Names[0], Note: hydraNoIfaceNote(p.Names[0], w.LocalAddr)})
-			}
-		}
-	}
-
-	for _, kv := range w.Rsh.Env() {
-		setVar(kv[0], kv[1])
-		report = append(report, Setting{Name: kv[0], Value: kv[1]})
-	}
-	if w.RshDir != "" {
-		v := rsh.PrependPath(w.RshDir, user["PATH"])
-		setVar("PATH", v)
-		report = append(report, Setting{Name: "PATH", Value: v})
-	}
-
-	env = make([]string, 0, len(base)+len(add))
+// apply is base with podmpi's settings: each replaces the first entry of
+// its name (later duplicates are dropped) or is appended, in order.
+func (e *envEdit) apply(base []string) []string {
+	env := make([]string, 0, len(base)+len(e.add))
 	done := map[string]bool{}
 	for _, kv := range base {
 		k, _, _ := strings.Cut(kv, "=")
-		if v, ok := override[k]; ok {
+		if v, ok := e.override[k]; ok {
 			if !done[k] {
 				env = append(env, k+"="+v)
 				done[k] = true
@@ -335,13 +384,13 @@ func (w Wiring) Env(base []string) (env []string, report []Setting) {
 		}
 		env = append(env, kv)
 	}
-	for _, k := range add {
+	for _, k := range e.add {
 		if !done[k] {
-			env = append(env, k+"="+override[k])
+			env = append(env, k+"="+e.override[k])
 			done[k] = true
 		}
 	}
-	return env, report
+	return env
 }
 
 // firstAgent is the program of the first entry of an rsh agent list
