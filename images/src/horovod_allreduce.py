@@ -4,9 +4,11 @@
 
 Every rank allreduces rank+1 (sum) and checks the closed form, then runs three
 steps of a DistributedOptimizer on a tiny linear model and checks that the
-parameters stayed identical on every rank. Exit status 0 means both worked.
+parameters stayed identical on every rank. Each rank names its host. Exit
+status 0 means both worked.
 """
 
+import socket
 import sys
 
 import horovod.torch as hvd
@@ -20,7 +22,8 @@ def main() -> int:
     got = hvd.allreduce(torch.tensor([float(rank + 1)]), op=hvd.Sum).item()
     want = size * (size + 1) / 2
     ok = got == want
-    print(f"rank {rank}/{size}: allreduce={got:g} (expect {want:g}) {'ok' if ok else 'WRONG'}", flush=True)
+    host = socket.gethostname()
+    print(f"rank {rank}/{size} on {host}: allreduce={got:g} (expect {want:g}) {'ok' if ok else 'WRONG'}", flush=True)
 
     torch.manual_seed(1234 + rank)  # different on purpose: broadcast must fix it
     model = torch.nn.Linear(8, 1)
@@ -36,7 +39,7 @@ def main() -> int:
     flat = torch.cat([p.detach().flatten() for p in model.parameters()])
     mean = hvd.allreduce(flat, op=hvd.Average)
     same = torch.allclose(flat, mean)
-    print(f"rank {rank}/{size}: parameters identical across ranks after 3 steps: {same}", flush=True)
+    print(f"rank {rank}/{size} on {host}: parameters identical across ranks after 3 steps: {same}", flush=True)
 
     all_ok = hvd.allreduce(torch.tensor([1.0 if ok and same else 0.0]), op=hvd.Min).item() == 1.0
     if rank == 0:
