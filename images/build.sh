@@ -33,9 +33,13 @@
 # and Go. The Intel MPI image installs PyPI's wheels: with podman, the ones
 # scripts/intelmpi.sh cached are mounted at /wheels for its RUN steps
 # (PODMPI_INTELMPI_WHEELS names another folder), else pip downloads them.
-# The Horovod image needs PyPI and download.pytorch.org, so it builds only
-# where those are reachable. A failed image does not stop the others; the
-# exit status is non-zero when any failed, and the summary names them.
+# The Horovod image needs PyPI, and compiles Horovod unless
+# scripts/horovod-wheel.sh has cached a wheel of the image's key:
+#   PODMPI_HOROVOD_CACHE  that script's cache (default /var/cache/podmpi/horovod),
+#                         whose wheels/ folder is passed as the build context
+#                         horovod-wheels when it exists.
+# A failed image does not stop the others; the exit status is non-zero when
+# any failed, and the summary names them.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -246,6 +250,12 @@ for w in "${want[@]}"; do
 	fi
 	args=("$name:$tag" "$here/$w.Dockerfile" "$logdir/$w.log" --build-arg PODMPI_IMAGE="$podmpi_ref" -t "$name:$tag" -t "$name:latest")
 	[[ "$w" == intelmpi ]] && args+=("${intelmpi_wheels_args[@]}")
+	hvd_wheels=${PODMPI_HOROVOD_CACHE:-/var/cache/podmpi/horovod}/wheels
+	if [[ "$w" == horovod && -d "$hvd_wheels" ]]; then
+		# The wheels scripts/horovod-wheel.sh compiled (horovod.Dockerfile's
+		# horovod-wheels stage): the image's build installs the one of its key.
+		args+=(--build-context horovod-wheels="$hvd_wheels")
+	fi
 	if [[ "${PODMPI_PARALLEL:-0}" == 1 ]]; then
 		build_one "${args[@]}" &
 		pids[$w]=$!

@@ -1,51 +1,51 @@
-# podmpi runtime image with Horovod and PyTorch (CPU build) over Open MPI 4.1
-# (Debian bookworm).
+# podmpi runtime image with Horovod and PyTorch (CPU) over Open MPI 4.1
+# (Debian bookworm): Debian's python3-torch 1.13.1 and PyPI's horovod 0.28.1
+# compiled against it, with MPI and Gloo (elastic horovodrun).
 #
 #   make images            (or: images/build.sh horovod)
 #
-# Needs PyPI and download.pytorch.org at build time. No OpenSSH client or
-# server: worker-agent is the SSH server (port 2222) and podmpi's ssh
-# (/opt/podmpi/bin, first on PATH) is the ssh of mpirun and of horovodrun,
-# whose pre-flight and task lines it accepts. One image serves both roles:
+# PyPI serves horovod only as source (about 13 minutes of compiling on 2
+# cores). scripts/horovod-wheel.sh compiles it once per machine and caches
+# the wheel by the versions it depends on; images/build.sh passes that
+# cache's wheels/ folder as the build context "horovod-wheels", and the same
+# script, run here, installs the wheel whose key is this image's (the
+# python3-torch, Open MPI and Python this image installs) or, when there is
+# none (a plain `docker build`, another Debian point release), compiles it
+# here. Needs Debian's apt and PyPI at build time; nothing from
+# download.pytorch.org.
+#
+# No OpenSSH client or server: worker-agent is the SSH server (port 2222) and
+# podmpi's ssh (/opt/podmpi/bin, first on PATH) is the ssh of mpirun and of
+# horovodrun, whose pre-flight and task lines it accepts. One image serves
+# both roles:
 #   worker   (default CMD)  worker-agent --ssh.listen-address :2222 --web.listen-address :9022
-#   launcher                launcher -- mpirun -np N python3 /usr/local/share/podmpi/horovod_allreduce.py
-#                           or horovodrun -np N -H w-0:2,w-1:2 -p 2222 python3 ...
+#   launcher                horovodrun -np N -H w-0.job:1,w-1.job:1 -p 2222 python3 /usr/local/share/podmpi/horovod_allreduce.py
+#                           or launcher -- mpirun -np N python3 /usr/local/share/podmpi/horovod_allreduce.py
+#   elastic                 horovodrun -np 2 --min-np 2 --max-np 3 -p 2222 \
+#                             --host-discovery-script "launcher discover-hosts" \
+#                             python3 /usr/local/share/podmpi/horovod_elastic.py
 # Runs as UID 1000, GID 0 by default and under any UID with GID 0 and a
-# read-only root file system: it writes only to /tmp (mount an emptyDir there)
-# and /dev/shm. The build context is the repository root.
+# read-only root file system: it writes to /tmp (mount an emptyDir there),
+# /dev/shm, and, for horovodrun, to $HOME/.horovod (its host checks, kept an
+# hour): mount an emptyDir at /home/mpiuser too, as the example runtimes do,
+# or pass horovodrun --disable-cache. The build context is the repository
+# root.
 
 # The binaries: the podmpi image (images/podmpi.Dockerfile), which
 # images/build.sh builds first and passes here.
 ARG PODMPI_IMAGE=localhost/podmpi/podmpi:latest
 ARG BASE_IMAGE=docker.io/library/debian:bookworm-slim
-# Horovod 0.28.1 is the last release; it builds against PyTorch up to 2.1.
-ARG HOROVOD_VERSION=0.28.1
-ARG TORCH_VERSION=2.1.2
 
 # ---- the binaries, from the binaries-only image: /opt/podmpi.
 FROM ${PODMPI_IMAGE} AS podmpi
 
-# ---- Horovod compiled against this image's Open MPI and PyTorch, in a venv.
-FROM ${BASE_IMAGE} AS hvd-build
-ARG HOROVOD_VERSION
-ARG TORCH_VERSION
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates g++ make cmake \
-        python3 python3-dev python3-venv libopenmpi-dev \
-    && rm -rf /var/lib/apt/lists/*
-RUN set -eux; \
-    python3 -m venv /opt/venv; \
-    /opt/venv/bin/pip install --no-cache-dir --upgrade pip setuptools wheel; \
-    /opt/venv/bin/pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu "torch==${TORCH_VERSION}+cpu"; \
-    /opt/venv/bin/pip install --no-cache-dir packaging psutil pyyaml cloudpickle cffi; \
-    HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_GLOO=1 \
-    HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_CPU_OPERATIONS=MPI \
-        /opt/venv/bin/pip install --no-cache-dir --no-build-isolation "horovod==${HOROVOD_VERSION}"; \
-    /opt/venv/bin/horovodrun --check-build | tee /tmp/check; \
-    grep -q '\[X\] PyTorch' /tmp/check; grep -q '\[X\] MPI' /tmp/check
+# ---- wheels compiled earlier by scripts/horovod-wheel.sh: images/build.sh
+# replaces this empty stage with its cache's wheels/ folder
+# (--build-context horovod-wheels=<cache>/wheels, podman 4.3+ or BuildKit).
+FROM scratch AS horovod-wheels
 
-# ---- runtime
-FROM ${BASE_IMAGE}
+# ---- Open MPI, Debian's PyTorch (CPU), python3; no OpenSSH.
+FROM ${BASE_IMAGE} AS base
 # openmpi-bin depends on "openssh-client | ssh-client". A local empty package
 # that provides ssh-client satisfies it truthfully (podmpi-rsh is the ssh
 # client) and keeps OpenSSH out of the image; the last line proves it.
@@ -59,14 +59,27 @@ RUN set -eux; \
         > /tmp/pkg/DEBIAN/control; \
     dpkg-deb --root-owner-group --build /tmp/pkg /tmp/podmpi-ssh-client.deb; \
     apt-get update; \
-    apt-get install -y --no-install-recommends /tmp/podmpi-ssh-client.deb openmpi-bin python3 libgomp1; \
+    apt-get install -y --no-install-recommends /tmp/podmpi-ssh-client.deb openmpi-bin python3 python3-torch; \
+    ln -s python3 /usr/bin/python; \
     rm -rf /var/lib/apt/lists/* /tmp/pkg /tmp/podmpi-ssh-client.deb; \
     if dpkg-query -W -f '${db:Status-Status} ${Package}\n' 'openssh-*' 2>/dev/null | grep '^installed' \
         || command -v ssh || command -v sshd; then \
         echo 'OpenSSH must not be in this image' >&2; exit 1; fi
-COPY --from=hvd-build /opt/venv /opt/venv
-COPY images/src/horovod_allreduce.py /usr/local/share/podmpi/horovod_allreduce.py
-ENV PATH=/opt/podmpi/bin:/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+
+# ---- Horovod in the venv /opt/venv (--system-site-packages: Debian's
+# torch), from the cached wheel of this image's key, else compiled here
+# (the compilers stay in this stage).
+FROM base AS horovod
+COPY scripts/horovod-wheel.sh scripts/lib.sh /src/scripts/
+COPY --from=horovod-wheels . /var/cache/podmpi/horovod/wheels/
+RUN set -eux; \
+    PODMPI_HOROVOD_NICE=0 /src/scripts/horovod-wheel.sh --venv /opt/venv; \
+    /opt/venv/bin/horovodrun --check-build
+
+# ---- runtime
+FROM base
+COPY --from=horovod /opt/venv /opt/venv
+COPY images/src/horovod_allreduce.py images/src/horovod_elastic.py /usr/local/share/podmpi/
 
 # /opt/podmpi exactly as the podmpi image holds it (worker-agent needs glibc
 # 2.28 or later), first on PATH: ssh is podmpi's client for everything that
@@ -82,17 +95,17 @@ RUN set -eux; \
     chown -R 1000:0 /home/mpiuser; \
     chmod -R g=u /home/mpiuser; \
     chmod 1777 /tmp; \
+    PATH=/opt/podmpi/bin:/opt/venv/bin:$PATH; \
     worker-agent --help >/dev/null; launcher --help >/dev/null; \
-    test "$(command -v ssh)" = /opt/podmpi/bin/ssh; test "$(command -v mpirun)" = /opt/podmpi/bin/mpirun
-
+    test "$(command -v ssh)" = /opt/podmpi/bin/ssh; test "$(command -v mpirun)" = /opt/podmpi/bin/mpirun; \
+    test "$(command -v python3)" = /opt/venv/bin/python3; \
+    python3 -c 'import horovod.torch, torch'
 
 ARG VERSION=devel
 ARG REVISION=unknown
 ARG CREATED=unknown
-ARG HOROVOD_VERSION
-ARG TORCH_VERSION
 LABEL org.opencontainers.image.title="podmpi-horovod" \
-      org.opencontainers.image.description="Horovod ${HOROVOD_VERSION} + PyTorch ${TORCH_VERSION} (CPU) on Open MPI 4.1 with podmpi worker-agent and launcher; no OpenSSH; non-root (1000:0), read-only-root ready" \
+      org.opencontainers.image.description="Horovod 0.28.1 (MPI, Gloo) + Debian's PyTorch 1.13.1 (CPU) on Open MPI 4.1 with podmpi worker-agent and launcher; no OpenSSH; non-root (1000:0), read-only-root ready" \
       org.opencontainers.image.source="https://github.com/podmpi/podmpi" \
       org.opencontainers.image.url="https://github.com/podmpi/podmpi/tree/main/images" \
       org.opencontainers.image.documentation="https://github.com/podmpi/podmpi/blob/main/images/README.md" \
@@ -109,13 +122,18 @@ LABEL org.opencontainers.image.title="podmpi-horovod" \
 # not have.
 # SHELL: no passwd entry under an arbitrary UID, so say which shell runs
 # remote commands (worker-agent) and which shell mpirun assumes locally.
-ENV HOME=/home/mpiuser \
+# keep_fqdn_hostnames: horovodrun hands Open MPI 4 `-H w-0.job:1,...`, whose
+# subdomain it strips otherwise (the short name does not resolve in a pod);
+# podmpi's mpirun sets it too, this covers a PATH without it.
+ENV PATH=/opt/podmpi/bin:/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    HOME=/home/mpiuser \
     SHELL=/bin/bash \
     TMPDIR=/tmp \
     PYTHONDONTWRITEBYTECODE=1 \
     XDG_CACHE_HOME=/tmp/.cache \
     TORCH_HOME=/tmp/.cache/torch \
-    OMPI_MCA_btl_vader_single_copy_mechanism=none
+    OMPI_MCA_btl_vader_single_copy_mechanism=none \
+    OMPI_MCA_orte_keep_fqdn_hostnames=1
 USER 1000:0
 WORKDIR /home/mpiuser
 EXPOSE 2222 9022

@@ -20,9 +20,12 @@
 #   wheels/<key>/key          what the key is made of, one per line (written
 #                             last: a folder without it is an unfinished build)
 #   wheels/<key>/check-build  horovodrun --check-build of it
+#   wheels/<key>/*.whl, deps  Horovod's dependencies from PyPI (cloudpickle,
+#                             psutil, pyyaml, packaging, cffi, pycparser) and
+#                             their list: venvs install from this folder only
 #   venvs/<key>/              a python3 venv (--system-site-packages, so that
-#                             Debian's torch imports) with the wheel and
-#                             Horovod's pure-Python dependencies from PyPI:
+#                             Debian's torch imports) with the wheel and its
+#                             dependencies:
 #                             bin/horovodrun, python3 -c 'import horovod.torch'
 #   <key>.log, <key>.lock     the build's log and lock (outside wheels/, which
 #                             the image build copies in whole)
@@ -91,6 +94,7 @@ key_of() {
   echo "horovod$version-torch$torch-py$py-ompi$ompi-$rel-$(uname -m)-$flags" | tr ':' '_'
 }
 wheel_ready() { [ -f "$wheels/key" ] && ls "$wheels"/horovod-"$version"-*.whl >/dev/null 2>&1; }
+deps_ready() { [ -f "$wheels/deps" ]; }
 venv_ready() { [ -x "$1/bin/horovodrun" ] && [ -f "$1/.podmpi-horovod-key" ] && [ "$(cat "$1/.podmpi-horovod-key")" = "$key" ]; }
 
 if [ "$mode" = print ]; then
@@ -105,12 +109,17 @@ if ! key=$(key_of); then
 fi
 wheels=$root/wheels/$key
 [ "$mode" = venv ] || venv=$root/venvs/$key
-if wheel_ready && venv_ready "$venv"; then
+if wheel_ready && deps_ready && venv_ready "$venv"; then
   echo "$name: cached in $wheels"
   echo "$venv"
   exit 0
 fi
 mkdir -p "$root/wheels" "$root/venvs" "$PIP_CACHE_DIR" || { echo "$name: cannot create $root (root?)"; exit 1; }
+# python3-venv (ensurepip) and the rest of what a venv needs, when missing
+# (the image's build stage has torch and Open MPI, so a key, but no venv).
+if [ "$(id -u)" -eq 0 ]; then
+  install_missing horovod-wheel "${key_deps[@]}"
+fi
 log="$root/$key.log"
 # A cold build is about 15 minutes (more on a loaded machine): the wait is
 # bounded well above that.
@@ -159,19 +168,30 @@ if ! wheel_ready; then
   echo "$name: wheel compiled in $(($(date +%s) - start)) s"
 fi
 
-if ! venv_ready "$venv"; then
-  rm -rf "$venv"
-  run "$python" -m venv --system-site-packages "$venv"
-  run pip "$venv" install "$wheels"/horovod-"$version"-*.whl
-  # horovodrun lists what the library was built with; the key promises
-  # PyTorch, MPI and Gloo.
-  "$venv/bin/horovodrun" --check-build >"$venv/check-build" 2>>"$log" || true
-  for f in PyTorch MPI Gloo; do
-    grep -q "\[X\] $f" "$venv/check-build" ||
-      { echo "$name: installed, but horovodrun --check-build does not list $f:"; cat "$venv/check-build"; exit 1; }
-  done
-  [ -f "$wheels/check-build" ] || cp "$venv/check-build" "$wheels/check-build"
-  echo "$key" >"$venv/.podmpi-horovod-key"
+if ! venv_ready "$venv" || ! deps_ready; then
+  if ! venv_ready "$venv"; then
+    rm -rf "$venv"
+    run "$python" -m venv --system-site-packages "$venv"
+  fi
+  if ! deps_ready; then
+    # Horovod's dependencies as wheels beside it, so that a venv (the
+    # image's too, which gets this folder) installs without PyPI.
+    run pip "$venv" download --only-binary=:all: -d "$wheels" "${py_deps[@]}"
+    (cd "$wheels" && ls -- *.whl | grep -v "^horovod-") >"$wheels/deps.tmp"
+    mv "$wheels/deps.tmp" "$wheels/deps"
+  fi
+  if ! venv_ready "$venv"; then
+    run pip "$venv" install --no-index --find-links "$wheels" "$wheels"/horovod-"$version"-*.whl
+    # horovodrun lists what the library was built with; the key promises
+    # PyTorch, MPI and Gloo.
+    "$venv/bin/horovodrun" --check-build >"$venv/check-build" 2>>"$log" || true
+    for f in PyTorch MPI Gloo; do
+      grep -q "\[X\] $f" "$venv/check-build" ||
+        { echo "$name: installed, but horovodrun --check-build does not list $f:"; cat "$venv/check-build"; exit 1; }
+    done
+    [ -f "$wheels/check-build" ] || cp "$venv/check-build" "$wheels/check-build"
+    echo "$key" >"$venv/.podmpi-horovod-key"
+  fi
   chmod -R a+rX "$venv" "$wheels"
 fi
 echo "$name: ready in $(($(date +%s) - start)) s: $venv"

@@ -172,7 +172,7 @@ func TestBinariesImage(t *testing.T) {
 
 	// The MPI images carry exactly these binaries, and /opt/podmpi/bin first
 	// on PATH: every podmpi name is found there.
-	for _, mpi := range []string{"openmpi", "mpich", "intelmpi"} {
+	for _, mpi := range []string{"openmpi", "mpich", "intelmpi", "horovod"} {
 		ref := imagePrefix() + "/" + mpi + ":" + tag
 		args := append(append([]string{"run", "--rm", "--network=none"}, pm.ulimits...), ref, "sh", "-c",
 			"sha256sum /opt/podmpi/bin/worker-agent /opt/podmpi/bin/launcher /opt/podmpi/bin/"+rsh.Name+"; for n in worker-agent launcher "+

@@ -16,6 +16,8 @@
 // one launcher and three workers, each with an arbitrary UID in group 0 and no
 // passwd entry, a read-only root with only /tmp writable, no capabilities and
 // no-new-privileges, and runs an MPI allreduce across them.
+// TestHorovodAcrossContainers does the same with the Horovod image and
+// horovodrun as its users type it (no "launcher --").
 //
 // It needs root, podman and the images; "make image-test" (images/test.sh)
 // builds them and sets PODMPI_IMAGE_TEST=1. Without that variable those tests
