@@ -314,22 +314,3 @@ func checkSDKRuntime(t *testing.T, r sdkResult, rt string) {
 		t.Errorf("the SDK reads framework %q from %s, want its trainer.kubeflow.org/framework label %q", rtr.Framework, rt, rt)
 	}
 }
-
-// TestHorovodSSH runs the pre-flight check horovodrun makes on every host
-// from the launcher pod: ssh with its options after the host name.
-func TestHorovodSSH(t *testing.T) {
-	need(t)
-	installRuntimes(t, nil)
-	ns := namespace(t, "horovod", true)
-	tj := trainJob(t, "podmpi-openmpi")
-	host := tj.GetName() + "-node-0-0." + tj.GetName()
-	unstructured.RemoveNestedField(tj.Object, "spec", "trainer", "args")
-	setNested(t, tj, []any{"bash", "-c",
-		"for i in 1 2 3 4 5; do ssh -o PasswordAuthentication=no -o StrictHostKeyChecking=no " + host +
-			" -p 2222 -o ConnectTimeout=10 true && echo horovod-ssh-ok && exit 0; sleep 2; done; exit 1"},
-		"spec", "trainer", "command")
-	r := runTrainJob(t, ns, tj, 4*time.Minute)
-	if !r.complete || !strings.Contains(r.log, "horovod-ssh-ok") {
-		t.Fatalf("horovodrun-shaped ssh from the launcher pod failed: %s; log:\n%s", r.message, lastLines(r.log, 30))
-	}
-}
