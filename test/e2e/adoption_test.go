@@ -170,18 +170,8 @@ func TestAdoption(t *testing.T) {
 	// `launcher -- mpiexec.hydra ...` keeps working with the bin dir first:
 	// its mpiexec.hydra is the real one (Hydra finds its proxy next to it).
 	t.Run("launcher-dashdash/bin-first", func(t *testing.T) {
-		f.seq++
-		run := filepath.Join(work, fmt.Sprintf("run-%s-dd-%d", f.job, f.seq))
 		start := time.Now()
-		p, err := StartLauncher(ctx, f.c, 0, bin, LauncherOptions{
-			AuthDir: authDir, RunDir: run, Flags: f.workersFlag(3), Env: []string{"PATH=" + adoptPath()},
-			Command: []string{"mpiexec.hydra", "hostname"},
-			Log:     filepath.Join(f.c.LogDir(), fmt.Sprintf("launcher-dd-%d.log", f.seq)),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = p.Stop() })
+		p := f.launchEnv(t, ctx, []string{"PATH=" + adoptPath()}, f.workersFlag(3), "mpiexec.hydra", "hostname")
 		r := wait(t, p, start, runFor)
 		mustSucceed(t, r)
 		if n := strings.Count(r.out, "== init done"); n != 1 {

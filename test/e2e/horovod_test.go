@@ -163,18 +163,9 @@ func TestHorovod(t *testing.T) {
 	// probe, wiring), then horovodrun, whose mpirun runs at once
 	// (PODMPI_LAUNCHER_PID) with the launcher's wiring.
 	t.Run("launcher-dashdash", func(t *testing.T) {
-		f.seq++
-		run := filepath.Join(work, fmt.Sprintf("run-%s-dd-%d", f.job, f.seq))
 		start := time.Now()
-		p, err := StartLauncher(ctx, f.c, 0, bin, LauncherOptions{
-			AuthDir: authDir, RunDir: run, Flags: f.workersFlag(3), Env: []string{"PATH=" + path},
-			Command: []string{"horovodrun", "-np", "3", "-H", strings.Join(hostSlots, ","), "-p", "2222", "python3", train},
-			Log:     filepath.Join(f.c.LogDir(), fmt.Sprintf("launcher-hvd-%d.log", f.seq)),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = p.Stop() })
+		p := f.launchEnv(t, ctx, []string{"PATH=" + path}, f.workersFlag(3),
+			"horovodrun", "-np", "3", "-H", strings.Join(hostSlots, ","), "-p", "2222", "python3", train)
 		r := wait(t, p, start, runFor)
 		mustSucceed(t, r)
 		checkHorovodRanks(t, r, 3, workers...)

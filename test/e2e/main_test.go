@@ -278,16 +278,29 @@ func (f *fixture) agentPIDs() map[int][]int {
 // launch starts the launcher in pod 0.
 func (f *fixture) launch(t *testing.T, ctx context.Context, flags []string, command ...string) *harness.Proc {
 	t.Helper()
-	return f.launchIn(t, ctx, 0, flags, command...)
+	return f.start(t, ctx, 0, nil, flags, command...)
 }
 
-// launchIn starts the launcher in pod, with a run directory of its own.
+// launchIn starts the launcher in pod.
 func (f *fixture) launchIn(t *testing.T, ctx context.Context, pod int, flags []string, command ...string) *harness.Proc {
+	t.Helper()
+	return f.start(t, ctx, pod, nil, flags, command...)
+}
+
+// launchEnv starts the launcher in pod 0 with the extra environment env.
+func (f *fixture) launchEnv(t *testing.T, ctx context.Context, env, flags []string, command ...string) *harness.Proc {
+	t.Helper()
+	return f.start(t, ctx, 0, env, flags, command...)
+}
+
+// start starts the launcher in pod with the extra environment env and a
+// run directory of its own.
+func (f *fixture) start(t *testing.T, ctx context.Context, pod int, env, flags []string, command ...string) *harness.Proc {
 	t.Helper()
 	f.seq++
 	run := filepath.Join(work, fmt.Sprintf("run-%s-%d", f.job, f.seq))
 	p, err := StartLauncher(ctx, f.c, pod, bin, LauncherOptions{
-		AuthDir: authDir, RunDir: run, Flags: flags, Command: command,
+		AuthDir: authDir, RunDir: run, Flags: flags, Command: command, Env: env,
 		Log: filepath.Join(f.c.LogDir(), fmt.Sprintf("launcher-%d.log", f.seq)),
 	})
 	if err != nil {
