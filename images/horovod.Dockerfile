@@ -4,8 +4,7 @@
 #
 #   make images            (or: images/build.sh horovod)
 #
-# PyPI serves horovod only as source (about 13 minutes of compiling on 2
-# cores). scripts/horovod-wheel.sh compiles it once per machine and caches
+# PyPI serves horovod only as source (about 8 CPU-minutes of compiling). scripts/horovod-wheel.sh compiles it once per machine and caches
 # the wheel by the versions it depends on; images/build.sh passes that
 # cache's wheels/ folder as the build context "horovod-wheels", and the same
 # script, run here, installs the wheel whose key is this image's (the

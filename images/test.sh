@@ -39,7 +39,7 @@ start=$(date +%s)
 if [[ "${PODMPI_IMAGE_TEST_BUILD:-1}" != 0 ]]; then
 	# The Horovod wheel first: in .ci/run make test's TestHorovod has already
 	# waited for it (a fraction of a second here); on a fresh machine this
-	# compiles it (about 9 CPU-minutes). Without it the Horovod image compiles
+	# compiles it (about 8 CPU-minutes). Without it the Horovod image compiles
 	# Horovod itself, as a build elsewhere does.
 	hvd_log=${TMPDIR:-/tmp}/podmpi-horovod-wheel.log
 	hvd_start=$(date +%s)

@@ -2,8 +2,9 @@
 # Builds (once) PyPI's Horovod against Debian's PyTorch and Open MPI, for the
 # Horovod end-to-end tests (test/e2e), the Horovod image
 # (images/horovod.Dockerfile) and its cluster test. PyPI serves Horovod only
-# as source, and it compiles for about 13 minutes on 2 idle cores, so the
-# wheel is cached, keyed by everything the compiled code depends on:
+# as source, and its compile costs about 8 CPU-minutes (18-33 minutes wall
+# on a busy 2-core machine), so the wheel is cached, keyed by everything the
+# compiled code depends on:
 #
 #   scripts/horovod-wheel.sh             the wheel and a venv with it, each built
 #                                        unless cached; the last line printed is
@@ -121,7 +122,7 @@ if [ "$(id -u)" -eq 0 ]; then
   install_missing horovod-wheel "${key_deps[@]}"
 fi
 log="$root/$key.log"
-# A cold build is about 15 minutes (more on a loaded machine): the wait is
+# A cold build takes 18-33 minutes on a busy 2-core machine: the wait is
 # bounded well above that.
 exec 9>"$root/$key.lock"
 if ! flock -n 9; then
@@ -136,7 +137,7 @@ pip() { "$1/bin/pip" --disable-pip-version-check "${@:2}"; }
 
 if ! wheel_ready; then
   install_missing horovod-wheel "${key_deps[@]}" "${build_deps[@]}"
-  echo "$name: compiling into $wheels (about 15 minutes on 2 cores; log $log)"
+  echo "$name: compiling into $wheels (about 8 CPU-minutes; log $log)"
   : >"$log"
   # Built in place under the lock; a build cut short leaves a folder
   # without its key file, which the next run clears.

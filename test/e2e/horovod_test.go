@@ -61,7 +61,7 @@ func horovodVenv(t *testing.T) string {
 		_, err = os.Stat(filepath.Join(venv, "bin", "horovodrun"))
 	}
 	if err != nil {
-		t.Skipf("no Horovod venv (%v %s); scripts/horovod-wheel.sh builds it, about 15 minutes on 2 cores, and %s=1 waits for it",
+		t.Skipf("no Horovod venv (%v %s); scripts/horovod-wheel.sh builds it, about 8 CPU-minutes, and %s=1 waits for it",
 			err, venv, EnvHorovodTest)
 	}
 	return venv
