@@ -4,14 +4,15 @@
 #
 #   make images            (or: images/build.sh horovod)
 #
-# PyPI serves horovod only as source (about 8 CPU-minutes of compiling). scripts/horovod-wheel.sh compiles it once per machine and caches
-# the wheel by the versions it depends on; images/build.sh passes that
-# cache's wheels/ folder as the build context "horovod-wheels", and the same
-# script, run here, installs the wheel whose key is this image's (the
-# python3-torch, Open MPI and Python this image installs) or, when there is
-# none (a plain `docker build`, another Debian point release), compiles it
-# here. Needs Debian's apt and PyPI at build time; nothing from
-# download.pytorch.org.
+# PyPI serves horovod only as source (about 8 CPU-minutes of compiling).
+# scripts/horovod-wheel.sh compiles it once per machine and caches the wheel,
+# with the wheels of its Python dependencies, by the versions it depends on;
+# images/build.sh passes that cache's wheels/ folder as the build context
+# "horovod-wheels", and the same script, run here, installs the wheel whose
+# key is this image's (the python3-torch, Open MPI and Python this image
+# installs) or, when there is none (a plain `docker build`, another Debian
+# point release), compiles it here. Needs Debian's apt at build time, and
+# PyPI only to compile; nothing from download.pytorch.org.
 #
 # No OpenSSH client or server: worker-agent is the SSH server (port 2222) and
 # podmpi's ssh (/opt/podmpi/bin, first on PATH) is the ssh of mpirun and of
