@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-
 	"github.com/podmpi/podmpi/test/cluster"
 )
 
