@@ -1,0 +1,247 @@
+package trainerstatus
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// trainer is a stand-in for Trainer's status endpoint: TLS with its own
+// CA, a bearer token it expects, and every request it took.
+type trainer struct {
+	srv   *httptest.Server
+	mu    sync.Mutex
+	token string
+	code  int
+	got   []recorded
+}
+
+type recorded struct {
+	auth string
+	body Request
+}
+
+func newTrainer(t *testing.T) *trainer {
+	tr := &trainer{code: 200}
+	tr.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		var req Request
+		_ = json.Unmarshal(b, &req)
+		tr.mu.Lock()
+		tr.got = append(tr.got, recorded{r.Header.Get("Authorization"), req})
+		code, token := tr.code, tr.token
+		tr.mu.Unlock()
+		if r.Header.Get("Authorization") != "Bearer "+token {
+			code = http.StatusForbidden
+		}
+		w.WriteHeader(code)
+		_, _ = w.Write(b)
+	}))
+	t.Cleanup(tr.srv.Close)
+	return tr
+}
+
+func (tr *trainer) requests() []recorded {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return append([]recorded(nil), tr.got...)
+}
+
+// endpoint writes the trainer's CA and a token into dir, as the kubelet
+// mounts them, and returns the endpoint the variables would name.
+func (tr *trainer) endpoint(t *testing.T, dir, token string) Endpoint {
+	t.Helper()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tr.srv.Certificate().Raw})
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), ca, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tr.rotate(t, dir, token)
+	u, _ := url.Parse(tr.srv.URL + "/apis/trainer.kubeflow.org/v1alpha1/namespaces/ns/trainjobs/tj/status")
+	return Endpoint{URL: u, TokenFile: filepath.Join(dir, "token"), CAFile: filepath.Join(dir, "ca.crt")}
+}
+
+// rotate writes a new token, as the kubelet does before the old expires.
+func (tr *trainer) rotate(t *testing.T, dir, token string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tr.mu.Lock()
+	tr.token = token
+	tr.mu.Unlock()
+}
+
+func TestClientPost(t *testing.T) {
+	t.Parallel()
+	tr := newTrainer(t)
+	dir := t.TempDir()
+	c := NewClient(tr.endpoint(t, dir, "first"))
+	ctx := context.Background()
+	st := &Status{Metrics: []Metric{{Name: "podmpi_phase", Value: "probe"}}, LastUpdatedTime: "2026-11-27T22:00:00Z"}
+	if a, err := c.Post(ctx, st); err != nil || a.Code != 200 {
+		t.Fatalf("post: %v %+v", err, a)
+	}
+	// The kubelet rotates the token: the next request carries the new one.
+	tr.rotate(t, dir, "second")
+	if a, err := c.Post(ctx, st); err != nil || a.Code != 200 {
+		t.Fatalf("post after rotation: %v %+v", err, a)
+	}
+	got := tr.requests()
+	if len(got) != 2 || got[0].auth != "Bearer first" || got[1].auth != "Bearer second" {
+		t.Fatalf("requests %+v", got)
+	}
+	if m := got[1].body.TrainerStatus.Metrics; len(m) != 1 || m[0].Name != "podmpi_phase" {
+		t.Fatalf("body %+v", got[1].body)
+	}
+
+	// A missing token is an error that names the file, never a request.
+	os.Remove(filepath.Join(dir, "token"))
+	if _, err := c.Post(ctx, st); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "token")) {
+		t.Fatalf("missing token: %v", err)
+	}
+	if n := len(tr.requests()); n != 2 {
+		t.Fatalf("%d requests, want 2", n)
+	}
+	// A CA that did not sign the server's certificate: no request gets
+	// through, and the error says why.
+	tr.rotate(t, dir, "third")
+	other := httptest.NewTLSServer(http.NotFoundHandler())
+	defer other.Close()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: other.Certificate().Raw})
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), ca, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Post(ctx, st); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("wrong CA: %v", err)
+	}
+}
+
+// TestProxy drives the local endpoint as a rank does, over TLS verified
+// with the CA file it wrote, and checks what reaches Trainer.
+func TestProxy(t *testing.T) {
+	t.Parallel()
+	tr := newTrainer(t)
+	var logs bytes.Buffer
+	rep := NewReporter(NewClient(tr.endpoint(t, t.TempDir(), "trainer-token")), slog.New(slog.NewTextHandler(&logs, nil)))
+	rep.Set([]Metric{{Name: "podmpi_phase", Value: "mpirun"}, {Name: "podmpi_workers_reachable", Value: "2"}})
+
+	local, err := NewLocal(filepath.Join(t.TempDir(), "status"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const path = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/ns/trainjobs/tj/status"
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := local.Server(Proxy(rep, path, local.Token))
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	t.Cleanup(func() { srv.Close() })
+
+	// What a rank sees: the three variables, files it can read.
+	env := Env(ln.Addr().(*net.TCPAddr).Port, path, local.TokenFile, local.CAFile)
+	vars := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		vars[k] = v
+	}
+	caPEM, err := os.ReadFile(vars[EnvCACert])
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := os.ReadFile(vars[EnvToken])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(vars[EnvToken]); fi.Mode().Perm() != 0o600 {
+		t.Errorf("token file mode %v, want 0600", fi.Mode().Perm())
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		t.Fatal("CA file holds no certificate")
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	post := func(url, tok, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("POST: %v", err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	tok := strings.TrimSpace(string(token))
+	u := vars[EnvURL]
+	if !strings.HasPrefix(u, "https://127.0.0.1:") {
+		t.Fatalf("URL %s", u)
+	}
+
+	// Refusals: each with its reason, none reaches Trainer.
+	for _, tc := range []struct {
+		name, url, tok, body string
+		code                 int
+		says                 string
+	}{
+		{"Trainer's token", u, "trainer-token", `{}`, 403, "does not take Trainer's token"},
+		{"no token", u, "", `{}`, 403, "forbidden"},
+		{"other path", strings.TrimSuffix(u, "/status"), tok, `{}`, 404, "takes the job's status at"},
+		{"bad body", u, tok, `{"trainerStatus":{"progressPercentage":200}}`, 422, "not between 0 and 100"},
+		{"too big", u, tok, `{"a":"` + strings.Repeat("a", MaxBody) + `"}`, 413, "over the 65536"},
+		{"empty request", u, tok, `{}`, 200, "{}"},
+	} {
+		code, body := post(tc.url, tc.tok, tc.body)
+		if code != tc.code || !strings.Contains(body, tc.says) {
+			t.Errorf("%s: %d %s, want %d with %q", tc.name, code, body, tc.code, tc.says)
+		}
+	}
+	if n := len(tr.requests()); n != 0 {
+		t.Fatalf("%d refused requests reached Trainer", n)
+	}
+
+	// What the SDK sends: it reaches Trainer with Trainer's token, the
+	// rank's progress and metrics first, podmpi's after.
+	code, body := post(u, tok, `{"trainerStatus":{"lastUpdatedTime":"2026-11-27T22:00:00.123456+00:00","progressPercentage":50,"metrics":[{"name":"loss","value":"0.25"}]}}`)
+	if code != 200 || !strings.Contains(body, `"progressPercentage":50`) {
+		t.Fatalf("status post: %d %s", code, body)
+	}
+	got := tr.requests()
+	if len(got) != 1 || got[0].auth != "Bearer trainer-token" {
+		t.Fatalf("Trainer got %+v", got)
+	}
+	st := got[0].body.TrainerStatus
+	if st == nil || *st.ProgressPercentage != 50 || st.LastUpdatedTime != "2026-11-27T22:00:00.123456+00:00" || len(st.Metrics) != 3 ||
+		st.Metrics[0].Name != "loss" || st.Metrics[1].Name != "podmpi_phase" {
+		t.Fatalf("Trainer got status %+v", st)
+	}
+
+	// Trainer's refusal goes back to the rank, and the launcher warns once.
+	tr.mu.Lock()
+	tr.code = http.StatusUnprocessableEntity
+	tr.mu.Unlock()
+	rep.mu.Lock()
+	rep.last = rep.last.Add(-MinInterval) // the pace allows the next one now
+	rep.mu.Unlock()
+	if code, _ := post(u, tok, `{"trainerStatus":{"progressPercentage":60}}`); code != http.StatusUnprocessableEntity {
+		t.Fatalf("Trainer's 422 answered to the rank as %d", code)
+	}
+	if !strings.Contains(logs.String(), "level=WARN") || strings.Contains(logs.String(), "trainer-token") {
+		t.Fatalf("launcher log: %s", logs.String())
+	}
+}
