@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // trainer is a stand-in for Trainer's status endpoint: TLS with its own
@@ -119,9 +120,11 @@ func TestClientPost(t *testing.T) {
 	// A CA that did not sign the server's certificate: no request gets
 	// through, and the error says why.
 	tr.rotate(t, dir, "third")
-	other := httptest.NewTLSServer(http.NotFoundHandler())
-	defer other.Close()
-	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: other.Certificate().Raw})
+	// (httptest's servers all share one certificate: make another CA.)
+	ca, _, err := newCertificate(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), ca, 0o644); err != nil {
 		t.Fatal(err)
 	}
