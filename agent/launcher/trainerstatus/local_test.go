@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -246,5 +247,62 @@ func TestProxy(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "level=WARN") || strings.Contains(logs.String(), "trainer-token") {
 		t.Fatalf("launcher log: %s", logs.String())
+	}
+}
+
+// TestSDKThroughLocalEndpoint: the Kubeflow SDK's own, unchanged
+// update_trainjob_status, run as a rank runs it (the three variables
+// pointing at podmpi's endpoint), moves the status at Trainer's. It needs
+// a python3 with the SDK (package kubeflow): PODMPI_SDK_PYTHON names it
+// (.ci/run installs one).
+func TestSDKThroughLocalEndpoint(t *testing.T) {
+	t.Parallel()
+	py := os.Getenv("PODMPI_SDK_PYTHON")
+	if py == "" {
+		t.Skip("PODMPI_SDK_PYTHON is not set: no python3 with the Kubeflow SDK to drive the endpoint")
+	}
+	tr := newTrainer(t)
+	rep := NewReporter(NewClient(tr.endpoint(t, t.TempDir(), "trainer-token")), nil)
+	rep.Set([]Metric{{Name: "podmpi_phase", Value: "mpirun"}})
+	local, err := NewLocal(filepath.Join(t.TempDir(), "status"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const path = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/ns/trainjobs/tj/status"
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := local.Server(Proxy(rep, path, local.Token))
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	t.Cleanup(func() { srv.Close() })
+
+	// The SDK's import takes 3 s of CPU (the Kubernetes client): a loaded
+	// machine makes that a minute.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, "-c", `
+import sys
+from kubeflow.trainer import update_trainjob_status
+ok = update_trainjob_status(progress_percent=50, metrics={"loss": 0.25, "epoch": 2})
+print("sent" if ok else "not sent")
+sys.exit(0 if ok else 1)
+`)
+	cmd.Env = append(os.Environ(), Env(ln.Addr().(*net.TCPAddr).Port, path, local.TokenFile, local.CAFile)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the SDK's update_trainjob_status: %v\n%s", err, out)
+	}
+	got := tr.requests()
+	if len(got) != 1 || got[0].auth != "Bearer trainer-token" {
+		t.Fatalf("Trainer got %+v", got)
+	}
+	st := got[0].body.TrainerStatus
+	names := []string{}
+	for _, m := range st.Metrics {
+		names = append(names, m.Name+"="+m.Value)
+	}
+	if st.ProgressPercentage == nil || *st.ProgressPercentage != 50 || strings.Join(names, ",") != "loss=0.25,epoch=2,podmpi_phase=mpirun" {
+		t.Fatalf("Trainer got progress %v, metrics %v", st.ProgressPercentage, names)
 	}
 }
