@@ -26,13 +26,18 @@ func Get(env []string, name string) string {
 // Set returns env with name set to value: every earlier entry of name is
 // dropped and one is appended. env itself is not changed.
 func Set(env []string, name, value string) []string {
+	return append(Unset(env, name), name+"="+value)
+}
+
+// Unset returns env without any entry of name. env itself is not changed.
+func Unset(env []string, name string) []string {
 	out := make([]string, 0, len(env)+1)
 	for _, kv := range env {
 		if k, _, _ := strings.Cut(kv, "="); k != name {
 			out = append(out, kv)
 		}
 	}
-	return append(out, name+"="+value)
+	return out
 }
 
 // IsName reports whether name is a variable name as the shell takes one

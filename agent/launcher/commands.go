@@ -39,9 +39,11 @@ func RunJob(ctx context.Context, cfg Config) (exitcode.Code, error) {
 	defer stop()
 	l.connectKube(ctx)
 	defer l.closeKube()
+	l.connectStatus(ctx)
 	code, runErr := l.Run(ctx)
 	l.WriteTerminationLog(cfg.TerminationLog, TerminationMessage(code, runErr))
 	l.recordEnd(code, runErr)
+	l.closeStatus(code, runErr)
 	if err := l.Push(context.Background(), code == exitcode.OK && runErr == nil); err != nil {
 		l.log.Warn("metrics push failed", "err", err)
 	}

@@ -108,6 +108,9 @@ type Config struct {
 	// Kube, when set, is the API client to use instead of connecting
 	// (tests).
 	Kube *kube.Client
+	// Getenv reads the process environment (os.Getenv when nil): Trainer's
+	// status API variables (KUBEFLOW_TRAINER_SERVER_*, status.go).
+	Getenv func(string) string
 
 	Command []string // the user's command, usually mpirun ...
 	// Program is the file Command[0] runs when the caller resolved it (the

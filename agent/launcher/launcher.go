@@ -170,6 +170,9 @@ type Launcher struct {
 	// it (instance.go): `launcher probe` and `launcher hostfile`, run by
 	// hand next to a running job, declare nothing.
 	instance launcherid.Instance
+	// status reports to the TrainJob's status when Trainer gives the
+	// variables (status.go); nil otherwise.
+	status *statusView
 }
 
 // New fills the zero settings of cfg from Defaults() and the missing
@@ -220,12 +223,14 @@ func (l *Launcher) phase(name string, fn func() error) error {
 	t0 := time.Now()
 	l.m.PhaseStart.WithLabelValues(name).Set(float64(t0.UnixNano()) / 1e9)
 	l.log.Info("phase start", "phase", name)
+	l.reportStatus(name)
 	err := fn()
 	d := time.Since(t0)
 	l.m.PhaseDuration.WithLabelValues(name).Set(d.Seconds())
 	if err == nil {
 		l.m.PhaseSuccess.WithLabelValues(name).Set(1)
 		l.log.Info("phase done", "phase", name, "seconds", round(d), "ok", true)
+		l.reportStatus("")
 		return nil
 	}
 	l.m.PhaseSuccess.WithLabelValues(name).Set(0)

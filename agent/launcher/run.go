@@ -151,6 +151,10 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 	// The phases are done: an mpirun/mpiexec of the launcher's started
 	// inside the job runs the real program at once (see RunShim).
 	env = environ.Set(env, EnvLauncherPID, strconv.Itoa(os.Getpid()))
+	// What mpirun starts reports to the TrainJob's status through the
+	// launcher (status.go).
+	env, stopStatus := l.statusEndpoint(env, rshDir)
+	defer stopStatus()
 
 	argv := l.commandHostfile(cfg.Command, p)
 	total := 0
@@ -167,6 +171,7 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 
 	init := time.Since(l.start)
 	l.m.InitDuration.Set(init.Seconds())
+	l.setStatusSlots(total)
 	l.report("== init done in %s; running: %s\n", init.Round(time.Millisecond), strings.Join(argv, " "))
 	l.log.Info("running", "argv0", argv[0], "args", len(argv)-1, "init_seconds", round(init))
 	l.event(kube.Normal, "Initialized", fmt.Sprintf("init done in %s: %d hosts, %d slots, MPI %s %s; running %s",

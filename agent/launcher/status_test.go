@@ -1,0 +1,254 @@
+package launcher
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/podmpi/podmpi/agent/launcher/discovery"
+	"github.com/podmpi/podmpi/agent/launcher/trainerstatus"
+	"github.com/podmpi/podmpi/agent/worker/api"
+)
+
+// fakeTrainer is Trainer's status endpoint as the launcher sees it: TLS
+// with a CA of its own, the job's token, and each request it took.
+type fakeTrainer struct {
+	srv  *httptest.Server
+	mu   sync.Mutex
+	got  []*trainerstatus.Status
+	auth []string
+	env  map[string]string // the three variables, as Trainer gives them
+}
+
+const statusPath = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/ns/trainjobs/tj/status"
+
+func newFakeTrainer(t *testing.T) *fakeTrainer {
+	tr := &fakeTrainer{}
+	tr.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		var req trainerstatus.Request
+		if r.URL.Path != statusPath || json.Unmarshal(b, &req) != nil || req.TrainerStatus == nil {
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			return
+		}
+		tr.mu.Lock()
+		tr.got = append(tr.got, req.TrainerStatus)
+		tr.auth = append(tr.auth, r.Header.Get("Authorization"))
+		tr.mu.Unlock()
+		_, _ = w.Write(b)
+	}))
+	t.Cleanup(tr.srv.Close)
+	dir := t.TempDir()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tr.srv.Certificate().Raw})
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), ca, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte("the-job-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tr.env = map[string]string{
+		trainerstatus.EnvURL:    tr.srv.URL + statusPath,
+		trainerstatus.EnvToken:  filepath.Join(dir, "token"),
+		trainerstatus.EnvCACert: filepath.Join(dir, "ca.crt"),
+	}
+	return tr
+}
+
+func (tr *fakeTrainer) requests() []*trainerstatus.Status {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for _, a := range tr.auth {
+		if a != "Bearer the-job-token" {
+			panic("a request without the job's token: " + a)
+		}
+	}
+	return append([]*trainerstatus.Status(nil), tr.got...)
+}
+
+func metricMap(st *trainerstatus.Status) map[string]string {
+	m := map[string]string{}
+	for _, x := range st.Metrics {
+		m[x.Name] = x.Value
+	}
+	return m
+}
+
+// statusJobConfig is a one-worker job whose command (script, sh -c) runs
+// with the launcher's environment.
+func statusJobConfig(t *testing.T, getenv func(string) string, script string, logs io.Writer) Config {
+	cfg, _ := statusJob(t, getenv, script, logs)
+	return cfg
+}
+
+// statusJob is statusJobConfig with its worker-agent.
+func statusJob(t *testing.T, getenv func(string) string, script string, logs io.Writer) (Config, *fakeAgent) {
+	a := startAgent(t)
+	var out bytes.Buffer
+	return Config{
+		Discovery: discovery.Spec{Workers: []string{"127.0.0.1=1"}, Self: "x"}, DiscoveryTimeout: 5 * time.Second,
+		Implementation: "openmpi4", WorkerWebPort: a.port, SkipProbe: true, Slots: 2,
+		HostfilePath: filepath.Join(t.TempDir(), "hostfile"), TempDir: t.TempDir(), Executable: "/bin/true",
+		Command: []string{"sh", "-c", script}, Stdout: &out, Stderr: &out, Getenv: getenv,
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}, a
+}
+
+// TestStatusReportsTheJob: with Trainer's variables, the launcher reports
+// its phase while it starts, its end, and carries what a rank posts to
+// its own endpoint to Trainer with the job's token, the rank's progress
+// kept beside podmpi's metrics; the rank never sees Trainer's token file.
+func TestStatusReportsTheJob(t *testing.T) {
+	tr := newFakeTrainer(t)
+	dir := t.TempDir()
+	envFile, done := filepath.Join(dir, "env"), filepath.Join(dir, "done")
+	var logs bytes.Buffer
+	cfg := statusJobConfig(t, func(k string) string { return tr.env[k] },
+		`env > `+envFile+`.tmp && mv `+envFile+`.tmp `+envFile+`; i=0; while [ ! -e `+done+` ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done`, &logs)
+	type result struct {
+		code int
+		err  error
+	}
+	res := make(chan result, 1)
+	go func() {
+		code, err := RunJob(t.Context(), cfg)
+		res <- result{int(code), err}
+	}()
+
+	// The rank: reads the variables its environment holds and posts as
+	// the SDK does.
+	var env map[string]string
+	deadline := time.Now().Add(30 * time.Second)
+	for env == nil {
+		if b, err := os.ReadFile(envFile); err == nil {
+			env = map[string]string{}
+			for _, kv := range strings.Split(string(b), "\n") {
+				if k, v, ok := strings.Cut(kv, "="); ok {
+					env[k] = v
+				}
+			}
+		} else if time.Now().After(deadline) {
+			t.Fatal("the command did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if env[trainerstatus.EnvToken] == tr.env[trainerstatus.EnvToken] || !strings.HasPrefix(env[trainerstatus.EnvURL], "https://127.0.0.1:") ||
+		!strings.HasSuffix(env[trainerstatus.EnvURL], statusPath) {
+		t.Fatalf("the command's variables: %v", env)
+	}
+	ca, _ := os.ReadFile(env[trainerstatus.EnvCACert])
+	token, _ := os.ReadFile(env[trainerstatus.EnvToken])
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	req, _ := http.NewRequest(http.MethodPost, env[trainerstatus.EnvURL],
+		strings.NewReader(`{"trainerStatus":{"lastUpdatedTime":"2026-11-27T22:00:00Z","progressPercentage":50,"metrics":[{"name":"loss","value":"0.25"}]}}`))
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("the rank's post: %s", resp.Status)
+	}
+	if err := os.WriteFile(done, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := <-res
+	if r.code != 0 || r.err != nil {
+		t.Fatalf("RunJob = %d, %v\n%s", r.code, r.err, logs.String())
+	}
+
+	got := tr.requests()
+	if len(got) < 2 || len(got) > 4 {
+		t.Fatalf("%d requests to Trainer, want 2 to 4 (the start, the rank's, the end):\n%s", len(got), logs.String())
+	}
+	first, last := metricMap(got[0]), got[len(got)-1]
+	if first["podmpi_phase"] == "" {
+		t.Errorf("the first request has no phase: %v", first)
+	}
+	lm := metricMap(last)
+	if lm["podmpi_phase"] != "succeeded" || lm["podmpi_exit_code"] != "0" || lm["podmpi_slots"] != "2" || lm["loss"] != "0.25" ||
+		last.ProgressPercentage == nil || *last.ProgressPercentage != 50 || lm["podmpi_init_seconds"] == "" {
+		t.Errorf("the last request: progress %v, metrics %v", last.ProgressPercentage, lm)
+	}
+	if last.Metrics[0].Name != "loss" {
+		t.Errorf("the rank's metrics go first while the job runs well: %v", last.Metrics)
+	}
+	if strings.Contains(logs.String(), "the-job-token") {
+		t.Errorf("the token was logged:\n%s", logs.String())
+	}
+}
+
+// TestStatusNamesTheFailure: a failed job's last request says why, first.
+func TestStatusNamesTheFailure(t *testing.T) {
+	tr := newFakeTrainer(t)
+	var logs bytes.Buffer
+	code, err := RunJob(t.Context(), statusJobConfig(t, func(k string) string { return tr.env[k] }, "exit 3", &logs))
+	if code != 3 || err == nil {
+		t.Fatalf("RunJob = %d, %v", code, err)
+	}
+	got := tr.requests()
+	if len(got) == 0 {
+		t.Fatal("no request to Trainer")
+	}
+	last := got[len(got)-1]
+	lm := metricMap(last)
+	if lm["podmpi_phase"] != "failed" || lm["podmpi_exit_code"] != "3" || lm["podmpi_reason"] == "" ||
+		!strings.HasPrefix(lm["podmpi_root_cause"], "mpirun: sh exited with 3") || last.Metrics[0].Name != "podmpi_exit_code" {
+		t.Errorf("the last request: %v", last.Metrics)
+	}
+	for _, m := range last.Metrics {
+		if len([]rune(m.Value)) > trainerstatus.MaxField || len([]rune(m.Name)) > trainerstatus.MaxField {
+			t.Errorf("metric over the API's limit: %+v", m)
+		}
+	}
+
+	// A diagnosed root cause names its host and rank.
+	cfg, a := statusJob(t, func(k string) string { return tr.env[k] }, "exit 137", &logs)
+	a.set(api.Event{Seq: 1, Time: time.Now(), Kind: api.KindOOMKill, Rank: 1, PID: 7, ExitCode: -1,
+		Memory: &api.Memory{Version: 2, LimitBytes: 1 << 30, PeakBytes: 1 << 30, AtLimit: true}})
+	if code, _ := RunJob(t.Context(), cfg); code != 137 {
+		t.Fatalf("RunJob = %d", code)
+	}
+	got = tr.requests()
+	lm = metricMap(got[len(got)-1])
+	if lm["podmpi_reason"] != "OOMKilled" || lm["podmpi_root_cause_host"] != "127.0.0.1" || lm["podmpi_root_cause_rank"] != "1" ||
+		!strings.HasPrefix(lm["podmpi_root_cause"], "OOM: rank 1 on 127.0.0.1") {
+		t.Errorf("the last request of an OOM-killed job: %v", lm)
+	}
+}
+
+// TestStatusOffChangesNothing: without the variables (the gate off, or not
+// a trainer step) no request is made, the command's environment has none
+// of them, and nothing is logged above INFO about it.
+func TestStatusOffChangesNothing(t *testing.T) {
+	dir := t.TempDir()
+	envFile := filepath.Join(dir, "env")
+	var logs bytes.Buffer
+	code, err := RunJob(t.Context(), statusJobConfig(t, func(string) string { return "" }, "env > "+envFile, &logs))
+	if code != 0 || err != nil {
+		t.Fatalf("RunJob = %d, %v", code, err)
+	}
+	b, _ := os.ReadFile(envFile)
+	if strings.Contains(string(b), "KUBEFLOW_TRAINER_SERVER") {
+		t.Errorf("the command got status variables:\n%s", b)
+	}
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "trainer-status") || strings.Contains(line, "TrainJob's status") {
+			t.Errorf("logged about the status API with it off: %s", line)
+		}
+	}
+}
