@@ -19,6 +19,7 @@ import (
 	"github.com/podmpi/podmpi/agent/environ"
 	"github.com/podmpi/podmpi/agent/exitcode"
 	"github.com/podmpi/podmpi/agent/launcher/trainerstatus"
+	"github.com/podmpi/podmpi/agent/statusfwd"
 )
 
 // What the launcher puts into its TrainJob's status (package
@@ -226,7 +227,7 @@ func (l *Launcher) statusEndpoint(env []string, dir string) ([]string, func()) {
 		}
 	}()
 	port := ln.Addr().(*net.TCPAddr).Port
-	for _, kv := range trainerstatus.Env(port, sv.ep.URL.Path, local.TokenFile, local.CAFile) {
+	for _, kv := range statusfwd.Env(port, sv.ep.URL.Path, local.Dir) {
 		name, value, _ := strings.Cut(kv, "=")
 		env = environ.Set(env, name, value)
 	}
@@ -243,7 +244,7 @@ func (l *Launcher) statusEndpoint(env []string, dir string) ([]string, func()) {
 // reports through podmpi's endpoint or not at all, never with Trainer's
 // token.
 func dropStatusEnv(env []string) []string {
-	for _, name := range trainerstatus.Variables {
+	for _, name := range statusfwd.Variables {
 		env = environ.Unset(env, name)
 	}
 	return env

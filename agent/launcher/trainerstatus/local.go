@@ -18,17 +18,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-)
 
-// File names of the local endpoint's token and CA in its directory.
-const (
-	TokenFileName = "token"
-	CAFileName    = "ca.crt"
+	"github.com/podmpi/podmpi/agent/statusfwd"
 )
 
 // Local is podmpi's own status endpoint for the ranks: https on loopback
@@ -62,7 +57,7 @@ func NewLocal(dir string) (*Local, error) {
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, err
 	}
-	l := &Local{Dir: dir, TokenFile: filepath.Join(dir, TokenFileName), CAFile: filepath.Join(dir, CAFileName),
+	l := &Local{Dir: dir, TokenFile: filepath.Join(dir, statusfwd.TokenFileName), CAFile: filepath.Join(dir, statusfwd.CAFileName),
 		CAPEM: caPEM, Token: hex.EncodeToString(b[:]), cert: cert}
 	if err := WriteFiles(dir, l.Token, caPEM); err != nil {
 		return nil, err
@@ -74,10 +69,10 @@ func NewLocal(dir string) (*Local, error) {
 // as the local endpoint's files, each through a temporary file and a
 // rename: a reader never sees half a file.
 func WriteFiles(dir, token string, caPEM []byte) error {
-	if err := writeFile(filepath.Join(dir, TokenFileName), []byte(token+"\n"), 0o600); err != nil {
+	if err := writeFile(filepath.Join(dir, statusfwd.TokenFileName), []byte(token+"\n"), 0o600); err != nil {
 		return err
 	}
-	return writeFile(filepath.Join(dir, CAFileName), caPEM, 0o644)
+	return writeFile(filepath.Join(dir, statusfwd.CAFileName), caPEM, 0o644)
 }
 
 func writeFile(path string, b []byte, mode os.FileMode) error {
@@ -147,14 +142,6 @@ func newCertificate(now time.Time) (caPEM []byte, cert tls.Certificate, err erro
 // TLSConfig is the server side of the local endpoint.
 func (l *Local) TLSConfig() *tls.Config {
 	return &tls.Config{Certificates: []tls.Certificate{l.cert}, MinVersion: tls.VersionTLS12}
-}
-
-// Env is the three variables the ranks get, pointing at the local
-// endpoint on port with Trainer's path (path), in its token and CA files
-// (tokenFile and caFile, as written on the ranks' pod).
-func Env(port int, path, tokenFile, caFile string) []string {
-	u := "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) + path
-	return []string{EnvURL + "=" + u, EnvToken + "=" + tokenFile, EnvCACert + "=" + caFile}
 }
 
 // Server is the local endpoint's HTTP server: TLS with the run's

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/podmpi/podmpi/agent/statusfwd"
 	"time"
 )
 
@@ -157,7 +159,7 @@ func TestProxy(t *testing.T) {
 	t.Cleanup(func() { srv.Close() })
 
 	// What a rank sees: the three variables, files it can read.
-	env := Env(ln.Addr().(*net.TCPAddr).Port, path, local.TokenFile, local.CAFile)
+	env := statusfwd.Env(ln.Addr().(*net.TCPAddr).Port, path, local.Dir)
 	vars := map[string]string{}
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
@@ -288,7 +290,7 @@ ok = update_trainjob_status(progress_percent=50, metrics={"loss": 0.25, "epoch":
 print("sent" if ok else "not sent")
 sys.exit(0 if ok else 1)
 `)
-	cmd.Env = append(os.Environ(), Env(ln.Addr().(*net.TCPAddr).Port, path, local.TokenFile, local.CAFile)...)
+	cmd.Env = append(os.Environ(), statusfwd.Env(ln.Addr().(*net.TCPAddr).Port, path, local.Dir)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("the SDK's update_trainjob_status: %v\n%s", err, out)

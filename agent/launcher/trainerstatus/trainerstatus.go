@@ -54,17 +54,17 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/podmpi/podmpi/agent/statusfwd"
 )
 
-// The variables Trainer gives the trainer step's containers.
+// The variables Trainer gives the trainer step's containers (and podmpi
+// the ranks).
 const (
-	EnvURL    = "KUBEFLOW_TRAINER_SERVER_URL"
-	EnvCACert = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
-	EnvToken  = "KUBEFLOW_TRAINER_SERVER_TOKEN"
+	EnvURL    = statusfwd.EnvURL
+	EnvCACert = statusfwd.EnvCACert
+	EnvToken  = statusfwd.EnvToken
 )
-
-// Variables lists the three variables.
-var Variables = []string{EnvURL, EnvCACert, EnvToken}
 
 // The API's limits and the pace this package keeps.
 const (

@@ -1,0 +1,168 @@
+// Package statusfwd is what the launcher and worker-agent agree on to give
+// the ranks of an MPI job Kubeflow Trainer's status API (gate
+// TrainJobStatus): the three variables a rank reads, and the launcher's
+// own forward, over its SSH connection to each worker, of the endpoint it
+// serves the ranks.
+//
+// Trainer gives the variables to the launcher's pod only, and a rank on a
+// worker pod gets nothing; its token must not reach the workers either. So
+// the launcher serves the ranks an endpoint of its own (package
+// trainerstatus: https with a certificate and a token made for the run)
+// and asks each worker-agent, on the connection its probe made and shares
+// with mpirun's sessions, with a global request of type RequestType, to
+// listen on loopback in the worker's pod and write the run's token and CA
+// certificate into a directory there. From then on, every session the agent
+// starts has the three variables (Env) pointing at that listener, and
+// every connection to it is carried to the launcher in a channel of type
+// ChannelType on the same SSH connection, where the launcher's endpoint
+// answers it; what it posts reaches Trainer with the launcher's token.
+// OpenSSH's sshd does the same for a client that asks for a remote forward
+// (ssh -R); worker-agent refuses every forward a client asks for, and
+// carries only this one, of the job's own launcher, to loopback.
+//
+// The launcher asks for the port and directory its own pod uses, so that a
+// rank that gets the launcher's environment from its MPI (MPICH and Intel
+// MPI's Hydra pass mpiexec's whole environment to the ranks) finds the same
+// port and files on a worker; an agent that cannot have them takes others
+// and says which in its reply.
+package statusfwd
+
+import (
+	"encoding/pem"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/crypto/ssh"
+)
+
+// The variables Trainer gives the trainer step's containers, and the
+// ranks get from podmpi.
+const (
+	EnvURL    = "KUBEFLOW_TRAINER_SERVER_URL"
+	EnvCACert = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
+	EnvToken  = "KUBEFLOW_TRAINER_SERVER_TOKEN"
+)
+
+// Variables lists the three variables.
+var Variables = []string{EnvURL, EnvCACert, EnvToken}
+
+// File names of the token and CA certificate in an endpoint's directory.
+const (
+	TokenFileName = "token"
+	CAFileName    = "ca.crt"
+)
+
+// Env is the three variables of an endpoint on loopback port, taking
+// requests at path, with its token and CA certificate in dir.
+func Env(port int, path, dir string) []string {
+	u := "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) + path
+	return []string{EnvURL + "=" + u, EnvToken + "=" + filepath.Join(dir, TokenFileName), EnvCACert + "=" + filepath.Join(dir, CAFileName)}
+}
+
+// RequestType is the global request a launcher sends a worker-agent on
+// its SSH connection; ChannelType the channel the agent opens to the
+// launcher for each connection to its listener.
+const (
+	RequestType = "podmpi-trainer-status@podmpi.io"
+	ChannelType = "podmpi-trainer-status@podmpi.io"
+)
+
+// Version of Request's wire form.
+const Version = 1
+
+// Limits of a request's fields.
+const (
+	maxPath  = 1024
+	maxDir   = 512
+	maxToken = 256
+	minToken = 16
+	maxCA    = 16 << 10
+)
+
+// Request is the launcher's request, in SSH's wire form (ssh.Marshal).
+type Request struct {
+	Version uint32
+	// Port is the loopback port the launcher's pod uses; 0 lets the agent
+	// choose.
+	Port uint32
+	// Path is the path the ranks post to (Trainer's, with the TrainJob's
+	// namespace and name).
+	Path string
+	// Dir is the directory, absolute, for the token and CA files.
+	Dir string
+	// Token is the run's endpoint token (hex), CA its CA certificate (PEM).
+	Token string
+	CA    string
+}
+
+// Reply is the agent's answer: where it listens and wrote the files.
+type Reply struct {
+	Port uint32
+	Dir  string
+}
+
+// Marshal is r in wire form.
+func (r Request) Marshal() []byte { return ssh.Marshal(&r) }
+
+// ParseRequest reads and checks a request: the version, a port, a path of
+// printable characters starting with "/", an absolute clean directory, a
+// hex token and a PEM certificate, each within its bound. A request that
+// is not one is an error saying what is wrong, never a panic.
+func ParseRequest(b []byte) (Request, error) {
+	var r Request
+	if err := ssh.Unmarshal(b, &r); err != nil {
+		return Request{}, fmt.Errorf("not a %s request: %w", RequestType, err)
+	}
+	switch {
+	case r.Version != Version:
+		return Request{}, fmt.Errorf("request version %d, this worker-agent speaks %d", r.Version, Version)
+	case r.Port > 65535:
+		return Request{}, fmt.Errorf("port %d", r.Port)
+	case len(r.Path) == 0 || len(r.Path) > maxPath || r.Path[0] != '/' || !printable(r.Path):
+		return Request{}, fmt.Errorf("path %q is not a URL path of at most %d printable characters", clip(r.Path), maxPath)
+	case len(r.Dir) == 0 || len(r.Dir) > maxDir || !filepath.IsAbs(r.Dir) || filepath.Clean(r.Dir) != r.Dir || !printable(r.Dir):
+		return Request{}, fmt.Errorf("directory %q is not a clean absolute path of at most %d characters", clip(r.Dir), maxDir)
+	case len(r.Token) < minToken || len(r.Token) > maxToken || strings.Trim(r.Token, "0123456789abcdef") != "":
+		return Request{}, fmt.Errorf("the token is not %d to %d hex digits", minToken, maxToken)
+	case len(r.CA) > maxCA:
+		return Request{}, fmt.Errorf("the CA certificate is %d bytes, over %d", len(r.CA), maxCA)
+	}
+	if blk, _ := pem.Decode([]byte(r.CA)); blk == nil || blk.Type != "CERTIFICATE" {
+		return Request{}, fmt.Errorf("the CA is not a PEM certificate")
+	}
+	return r, nil
+}
+
+// ParseReply reads a reply.
+func ParseReply(b []byte) (Reply, error) {
+	var r Reply
+	if err := ssh.Unmarshal(b, &r); err != nil {
+		return Reply{}, fmt.Errorf("not a %s reply: %w", RequestType, err)
+	}
+	if r.Port == 0 || r.Port > 65535 || !filepath.IsAbs(r.Dir) {
+		return Reply{}, fmt.Errorf("a reply with port %d and directory %q", r.Port, clip(r.Dir))
+	}
+	return r, nil
+}
+
+// Marshal is r in wire form.
+func (r Reply) Marshal() []byte { return ssh.Marshal(&r) }
+
+func printable(s string) bool {
+	for _, c := range s {
+		if c <= ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
