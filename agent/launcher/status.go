@@ -198,9 +198,10 @@ func rootCauseLine(err error) string {
 	return ""
 }
 
-// statusEndpoint is the ranks' endpoint on the launcher's pod (a rank
-// that runs here under runLauncherAsNode, a script mpirun starts here):
-// it serves it on loopback and returns mpirun's environment with the
+// statusEndpoint is the ranks' endpoint: on the launcher's pod (a rank
+// that runs here under runLauncherAsNode, a script mpirun starts here) it
+// serves it on loopback, and the worker-agents carry it to the ranks on
+// theirs (status_forward.go). It returns mpirun's environment with the
 // three variables pointing at it, and a func that stops it. Without the
 // status API it returns env unchanged.
 func (l *Launcher) statusEndpoint(env []string, dir string) ([]string, func()) {
@@ -227,12 +228,14 @@ func (l *Launcher) statusEndpoint(env []string, dir string) ([]string, func()) {
 		}
 	}()
 	port := ln.Addr().(*net.TCPAddr).Port
+	stopForward := l.forwardStatus(srv, local, port, sv.ep.URL.Path)
 	for _, kv := range statusfwd.Env(port, sv.ep.URL.Path, local.Dir) {
 		name, value, _ := strings.Cut(kv, "=")
 		env = environ.Set(env, name, value)
 	}
 	l.log.Info("the ranks report the TrainJob's status through the launcher", "endpoint", fmt.Sprintf("127.0.0.1:%d", port), "component", "trainer-status")
 	return env, func() {
+		stopForward()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_ = srv.Shutdown(ctx)

@@ -45,6 +45,7 @@ type Pool struct {
 	mu     sync.Mutex
 	closed bool
 	hosts  map[string][]*pooled
+	onHold func(host string, c *ssh.Client)
 	log    *slog.Logger
 	// openTimeout is OpenTimeout (tests shorten it).
 	openTimeout time.Duration
@@ -52,8 +53,9 @@ type Pool struct {
 
 type pooled struct {
 	c    *ssh.Client
-	open int  // sessions open or being opened on it
-	full bool // the server refused a session for its limit; cleared when one ends
+	host string // the worker's host name
+	open int    // sessions open or being opened on it
+	full bool   // the server refused a session for its limit; cleared when one ends
 	// stalled counts the session requests on it that went unanswered for
 	// the open timeout and are unanswered still.
 	stalled int
@@ -75,24 +77,58 @@ func poolKey(host string, port int, cfg sshclient.Config) string {
 // probe's. It reports false when the pool is closed: the caller keeps the
 // connection then.
 func (p *Pool) Add(host string, port int, cfg sshclient.Config, c *ssh.Client) bool {
-	return p.hold(poolKey(host, port, cfg), c, false) != nil
+	return p.hold(host, poolKey(host, port, cfg), c, false) != nil
 }
 
-// hold adds c under key and returns it, with one session counted on it
-// when reserve is set (the caller opens one at once); nil when the pool is
-// closed. A connection that dies is found when a session request on it
-// fails (Session drops it then): no goroutine per connection waits for it.
-func (p *Pool) hold(key string, c *ssh.Client, reserve bool) *pooled {
-	pc := &pooled{c: c}
+// Conn is a connection the pool holds, and its worker.
+type Conn struct {
+	Host string
+	C    *ssh.Client
+}
+
+// Held lists the connections the pool holds now.
+func (p *Pool) Held() []Conn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []Conn
+	for _, cs := range p.hosts {
+		for _, pc := range cs {
+			out = append(out, Conn{Host: pc.host, C: pc.c})
+		}
+	}
+	return out
+}
+
+// OnHold makes the pool call fn with every connection it takes from now
+// on, before a session opens on it (nil: none); fn runs on the goroutine
+// of the session that made the connection, so it should be quick.
+func (p *Pool) OnHold(fn func(host string, c *ssh.Client)) {
+	p.mu.Lock()
+	p.onHold = fn
+	p.mu.Unlock()
+}
+
+// hold adds c, a connection to host, under key and returns it, with one
+// session counted on it when reserve is set (the caller opens one at once);
+// nil when the pool is closed. The OnHold function sees it first. A
+// connection that dies is found when a session request on it fails
+// (Session drops it then): no goroutine per connection waits for it.
+func (p *Pool) hold(host, key string, c *ssh.Client, reserve bool) *pooled {
+	pc := &pooled{c: c, host: host}
 	if reserve {
 		pc.open = 1
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.closed {
+		p.mu.Unlock()
 		return nil
 	}
 	p.hosts[key] = append(p.hosts[key], pc)
+	fn := p.onHold
+	p.mu.Unlock()
+	if fn != nil {
+		fn(host, c)
+	}
 	return pc
 }
 
@@ -370,7 +406,7 @@ func (o *opening) try(ctx context.Context, first bool) {
 			o.report(attempt{f: f})
 			return
 		}
-		if pc = p.hold(o.key, c, true); pc == nil {
+		if pc = p.hold(o.req.Host, o.key, c, true); pc == nil {
 			_ = c.Close()
 			o.report(attempt{f: sshclient.Classify(o.req.Host, o.req.Port, sshclient.PhaseRemoteCommand, errPoolClosed)})
 			return
