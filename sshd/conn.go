@@ -14,6 +14,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/podmpi/podmpi/agent/launcherid"
+	"github.com/podmpi/podmpi/agent/statusfwd"
 	"github.com/podmpi/podmpi/jobkey"
 )
 
@@ -146,6 +147,7 @@ func (s *Server) serveConn(c net.Conn, release func()) {
 		delete(s.conns, st)
 		delete(s.failed, st.remote)
 		s.mu.Unlock()
+		s.endStatusForward(st)
 	}()
 
 	s.log.Info("ssh connection", "conn", st.id, "remote", st.remote.String())
@@ -422,6 +424,8 @@ func (s *Server) globalRequest(ctx gliderssh.Context, _ *gliderssh.Server, req *
 	switch req.Type {
 	case launcherid.RequestType:
 		return s.launcherRequest(ctx, req), nil
+	case statusfwd.RequestType:
+		return s.statusRequest(ctx, req)
 	case "tcpip-forward", "cancel-tcpip-forward", "streamlocal-forward@openssh.com", "cancel-streamlocal-forward@openssh.com":
 		s.m.refusedReq("port_forward")
 		if st := stateOf(ctx); st != nil {

@@ -31,6 +31,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -60,6 +61,28 @@ const (
 func Env(port int, path, dir string) []string {
 	u := "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) + path
 	return []string{EnvURL + "=" + u, EnvToken + "=" + filepath.Join(dir, TokenFileName), EnvCACert + "=" + filepath.Join(dir, CAFileName)}
+}
+
+// WriteFiles writes an endpoint's token (0600) and CA certificate (0644)
+// into dir, each through a temporary file and a rename: a reader never
+// sees half a file.
+func WriteFiles(dir, token string, caPEM []byte) error {
+	if err := writeFile(filepath.Join(dir, TokenFileName), []byte(token+"\n"), 0o600); err != nil {
+		return err
+	}
+	return writeFile(filepath.Join(dir, CAFileName), caPEM, 0o644)
+}
+
+func writeFile(path string, b []byte, mode os.FileMode) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, mode); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, mode); err != nil { // the umask may have taken bits
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 // RequestType is the global request a launcher sends a worker-agent on

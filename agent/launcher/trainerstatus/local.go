@@ -59,32 +59,10 @@ func NewLocal(dir string) (*Local, error) {
 	}
 	l := &Local{Dir: dir, TokenFile: filepath.Join(dir, statusfwd.TokenFileName), CAFile: filepath.Join(dir, statusfwd.CAFileName),
 		CAPEM: caPEM, Token: hex.EncodeToString(b[:]), cert: cert}
-	if err := WriteFiles(dir, l.Token, caPEM); err != nil {
+	if err := statusfwd.WriteFiles(dir, l.Token, caPEM); err != nil {
 		return nil, err
 	}
 	return l, nil
-}
-
-// WriteFiles writes a token (0600) and a CA certificate (0644) into dir
-// as the local endpoint's files, each through a temporary file and a
-// rename: a reader never sees half a file.
-func WriteFiles(dir, token string, caPEM []byte) error {
-	if err := writeFile(filepath.Join(dir, statusfwd.TokenFileName), []byte(token+"\n"), 0o600); err != nil {
-		return err
-	}
-	return writeFile(filepath.Join(dir, statusfwd.CAFileName), caPEM, 0o644)
-}
-
-func writeFile(path string, b []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, mode); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp, mode); err != nil { // the umask may have taken bits
-		os.Remove(tmp)
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // newCertificate makes a CA and a server certificate it signs for
