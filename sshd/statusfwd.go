@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -28,10 +29,12 @@ import (
 // the one forward the agent carries, and only to loopback: a forward a
 // client asks for (ssh -L, -R) stays refused.
 //
-// One forward stands at a time: the latest, from the newest launcher
-// instance; it ends with the connection that asked for it, or when a
-// newer instance asks, and its listener, its files (when the agent made
-// their directory) and its connections go with it.
+// One forward stands at a time: that of the newest launcher instance. Its
+// connections carry it (the launcher asks on each connection it holds to
+// this agent, for the same endpoint); it ends when the last of them
+// closes, or when a newer instance asks, and its listener, its files (when
+// the agent made their directory) and the connections it carries go with
+// it.
 
 const (
 	// maxStatusConns bounds the connections the forward carries at once.
@@ -43,8 +46,12 @@ const (
 
 // statusForward is the standing forward.
 type statusForward struct {
-	st      *connState
-	sc      *ssh.ServerConn
+	launcher *launcherRecord // the instance that asked
+	token    string          // the endpoint's token: the same endpoint when asked again
+	// via are the connections of that instance that asked for it, the
+	// last asked last; the ranks' connections go back on the last one
+	// still open. Guarded by Server.mu.
+	via     []forwardVia
 	ln      net.Listener
 	port    int
 	path    string
@@ -53,6 +60,12 @@ type statusForward struct {
 	sem     chan struct{}
 	wg      sync.WaitGroup
 	once    sync.Once
+}
+
+// forwardVia is one connection a forward goes back on.
+type forwardVia struct {
+	st *connState
+	sc *ssh.ServerConn
 }
 
 // env is the three variables of the forward.
@@ -76,36 +89,51 @@ func (s *Server) statusRequest(ctx gliderssh.Context, req *ssh.Request) (bool, [
 	if st == nil || sc == nil {
 		return false, nil
 	}
-	s.mu.Lock()
-	declared, cur := st.launcher, s.statusFwd
-	newer := cur != nil && cur.st != st && cur.st.launcher != nil && declared != nil && cur.st.launcher.newerThan(declared)
-	s.mu.Unlock()
-	switch {
-	case declared == nil:
-		s.log.Info("status endpoint forward refused: the connection declared no launcher instance", "conn", st.id)
-		return false, nil
-	case newer:
-		s.log.Info("status endpoint forward refused: a newer launcher instance of the job has one", "conn", st.id,
-			"launcher", declared.inst.String(), "newer", cur.st.launcher.inst.String())
-		return false, nil
-	}
 	r, err := statusfwd.ParseRequest(req.Payload)
 	if err != nil {
 		s.log.Info("status endpoint forward refused", "conn", st.id, "err", err)
 		return false, nil
 	}
-	f, err := s.openStatusForward(st, sc, r)
+	s.mu.Lock()
+	declared, cur := st.launcher, s.statusFwd
+	switch {
+	case declared == nil:
+		s.mu.Unlock()
+		s.log.Info("status endpoint forward refused: the connection declared no launcher instance", "conn", st.id)
+		return false, nil
+	case cur != nil && cur.launcher == declared && cur.token == r.Token:
+		// The same instance asks on another of its connections: the
+		// forward stands, and goes back on this one too.
+		cur.via = append(cur.via, forwardVia{st, sc})
+		s.mu.Unlock()
+		return true, statusfwd.Reply{Port: uint32(cur.port), Dir: cur.dir}.Marshal()
+	case cur != nil && cur.launcher != declared && cur.launcher.newerThan(declared):
+		s.mu.Unlock()
+		s.log.Info("status endpoint forward refused: a newer launcher instance of the job has one", "conn", st.id,
+			"launcher", declared.inst.String(), "newer", cur.launcher.inst.String())
+		return false, nil
+	}
+	// The forward of another instance, or of an endpoint this one made
+	// anew, gives way first: the new one may take its port.
+	s.statusFwd = nil
+	s.mu.Unlock()
+	if cur != nil {
+		cur.close()
+	}
+	f, err := s.openStatusForward(r)
 	if err != nil {
 		s.log.Warn("the ranks of this pod cannot report to the TrainJob's status (the job goes on)", "conn", st.id, "err", err)
 		return false, nil
 	}
+	f.launcher, f.via = declared, []forwardVia{{st, sc}}
 	s.mu.Lock()
-	old := s.statusFwd
+	if s.statusFwd != nil { // another request won the race
+		s.mu.Unlock()
+		f.close()
+		return false, nil
+	}
 	s.statusFwd = f
 	s.mu.Unlock()
-	if old != nil {
-		old.close()
-	}
 	f.wg.Go(func() { s.serveStatusForward(f) })
 	s.log.Info("the ranks of this pod report to the TrainJob's status through the launcher", "conn", st.id,
 		"addr", f.ln.Addr().String(), "dir", f.dir, "launcher", declared.inst.String())
@@ -114,8 +142,8 @@ func (s *Server) statusRequest(ctx gliderssh.Context, req *ssh.Request) (bool, [
 
 // openStatusForward makes the forward's directory, files and listener:
 // the launcher's port and directory when they can be had, others when not.
-func (s *Server) openStatusForward(st *connState, sc *ssh.ServerConn, r statusfwd.Request) (*statusForward, error) {
-	f := &statusForward{st: st, sc: sc, path: r.Path, sem: make(chan struct{}, maxStatusConns)}
+func (s *Server) openStatusForward(r statusfwd.Request) (*statusForward, error) {
+	f := &statusForward{token: r.Token, path: r.Path, sem: make(chan struct{}, maxStatusConns)}
 	dir, made, err := statusDir(r.Dir)
 	if err != nil {
 		return nil, err
@@ -188,13 +216,24 @@ func (s *Server) serveStatusForward(f *statusForward) {
 	}
 }
 
-// carryStatusConn carries c in a channel to the launcher.
+// carryStatusConn carries c in a channel to the launcher, on the last of
+// the forward's connections that takes it (one may have closed a moment
+// ago).
 func (s *Server) carryStatusConn(f *statusForward, c net.Conn) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(statusConnLife))
-	ch, reqs, err := f.sc.OpenChannel(statusfwd.ChannelType, nil)
-	if err != nil {
-		s.log.Debug("the launcher did not take a status connection", "conn", f.st.id, "err", err)
+	s.mu.Lock()
+	via := slices.Clone(f.via)
+	s.mu.Unlock()
+	var ch ssh.Channel
+	var reqs <-chan *ssh.Request
+	for i := len(via) - 1; i >= 0 && ch == nil; i-- {
+		var err error
+		if ch, reqs, err = via[i].sc.OpenChannel(statusfwd.ChannelType, nil); err != nil {
+			s.log.Debug("the launcher did not take a status connection", "conn", via[i].st.id, "err", err)
+		}
+	}
+	if ch == nil {
 		return
 	}
 	go ssh.DiscardRequests(reqs)
@@ -227,17 +266,23 @@ func (s *Server) statusEnv() []string {
 	return f.env()
 }
 
-// endStatusForward ends the forward st asked for, if it stands: st's
-// connection closed.
+// endStatusForward takes st's connection, closed, from the standing
+// forward, which ends with the last of its connections.
 func (s *Server) endStatusForward(st *connState) {
 	s.mu.Lock()
 	f := s.statusFwd
-	if f == nil || f.st != st {
+	if f == nil {
+		s.mu.Unlock()
+		return
+	}
+	n := len(f.via)
+	f.via = slices.DeleteFunc(f.via, func(v forwardVia) bool { return v.st == st })
+	if len(f.via) > 0 || n == 0 {
 		s.mu.Unlock()
 		return
 	}
 	s.statusFwd = nil
 	s.mu.Unlock()
 	f.close()
-	s.log.Info("the ranks' status endpoint forward ended with the launcher's connection", "conn", st.id)
+	s.log.Info("the ranks' status endpoint forward ended with the launcher's connections", "conn", st.id)
 }

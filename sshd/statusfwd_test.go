@@ -164,3 +164,51 @@ func TestStatusForwardOlderLauncherRefused(t *testing.T) {
 		t.Errorf("log:\n%s", ts.logs.String())
 	}
 }
+
+// TestStatusForwardOnTwoConnections: the launcher holds two connections to
+// this agent (a second one dialed while the first was busy) and asks on
+// both for the same endpoint: one forward stands, on the launcher's port,
+// and it ends only with the last of them.
+func TestStatusForwardOnTwoConnections(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, nil)
+	inst := launcherid.New("uid-a", "tj-launcher-0-0", time.Now())
+	dir := filepath.Join(t.TempDir(), "status")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	var conns []*ssh.Client
+	for range 2 {
+		c := ts.dial(t)
+		answerChannels(c)
+		if !declare(t, c, inst) {
+			t.Fatal("declaration refused")
+		}
+		ok, payload, err := c.SendRequest(statusfwd.RequestType, true, statusRequest(dir, port))
+		rep, perr := statusfwd.ParseReply(payload)
+		if err != nil || !ok || perr != nil || int(rep.Port) != port {
+			t.Fatalf("forward on connection %d: ok %v, err %v, reply %+v %v", len(conns)+1, ok, err, rep, perr)
+		}
+		conns = append(conns, c)
+	}
+	ask := func() string {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), 2*time.Second)
+		if err != nil {
+			return err.Error()
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		_, _ = io.WriteString(c, "hello\n")
+		got, _ := bufio.NewReader(c).ReadString('\n')
+		return got
+	}
+	conns[1].Close()
+	if got := ask(); got != "launcher got: hello\n" {
+		t.Fatalf("with the first connection left: %q", got)
+	}
+	conns[0].Close()
+	waitFor(t, func() bool { return !strings.HasPrefix(ask(), "launcher got") }, "the forward ended with the last connection")
+}

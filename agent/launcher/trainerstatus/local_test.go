@@ -255,13 +255,13 @@ func TestProxy(t *testing.T) {
 // TestSDKThroughLocalEndpoint: the Kubeflow SDK's own, unchanged
 // update_trainjob_status, run as a rank runs it (the three variables
 // pointing at podmpi's endpoint), moves the status at Trainer's. It needs
-// a python3 with the SDK (package kubeflow): PODMPI_SDK_PYTHON names it
+// a python3 with the SDK (package kubeflow): PODMPI_KUBEFLOW_SDK names it
 // (.ci/run installs one).
 func TestSDKThroughLocalEndpoint(t *testing.T) {
 	t.Parallel()
-	py := os.Getenv("PODMPI_SDK_PYTHON")
+	py := os.Getenv("PODMPI_KUBEFLOW_SDK")
 	if py == "" {
-		t.Skip("PODMPI_SDK_PYTHON is not set: no python3 with the Kubeflow SDK to drive the endpoint")
+		t.Skip("PODMPI_KUBEFLOW_SDK is not set: no python3 with the Kubeflow SDK to drive the endpoint")
 	}
 	tr := newTrainer(t)
 	rep := NewReporter(NewClient(tr.endpoint(t, t.TempDir(), "trainer-token")), nil)
