@@ -3,6 +3,7 @@ package examples
 import (
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -204,20 +205,7 @@ func TestNetworkPolicy(t *testing.T) {
 			continue
 		}
 		t.Run(set.Name, func(t *testing.T) {
-			var pols []*networkingv1.NetworkPolicy
-			for _, d := range set.Docs {
-				if d.GVK.Kind == "NetworkPolicy" {
-					np := new(networkingv1.NetworkPolicy)
-					if err := strictYAML(d.Raw, np); err != nil {
-						t.Fatal(err)
-					}
-					pols = append(pols, np)
-				}
-			}
-			if len(pols) != 1 {
-				t.Fatalf("want one namespace-wide NetworkPolicy, have %d", len(pols))
-			}
-			np := pols[0]
+			np := policyNamed(t, set, "podmpi")
 			types := map[networkingv1.PolicyType]bool{}
 			for _, pt := range np.Spec.PolicyTypes {
 				types[pt] = true
@@ -248,6 +236,78 @@ func TestNetworkPolicy(t *testing.T) {
 			}
 			if n == 0 {
 				t.Errorf("no pod templates in %s", set.Name)
+			}
+		})
+	}
+}
+
+// policyNamed is the NetworkPolicy name of a manifest set, which must hold
+// exactly one.
+func policyNamed(t *testing.T, set manifestSet, name string) *networkingv1.NetworkPolicy {
+	t.Helper()
+	var pols []*networkingv1.NetworkPolicy
+	for _, d := range set.Docs {
+		if d.GVK.Kind == "NetworkPolicy" && d.Name == name {
+			np := new(networkingv1.NetworkPolicy)
+			if err := strictYAML(d.Raw, np); err != nil {
+				t.Fatal(err)
+			}
+			pols = append(pols, np)
+		}
+	}
+	if len(pols) != 1 {
+		t.Fatalf("want one NetworkPolicy %s, have %d", name, len(pols))
+	}
+	return pols[0]
+}
+
+// TestTrainerStatusPolicy: the launcher's own policy lets it, and only it,
+// reach Trainer's status endpoint (TCP 10443 of the Trainer controller in
+// kubeflow-system), and nothing else.
+func TestTrainerStatusPolicy(t *testing.T) {
+	trainer := peer{name: "the Trainer controller in kubeflow-system",
+		nsLabels:  map[string]string{"kubernetes.io/metadata.name": "kubeflow-system"},
+		podLabels: map[string]string{"app.kubernetes.io/name": "trainer", "app.kubernetes.io/component": "manager"}, ip: netip.MustParseAddr("10.244.0.20")}
+	jobset := peer{name: "the JobSet controller in kubeflow-system",
+		nsLabels:  map[string]string{"kubernetes.io/metadata.name": "kubeflow-system"},
+		podLabels: map[string]string{"app.kubernetes.io/name": "jobset"}, ip: netip.MustParseAddr("10.244.0.21")}
+	for _, set := range loadManifestSets(t) {
+		if !strings.HasPrefix(set.Name, overlayDir+string(filepath.Separator)) || isMonitoring(set.Name) {
+			continue
+		}
+		t.Run(set.Name, func(t *testing.T) {
+			np := policyNamed(t, set, "podmpi-trainer-status")
+			if len(np.Spec.Ingress) > 0 || !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}) {
+				t.Errorf("policyTypes %v, ingress %v: want an egress policy only (the namespace-wide one rules ingress)", np.Spec.PolicyTypes, np.Spec.Ingress)
+			}
+			for _, f := range []struct {
+				p    peer
+				port int32
+				want bool
+			}{
+				{trainer, 10443, true}, {trainer, 9443, false}, {trainer, 8080, false},
+				{jobset, 10443, false}, {s3v4, 10443, false}, {mpiPod, 10443, false}, {apiServer, 443, false},
+			} {
+				if got := allows(np, true, f.p, corev1.ProtocolTCP, f.port); got != f.want {
+					t.Errorf("egress to %s, TCP/%d: allowed=%t, want %t", f.p.name, f.port, got, f.want)
+				}
+			}
+			// It selects the launchers of the Trainer runtimes and nothing else.
+			launchers := 0
+			for _, d := range set.Docs {
+				pts, _ := podTemplates(d)
+				for _, p := range pts {
+					launcher := d.GVK.Kind == "ClusterTrainingRuntime" && p.Role == "launcher"
+					if got := selects(&np.Spec.PodSelector, p.Spec.Labels); got != launcher {
+						t.Errorf("%s %s: pod template %s selected=%t, want %t (labels %v)", d.GVK.Kind, d.Name, p.Path, got, launcher, p.Spec.Labels)
+					}
+					if launcher {
+						launchers++
+					}
+				}
+			}
+			if len(set.runtimes()) > 0 && launchers == 0 {
+				t.Errorf("no Trainer launcher template in %s", set.Name)
 			}
 		})
 	}

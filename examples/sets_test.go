@@ -366,8 +366,8 @@ func TestOverlaysRender(t *testing.T) {
 				t.Errorf("%s renders no %s (has %v)", dir, k, kinds)
 			}
 		}
-		if kinds["NetworkPolicy"] != 1 && !isMonitoring(dir) {
-			t.Errorf("%s renders %d NetworkPolicies, want the one namespace-wide policy", dir, kinds["NetworkPolicy"])
+		if kinds["NetworkPolicy"] != 2 && !isMonitoring(dir) {
+			t.Errorf("%s renders %d NetworkPolicies, want the namespace-wide policy and the launcher's to Trainer", dir, kinds["NetworkPolicy"])
 		}
 		t.Logf("%s: %v", dir, kinds)
 	}
