@@ -60,7 +60,7 @@ func main() {
 	flag.StringVar(&o.shellScale, "shell-scale", "16,64,256", "worker counts at which the shell entrypoint baseline is measured (larger ones are extrapolated)")
 	flag.StringVar(&o.footprint, "footprint", "8,32,64", "worker counts of the launcher pod footprint (memory, descriptors) under Open MPI and Hydra")
 	flag.Float64Var(&o.reps, "reps", 1, "multiply every repetition count by this (0.3 for a quick look)")
-	flag.StringVar(&o.only, "only", "", "comma-separated sections to run (rsh,mpi,init,mem,tput,scale,footprint); empty runs all")
+	flag.StringVar(&o.only, "only", "", "comma-separated sections to run (rsh,mpi,init,mem,tput,scale,status,footprint); empty runs all")
 	flag.DurationVar(&o.timeout, "timeout", 40*time.Minute, "overall deadline")
 	flag.Parse()
 	if os.Geteuid() != 0 {

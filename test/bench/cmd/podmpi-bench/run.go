@@ -47,7 +47,7 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	var points []scalePoint
-	if o.want("scale") || o.want("footprint") {
+	if o.want("scale") || o.want("footprint") || o.want("status") {
 		var err error
 		if points, err = scaleSection(ctx, o, e, r); err != nil {
 			fail("scale", err)

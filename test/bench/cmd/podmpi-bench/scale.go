@@ -82,6 +82,15 @@ func scaleSection(ctx context.Context, o options, e *env, r *report) ([]scalePoi
 			return points, err
 		}
 	}
+	if o.want("status") {
+		ns := []int{16}
+		if maxN > 16 {
+			ns = append(ns, maxN)
+		}
+		if err := statusSection(ctx, o, e, r, c, ns); err != nil {
+			return points, fmt.Errorf("launcher init with Trainer's status API: %w", err)
+		}
+	}
 	if o.want("footprint") {
 		if err := footprintSection(ctx, o, e, r, c); err != nil {
 			return points, fmt.Errorf("launcher pod footprint: %w", err)
