@@ -24,14 +24,15 @@ import (
 const (
 	// forwardParallel bounds the requests in flight to the workers.
 	forwardParallel = 32
-	// forwardTimeout bounds the requests to every worker together: the
-	// launcher does not wait longer to start mpirun.
+	// forwardTimeout bounds one worker's answer: a first session on its
+	// connection waits no longer.
 	forwardTimeout = 2 * time.Second
 )
 
-// forwardStatus asks every worker on the pool's connections, now and on
-// those it makes later, to carry the ranks' requests to srv (the local
-// endpoint's server, listening on port) and returns what stops it.
+// forwardStatus asks every worker on the pool's connections, now (in the
+// background) and on those it makes later (before their first session),
+// to carry the ranks' requests to srv (the local endpoint's server,
+// listening on port) and returns what stops it.
 func (l *Launcher) forwardStatus(srv *http.Server, local *trainerstatus.Local, port int, path string) (stop func()) {
 	if l.pool == nil {
 		return func() {}
@@ -94,26 +95,26 @@ func (l *Launcher) forwardStatus(srv *http.Server, local *trainerstatus.Local, p
 				"port", rep.Port, "dir", rep.Dir, "component", "trainer-status")
 		}
 	}
-	held := l.pool.Held()
-	sem := make(chan struct{}, forwardParallel)
-	var wg sync.WaitGroup
-	for _, hc := range held {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			register(hc.Host, hc.C)
-		})
-	}
-	wg.Wait()
-	l.pool.OnHold(register)
-	if len(other) > 0 {
-		// Hydra (MPICH, Intel MPI) gives the ranks mpiexec's own
-		// variables, which name the launcher's port and files.
-		l.log.Info("some workers serve the ranks' status endpoint at another port or directory than the launcher's pod: ranks that get mpiexec's environment there (MPICH, Intel MPI) cannot report",
-			"workers", len(other), "first", other[0], "component", "trainer-status")
-	}
+	// Every connection the pool holds or makes asks before its first
+	// session; the held ones start now, in the background: the launcher
+	// does not wait (its init is the same with the status API), a session
+	// that comes first waits for its own connection's answer.
+	l.pool.Prepare(register)
+	warmed := l.pool.Warm(forwardParallel)
+	go func() {
+		warmed()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(other) > 0 {
+			// Hydra (MPICH, Intel MPI) gives the ranks mpiexec's own
+			// variables, which name the launcher's port and files.
+			l.log.Info("some workers serve the ranks' status endpoint at another port or directory than the launcher's pod: ranks that get mpiexec's environment there (MPICH, Intel MPI) cannot report",
+				"workers", len(other), "first", other[0], "component", "trainer-status")
+		}
+	}()
 	return func() {
-		l.pool.OnHold(nil)
+		l.pool.Prepare(nil)
+		warmed()
 		ln.Close()
 		<-served
 	}

@@ -28,7 +28,9 @@
 package statusfwd
 
 import (
+	"bytes"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -64,25 +66,39 @@ func Env(port int, path, dir string) []string {
 }
 
 // WriteFiles writes an endpoint's token (0600) and CA certificate (0644)
-// into dir, each through a temporary file and a rename: a reader never
-// sees half a file.
+// into dir, each through a temporary file of its own and a rename: a
+// reader never sees half a file, and writers that share the directory (a
+// worker-agent on the launcher's file system) never meet.
 func WriteFiles(dir, token string, caPEM []byte) error {
-	if err := writeFile(filepath.Join(dir, TokenFileName), []byte(token+"\n"), 0o600); err != nil {
+	if err := writeFile(dir, TokenFileName, []byte(token+"\n"), 0o600); err != nil {
 		return err
 	}
-	return writeFile(filepath.Join(dir, CAFileName), caPEM, 0o644)
+	return writeFile(dir, CAFileName, caPEM, 0o644)
 }
 
-func writeFile(path string, b []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, mode); err != nil {
+func writeFile(dir, name string, b []byte, mode os.FileMode) error {
+	path := filepath.Join(dir, name)
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, b) {
+		if fi, err := os.Stat(path); err == nil && fi.Mode().Perm() == mode {
+			return nil
+		}
+	}
+	f, err := os.CreateTemp(dir, "."+name+".*")
+	if err != nil {
 		return err
 	}
-	if err := os.Chmod(tmp, mode); err != nil { // the umask may have taken bits
+	tmp := f.Name()
+	_, werr := f.Write(b)
+	cerr := f.Close()
+	if err := errors.Join(werr, cerr, os.Chmod(tmp, mode)); err != nil {
 		os.Remove(tmp)
 		return err
 	}
-	return os.Rename(tmp, path)
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
 }
 
 // RequestType is the global request a launcher sends a worker-agent on

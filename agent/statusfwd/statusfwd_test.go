@@ -1,6 +1,8 @@
 package statusfwd
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -80,4 +82,27 @@ func FuzzParseRequest(f *testing.F) {
 			t.Fatalf("accepted %+v", r)
 		}
 	})
+}
+
+// TestWriteFilesConcurrently: writers that share the directory (the
+// launcher and worker-agents on one file system) never fail each other.
+func TestWriteFilesConcurrently(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	errs := make(chan error, 16)
+	for range 16 {
+		go func() { errs <- WriteFiles(dir, strings.Repeat("ab", 16), []byte(testCA)) }()
+	}
+	for range 16 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	fi, err := os.Stat(filepath.Join(dir, TokenFileName))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("token file: %v %v", fi, err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 2 {
+		t.Fatalf("%d files left in the directory, want the token and the CA", len(ents))
+	}
 }

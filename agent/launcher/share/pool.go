@@ -45,17 +45,20 @@ type Pool struct {
 	mu     sync.Mutex
 	closed bool
 	hosts  map[string][]*pooled
-	onHold func(host string, c *ssh.Client)
-	log    *slog.Logger
+	// prepare runs once on each connection before the first session the
+	// pool opens on it after Prepare set it (nil: nothing to run).
+	prepare func(host string, c *ssh.Client)
+	log     *slog.Logger
 	// openTimeout is OpenTimeout (tests shorten it).
 	openTimeout time.Duration
 }
 
 type pooled struct {
 	c    *ssh.Client
-	host string // the worker's host name
-	open int    // sessions open or being opened on it
-	full bool   // the server refused a session for its limit; cleared when one ends
+	host string    // the worker's host name
+	prep sync.Once // the pool's preparation (Prepare)
+	open int       // sessions open or being opened on it
+	full bool      // the server refused a session for its limit; cleared when one ends
 	// stalled counts the session requests on it that went unanswered for
 	// the open timeout and are unanswered still.
 	stalled int
@@ -80,37 +83,55 @@ func (p *Pool) Add(host string, port int, cfg sshclient.Config, c *ssh.Client) b
 	return p.hold(host, poolKey(host, port, cfg), c, false) != nil
 }
 
-// Conn is a connection the pool holds, and its worker.
-type Conn struct {
-	Host string
-	C    *ssh.Client
-}
-
-// Held lists the connections the pool holds now.
-func (p *Pool) Held() []Conn {
+// Prepare makes the pool run fn once on every connection it holds, now
+// and later, before the first session it opens there from now on; nil
+// runs nothing more. A session waits for it; Warm runs it ahead on the
+// held connections, so that it is mostly done before mpirun asks. A run
+// sets one function (a connection prepared once is not prepared again).
+func (p *Pool) Prepare(fn func(host string, c *ssh.Client)) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []Conn
-	for _, cs := range p.hosts {
-		for _, pc := range cs {
-			out = append(out, Conn{Host: pc.host, C: pc.c})
-		}
-	}
-	return out
-}
-
-// OnHold makes the pool call fn with every connection it takes from now
-// on, before a session opens on it (nil: none); fn runs on the goroutine
-// of the session that made the connection, so it should be quick.
-func (p *Pool) OnHold(fn func(host string, c *ssh.Client)) {
-	p.mu.Lock()
-	p.onHold = fn
+	p.prepare = fn
 	p.mu.Unlock()
+}
+
+// Warm runs the preparation on every connection held now, at most n at
+// once, in the background; wait waits until each has run.
+func (p *Pool) Warm(n int) (wait func()) {
+	p.mu.Lock()
+	var held []*pooled
+	for _, cs := range p.hosts {
+		held = append(held, cs...)
+	}
+	p.mu.Unlock()
+	sem := make(chan struct{}, max(n, 1))
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		var each sync.WaitGroup
+		for _, pc := range held {
+			sem <- struct{}{}
+			each.Go(func() {
+				defer func() { <-sem }()
+				p.prepared(pc)
+			})
+		}
+		each.Wait()
+	})
+	return wg.Wait
+}
+
+// prepared runs the preparation on pc unless it ran (or runs) already.
+func (p *Pool) prepared(pc *pooled) {
+	p.mu.Lock()
+	fn, once := p.prepare, &pc.prep
+	p.mu.Unlock()
+	if fn != nil {
+		once.Do(func() { fn(pc.host, pc.c) })
+	}
 }
 
 // hold adds c, a connection to host, under key and returns it, with one
 // session counted on it when reserve is set (the caller opens one at once);
-// nil when the pool is closed. The OnHold function sees it first. A
+// nil when the pool is closed. A
 // connection that dies is found when a session request on it fails
 // (Session drops it then): no goroutine per connection waits for it.
 func (p *Pool) hold(host, key string, c *ssh.Client, reserve bool) *pooled {
@@ -124,11 +145,7 @@ func (p *Pool) hold(host, key string, c *ssh.Client, reserve bool) *pooled {
 		return nil
 	}
 	p.hosts[key] = append(p.hosts[key], pc)
-	fn := p.onHold
 	p.mu.Unlock()
-	if fn != nil {
-		fn(host, c)
-	}
 	return pc
 }
 
@@ -417,6 +434,7 @@ func (o *opening) try(ctx context.Context, first bool) {
 		o.report(attempt{f: sshclient.Classify(o.req.Host, o.req.Port, sshclient.PhaseRemoteCommand, context.Cause(ctx))})
 		return
 	}
+	p.prepared(pc)
 	s, err := o.open(pc)
 	var oce *ssh.OpenChannelError
 	switch {

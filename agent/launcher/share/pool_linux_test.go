@@ -7,8 +7,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/crypto/ssh"
 
 	"github.com/podmpi/podmpi/agent/rsh"
 	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
@@ -226,5 +229,41 @@ func TestDeadConnectionIsReplaced(t *testing.T) {
 	}
 	if n := proxy.Accepted(); n != 2 || sh.pool.Len() != 1 {
 		t.Fatalf("%d connections, %d held; want 2 (a new one after the cut) and the new one held", n, sh.pool.Len())
+	}
+}
+
+// TestPrepareRunsOnceBeforeTheFirstSession: the pool's preparation runs on
+// a connection it makes before the first session opens there, and on no
+// connection twice; Warm runs it ahead on the connections held.
+func TestPrepareRunsOnceBeforeTheFirstSession(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	sh := startShare(t)
+	// A first session makes and holds a connection, before any preparation.
+	if r := runRelay(t, sh, relayOpts{env: f.shareEnv()}, "-p", f.port(), "127.0.0.1", "echo up"); r.err != nil || r.code != 0 {
+		t.Fatalf("first session: %+v", r)
+	}
+	var mu sync.Mutex
+	var prepared []string
+	sessionsAtPrep := -1
+	sh.pool.Prepare(func(host string, c *ssh.Client) {
+		mu.Lock()
+		defer mu.Unlock()
+		prepared = append(prepared, host)
+		sessionsAtPrep = sh.pool.Sessions()
+	})
+	// The held connection: prepared before the next session on it.
+	if r := runRelay(t, sh, relayOpts{env: f.shareEnv()}, "-p", f.port(), "127.0.0.1", "echo up"); r.err != nil || r.code != 0 {
+		t.Fatalf("second session: %+v", r)
+	}
+	sh.pool.Warm(4)() // already prepared: nothing more
+	mu.Lock()
+	got, at := append([]string(nil), prepared...), sessionsAtPrep
+	mu.Unlock()
+	if len(got) != 1 || got[0] != "127.0.0.1" || at != 1 {
+		t.Fatalf("prepared %v (with %d sessions counted then), want once for 127.0.0.1 before its session opened (1 being opened)", got, at)
+	}
+	if n := sh.pool.Len(); n != 1 {
+		t.Fatalf("%d connections held, want the one", n)
 	}
 }
