@@ -35,8 +35,13 @@ import (
 const StatusDirName = "trainer-status"
 
 // statusFinalTimeout bounds the last status request, made before the
-// launcher exits.
-const statusFinalTimeout = 5 * time.Second
+// launcher exits; statusUnheardTimeout bounds it when Trainer answered no
+// request before (its endpoint is likely out of reach): the launcher's
+// end is not held up for a report.
+const (
+	statusFinalTimeout   = 5 * time.Second
+	statusUnheardTimeout = time.Second
+)
 
 // statusView is the launcher's side of the status API.
 type statusView struct {
@@ -134,8 +139,9 @@ func gaugeValue(g prometheus.Gauge) (float64, bool) {
 	return m.Gauge.GetValue(), true
 }
 
-// closeStatus sends the launcher's end (within statusFinalTimeout: the
-// process exits next) and stops reporting: on success the phase
+// closeStatus sends the launcher's end (within statusFinalTimeout, or
+// statusUnheardTimeout when Trainer never answered: the process exits
+// next) and stops reporting: on success the phase
 // "succeeded" and exit code 0; on failure the phase "failed", the exit
 // code, the reason of the failure Event, its first line, and the root
 // cause's host and rank when the diagnosis named them. These go first
@@ -172,11 +178,17 @@ func (l *Launcher) closeStatus(code exitcode.Code, err error) {
 		// The failure first: the status may lack room for every metric.
 		sv.rep.SetFailure(append(end, state...))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), statusFinalTimeout)
-	defer cancel()
-	sv.rep.Final(ctx)
+	// A request still under way (the paced loop's) is given up first:
+	// the last one says everything it would have.
 	sv.stop()
 	sv.wg.Wait()
+	wait := statusFinalTimeout
+	if !sv.rep.Heard() {
+		wait = statusUnheardTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	sv.rep.Final(ctx)
 	l.log.Debug("TrainJob status requests sent", "requests", sv.rep.Sent(), "component", "trainer-status")
 }
 

@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -250,5 +251,38 @@ func TestStatusOffChangesNothing(t *testing.T) {
 		if strings.Contains(line, "trainer-status") || strings.Contains(line, "TrainJob's status") {
 			t.Errorf("logged about the status API with it off: %s", line)
 		}
+	}
+}
+
+// TestStatusUnreachableDoesNotHoldTheEnd: Trainer's endpoint takes
+// connections and never answers (a NetworkPolicy that drops, a stalled
+// controller): the job runs as without it, the launcher warns once with
+// what to check, and its end is not held up for the last report.
+func TestStatusUnreachableDoesNotHoldTheEnd(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // never accepted: the TLS handshake gets no answer
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	tr := newFakeTrainer(t)
+	env := map[string]string{}
+	for k, v := range tr.env {
+		env[k] = v
+	}
+	env[trainerstatus.EnvURL] = "https://" + ln.Addr().String() + statusPath
+	var logs bytes.Buffer
+	start := time.Now()
+	code, err := RunJob(t.Context(), statusJobConfig(t, func(k string) string { return env[k] }, "exit 0", &logs))
+	took := time.Since(start)
+	if code != 0 || err != nil {
+		t.Fatalf("RunJob = %d, %v", code, err)
+	}
+	// Init and the command take well under a second here; the first
+	// request's 5 s runs in the background, the last one waits 1 s at most.
+	if took > 3*time.Second {
+		t.Errorf("the job took %s with Trainer out of reach", took.Round(time.Millisecond))
+	}
+	if n := strings.Count(logs.String(), "level=WARN msg=\"the TrainJob's status was not updated"); n > 1 {
+		t.Errorf("%d warnings about the status, want at most one:\n%s", n, logs.String())
 	}
 }

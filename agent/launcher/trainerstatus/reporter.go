@@ -21,7 +21,7 @@ type Reporter struct {
 	log *slog.Logger
 	now func() time.Time
 
-	send sync.Mutex // one request to Trainer at a time
+	send chan struct{} // one request to Trainer at a time: a slot
 
 	mu      sync.Mutex
 	own     []Metric // podmpi's metrics, names starting with Prefix
@@ -30,6 +30,7 @@ type Reporter struct {
 	pending bool     // something changed since the last request was sent
 	last    time.Time
 	sent    int
+	heard   bool // Trainer answered a request (whatever it said)
 	warned  map[string]bool
 	kick    chan struct{}
 }
@@ -49,7 +50,7 @@ func newReporter(c poster, log *slog.Logger, now func() time.Time) *Reporter {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Reporter{c: c, log: log, now: now, warned: map[string]bool{}, kick: make(chan struct{}, 1)}
+	return &Reporter{c: c, log: log, now: now, warned: map[string]bool{}, kick: make(chan struct{}, 1), send: make(chan struct{}, 1)}
 }
 
 // Set replaces the launcher's own metrics (each name should start with
@@ -128,10 +129,15 @@ func (r *Reporter) Final(ctx context.Context) {
 	}
 }
 
-// sendNow sends the status as it stands and records the answer.
+// sendNow sends the status as it stands, once the request before it is
+// done (or ctx ends), and records the answer.
 func (r *Reporter) sendNow(ctx context.Context) (Answer, error) {
-	r.send.Lock()
-	defer r.send.Unlock()
+	select {
+	case r.send <- struct{}{}:
+	case <-ctx.Done():
+		return Answer{}, context.Cause(ctx)
+	}
+	defer func() { <-r.send }()
 	return r.sendLocked(ctx)
 }
 
@@ -143,8 +149,22 @@ func (r *Reporter) sendLocked(ctx context.Context) (Answer, error) {
 	r.sent++
 	r.mu.Unlock()
 	a, err := r.c.Post(ctx, st)
+	if err == nil {
+		r.mu.Lock()
+		r.heard = true
+		r.mu.Unlock()
+	}
 	r.note(a, err)
 	return a, err
+}
+
+// Heard reports whether Trainer answered any request so far: when it has
+// not, its endpoint is likely out of reach (a NetworkPolicy), and the last
+// request is not worth waiting long for.
+func (r *Reporter) Heard() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.heard
 }
 
 // Forward takes a rank's request: it becomes the ranks' last status and is
@@ -158,8 +178,8 @@ func (r *Reporter) Forward(ctx context.Context, st *Status) (Answer, error) {
 	r.user, r.pending = st, true
 	due := !r.now().Before(r.last.Add(MinInterval))
 	r.mu.Unlock()
-	if due && r.send.TryLock() {
-		defer r.send.Unlock()
+	if due && r.trySend() {
+		defer func() { <-r.send }()
 		r.mu.Lock()
 		due = r.pending && !r.now().Before(r.last.Add(MinInterval))
 		r.mu.Unlock()
@@ -172,13 +192,23 @@ func (r *Reporter) Forward(ctx context.Context, st *Status) (Answer, error) {
 	return Answer{Code: http.StatusOK, Body: body}, nil
 }
 
+// trySend takes the request slot when it is free.
+func (r *Reporter) trySend() bool {
+	select {
+	case r.send <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
 // note logs a request that failed or was refused: the first of each kind
 // at WARN with what to check, the rest at DEBUG.
 func (r *Reporter) note(a Answer, err error) {
 	var kind, hint string
 	switch {
 	case err != nil:
-		kind = "error: " + err.Error()
+		kind = "no answer" // one warning, whatever the network said each time
 		hint = "the launcher cannot reach Trainer's status endpoint: check that the namespace's NetworkPolicy lets the launcher reach the Trainer controller's status port (TCP 10443 in Trainer's namespace)"
 	case a.Code == http.StatusOK:
 		return
