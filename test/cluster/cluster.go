@@ -411,6 +411,12 @@ func (c *Cluster) Down(ctx context.Context) error {
 			note(err)
 		}
 	}
+	// The empty folders a bind mount of Trainer's made on the host (its
+	// pod-like service-account folder): removed only when empty, so a host
+	// that has its own (a CI runner in a pod) keeps them.
+	for d := podServiceAccountDir; d != "/var/run"; d = filepath.Dir(d) {
+		_ = os.Remove(d)
+	}
 	return errors.Join(errs...)
 }
 

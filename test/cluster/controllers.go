@@ -443,6 +443,9 @@ func (c *Cluster) installTrainer(ctx context.Context, v string) error {
 		return err
 	}
 	newConfig := Minor(v) != "0" // v2.0.0 takes flags; later releases a Configuration file
+	// status: the release has the TrainJob status API (v2.2 and later),
+	// which this cluster turns on (TrainerStatus).
+	status := TrainerStatus(v)
 	fresh := c.InstalledVersion("trainer") != v
 	mod, err := c.B.ModuleDir(ctx, TrainerModule, v)
 	if err != nil {
@@ -479,8 +482,9 @@ func (c *Cluster) installTrainer(ctx context.Context, v string) error {
 		if err := c.installRendered(ctx, "trainer", objs, hook, "kubeflow-trainer-controller-manager"); err != nil {
 			return err
 		}
-		if newConfig {
-			cfg := fmt.Sprintf(`apiVersion: config.trainer.kubeflow.org/v1alpha1
+	}
+	if newConfig {
+		cfg := fmt.Sprintf(`apiVersion: config.trainer.kubeflow.org/v1alpha1
 kind: Configuration
 health:
   healthProbeBindAddress: 127.0.0.1:%d
@@ -501,9 +505,13 @@ certManagement:
 statusServer:
   port: %d
 `, TrainerHealthPort, TrainerMetricsPort, TrainerWebhookPort, Gateway, TrainerStatusPort)
-			if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(cfg), 0o644); err != nil {
-				return err
-			}
+		if status {
+			// The TrainJob status API (alpha, off by default upstream) is on
+			// in this cluster, as a Trainer that serves it would run it.
+			cfg += "featureGates:\n  TrainJobStatus: true\n"
+		}
+		if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(cfg), 0o644); err != nil {
+			return err
 		}
 	}
 	args := []string{"--kubeconfig", filepath.Join(dir, "kubeconfig"), "--zap-log-level=2"}
@@ -520,12 +528,31 @@ statusServer:
 			"--leader-elect=false")
 	}
 	p := c.controllerProc("trainer", bin, args, fmt.Sprintf("http://127.0.0.1:%d/readyz", TrainerHealthPort), trainerNS+"/kubeflow-trainer-webhook-cert")
+	if status {
+		if _, err := os.Stat(filepath.Join(dir, ServiceAccountDir, "token")); err != nil {
+			// Installed before the files were written beside the
+			// kubeconfig: write them (and the kubeconfig) anew.
+			if err := c.serviceAccountKubeconfig(ctx, filepath.Join(dir, "kubeconfig"), trainerNS, "kubeflow-trainer-controller-manager"); err != nil {
+				return err
+			}
+		}
+		binds, err := c.statusServerBinds(dir)
+		if err != nil {
+			return err
+		}
+		p.Binds = append(p.Binds, binds...)
+	}
 	c.logf("== Trainer %s", v)
 	if err := p.Start(ctx); err != nil {
 		return err
 	}
 	if err := c.waitWebhook(ctx, "Trainer", trainerProbe); err != nil {
 		return err
+	}
+	if status {
+		if err := c.routeTrainerStatus(ctx); err != nil {
+			return err
+		}
 	}
 	if fresh {
 		// Upstream's shipped runtimes go through Trainer's own webhook.
@@ -538,6 +565,52 @@ statusServer:
 		}
 	}
 	return c.setVersion("trainer", v)
+}
+
+// TrainerStatus reports whether Trainer release v has the TrainJob status
+// API (feature gate TrainJobStatus, v2.2 and later), which this cluster
+// turns on.
+func TrainerStatus(v string) bool {
+	m, err := strconv.Atoi(Minor(v))
+	return err == nil && m >= 2
+}
+
+// statusServerBinds are what Trainer's status server needs out of cluster:
+// it learns the cluster's token issuer from the token a pod would have
+// mounted (/var/run/secrets/kubernetes.io/serviceaccount, the files
+// serviceAccountKubeconfig writes beside its kubeconfig), then fetches the
+// issuer's OIDC discovery document from its URL, here
+// https://kubernetes.default.svc.<domain>, which a hosts file of its own
+// points at the API server.
+func (c *Cluster) statusServerBinds(dir string) ([]Bind, error) {
+	hosts := filepath.Join(dir, "hosts")
+	text := fmt.Sprintf("127.0.0.1 localhost\n::1 localhost\n%s kubernetes.default.svc.%s kubernetes.default.svc kubernetes.default kubernetes\n",
+		Gateway, ClusterDomain)
+	if err := os.WriteFile(hosts, []byte(text), 0o644); err != nil {
+		return nil, err
+	}
+	return []Bind{{Source: filepath.Join(dir, ServiceAccountDir), Target: podServiceAccountDir}, {Source: hosts, Target: "/etc/hosts"}}, nil
+}
+
+// routeTrainerStatus makes the status endpoint Trainer gives the pods
+// (https://<its Service>.<namespace>.svc:10443) reach it on the host, as
+// kube-proxy would: the Service's cluster address and port to the
+// gateway's TrainerStatusPort.
+func (c *Cluster) routeTrainerStatus(ctx context.Context) error {
+	cs, err := c.Client()
+	if err != nil {
+		return err
+	}
+	svc, err := cs.CoreV1().Services(trainerNS).Get(ctx, "kubeflow-trainer-controller-manager", metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("Trainer's Service: %w", err)
+	}
+	for _, sp := range svc.Spec.Ports {
+		if sp.Name == "status-server" && svc.Spec.ClusterIP != "" && svc.Spec.ClusterIP != "None" {
+			return ensureRule(ctx, serviceRule(svc.Spec.ClusterIP, int(sp.Port), TrainerStatusPort, "Trainer's status endpoint"))
+		}
+	}
+	return fmt.Errorf("Trainer's Service %s/%s has no status-server port with a cluster address", trainerNS, svc.Name)
 }
 
 // EnsureMPIOperator makes the cluster run mpi-operator v, replacing another

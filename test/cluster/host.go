@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,20 +51,29 @@ func ensureBridge(ctx context.Context) error {
 	return ensureAPIServiceRoute(ctx)
 }
 
-// apiServiceRule is the one rule kube-proxy would make that pods here need:
-// the kubernetes Service (what a pod's in-cluster client dials,
-// KUBERNETES_SERVICE_HOST:443) to the API server on the gateway. It names
-// the bridge, so removeRules takes it away with the cluster's others.
-var apiServiceRule = []string{"PREROUTING", "-i", Bridge, "-d", KubernetesServiceIP + "/32", "-p", "tcp", "--dport", "443",
-	"-m", "comment", "--comment", "podmpi-cluster: the kubernetes Service to the API server",
-	"-j", "DNAT", "--to-destination", Gateway + ":6443"}
+// serviceRule is a rule kube-proxy would make that pods here need: a
+// Service's cluster address and port (ip:port) to where its controller
+// listens on the host (the gateway's port to). It names the bridge, so
+// removeRules takes it away with the cluster's others.
+func serviceRule(ip string, port, to int, what string) []string {
+	return []string{"PREROUTING", "-i", Bridge, "-d", ip + "/32", "-p", "tcp", "--dport", strconv.Itoa(port),
+		"-m", "comment", "--comment", "podmpi-cluster: " + what,
+		"-j", "DNAT", "--to-destination", net.JoinHostPort(Gateway, strconv.Itoa(to))}
+}
+
+// apiServiceRule: the kubernetes Service (what a pod's in-cluster client
+// dials, KUBERNETES_SERVICE_HOST:443) to the API server on the gateway.
+var apiServiceRule = serviceRule(KubernetesServiceIP, 443, APIServerPort, "the kubernetes Service to the API server")
 
 // ensureAPIServiceRoute adds apiServiceRule unless it is there.
-func ensureAPIServiceRoute(ctx context.Context) error {
-	if _, err := run(ctx, "iptables", append([]string{"-w", "-t", "nat", "-C"}, apiServiceRule...)...); err == nil {
+func ensureAPIServiceRoute(ctx context.Context) error { return ensureRule(ctx, apiServiceRule) }
+
+// ensureRule adds a nat rule unless it is there.
+func ensureRule(ctx context.Context, rule []string) error {
+	if _, err := run(ctx, "iptables", append([]string{"-w", "-t", "nat", "-C"}, rule...)...); err == nil {
 		return nil
 	}
-	_, err := run(ctx, "iptables", append([]string{"-w", "-t", "nat", "-A"}, apiServiceRule...)...)
+	_, err := run(ctx, "iptables", append([]string{"-w", "-t", "nat", "-A"}, rule...)...)
 	return err
 }
 

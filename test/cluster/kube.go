@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -129,8 +130,31 @@ func (c *Cluster) serviceAccountKubeconfig(ctx context.Context, file, ns, sa str
 	if err != nil {
 		return fmt.Errorf("token for ServiceAccount %s/%s: %w", ns, sa, err)
 	}
+	// Beside it, what a pod of that ServiceAccount has mounted at
+	// /var/run/secrets/kubernetes.io/serviceaccount (ServiceAccountDir):
+	// Trainer's status server reads its issuer there.
+	sad := filepath.Join(filepath.Dir(file), ServiceAccountDir)
+	if err := os.MkdirAll(sad, 0o755); err != nil {
+		return err
+	}
+	ca, err := os.ReadFile(c.pki.CAFile())
+	if err != nil {
+		return err
+	}
+	for name, data := range map[string][]byte{"token": []byte(tok.Status.Token), "ca.crt": ca, "namespace": []byte(ns)} {
+		if err := writeFileAtomic(filepath.Join(sad, name), data, 0o600); err != nil {
+			return err
+		}
+	}
 	return c.pki.Kubeconfig(file, APIServerURL(), "system:serviceaccount:"+ns+":"+sa, "", tok.Status.Token)
 }
+
+// ServiceAccountDir is the folder, beside a controller's kubeconfig, with
+// the token, CA and namespace a pod of its ServiceAccount would have.
+const ServiceAccountDir = "serviceaccount"
+
+// podServiceAccountDir is where a pod has them.
+const podServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 // decodeObjects splits a YAML stream into objects.
 func decodeObjects(data []byte) ([]*unstructured.Unstructured, error) {

@@ -162,6 +162,11 @@ func TestTrainer(t *testing.T) {
 				r := runTrainJob(t, ns, tj, 4*time.Minute)
 				checkTrainJob(t, ns, r, 3, 6)
 				checkTrainerEnv(t, r.log, probe, 6)
+				// Without the TrainJob status API (v2.0.0 has none) the
+				// launcher says nothing of it; with it, it reports.
+				if lines := grepLines(r.log, "trainer-status"); cluster.TrainerStatus(v) != (lines != "") {
+					t.Errorf("Trainer %s (status API %t): the launcher's status lines:\n%s", v, cluster.TrainerStatus(v), lines)
+				}
 				// A healthy job says so where users look.
 				if !hasEvent(t, ns, "TrainJob", r.name, corev1.EventTypeNormal, "Initialized", "init done in") {
 					t.Errorf("a successful TrainJob has no Normal Initialized Event from podmpi")

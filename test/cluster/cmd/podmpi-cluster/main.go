@@ -356,7 +356,14 @@ func nsexec(args []string) int {
 		return 64
 	}
 	for _, b := range binds {
-		if err := os.MkdirAll(b[1], 0o755); err != nil {
+		// A folder is mounted on a folder (made if missing), a file on a
+		// file that must be there (/etc/hosts).
+		if fi, err := os.Stat(b[0]); err == nil && !fi.IsDir() {
+			if _, err := os.Stat(b[1]); err != nil {
+				fmt.Fprintln(os.Stderr, "nsexec:", err)
+				return 1
+			}
+		} else if err := os.MkdirAll(b[1], 0o755); err != nil {
 			fmt.Fprintln(os.Stderr, "nsexec:", err)
 			return 1
 		}
