@@ -140,7 +140,7 @@ func exposeOnHost(objs []*unstructured.Unstructured, ns, svc string, ports map[s
 			eps = append(eps, ep)
 		}
 		if len(eps) == 0 {
-			return nil, fmt.Errorf("Service %s/%s: none of its ports is named %v", ns, svc, ports)
+			return nil, fmt.Errorf("the Service %s/%s: none of its ports is named %v", ns, svc, ports)
 		}
 		objs = append(objs, &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "v1", "kind": "Endpoints",
@@ -603,14 +603,14 @@ func (c *Cluster) routeTrainerStatus(ctx context.Context) error {
 	}
 	svc, err := cs.CoreV1().Services(trainerNS).Get(ctx, "kubeflow-trainer-controller-manager", metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("Trainer's Service: %w", err)
+		return fmt.Errorf("the Trainer controller's Service: %w", err)
 	}
 	for _, sp := range svc.Spec.Ports {
 		if sp.Name == "status-server" && svc.Spec.ClusterIP != "" && svc.Spec.ClusterIP != "None" {
 			return ensureRule(ctx, serviceRule(svc.Spec.ClusterIP, int(sp.Port), TrainerStatusPort, "Trainer's status endpoint"))
 		}
 	}
-	return fmt.Errorf("Trainer's Service %s/%s has no status-server port with a cluster address", trainerNS, svc.Name)
+	return fmt.Errorf("the Trainer controller's Service %s/%s has no status-server port with a cluster address", trainerNS, svc.Name)
 }
 
 // EnsureMPIOperator makes the cluster run mpi-operator v, replacing another
