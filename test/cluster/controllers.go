@@ -540,6 +540,9 @@ statusServer:
 		if err != nil {
 			return err
 		}
+		if err := ensureRule(ctx, issuerRule); err != nil {
+			return fmt.Errorf("routing the token issuer's URL to the API server: %w", err)
+		}
 		p.Binds = append(p.Binds, binds...)
 	}
 	c.logf("== Trainer %s", v)
@@ -581,7 +584,7 @@ func TrainerStatus(v string) bool {
 // serviceAccountKubeconfig writes beside its kubeconfig), then fetches the
 // issuer's OIDC discovery document from its URL, here
 // https://kubernetes.default.svc.<domain>, which a hosts file of its own
-// points at the API server.
+// points at the gateway, where issuerRule sends port 443 to the API server.
 func (c *Cluster) statusServerBinds(dir string) ([]Bind, error) {
 	hosts := filepath.Join(dir, "hosts")
 	text := fmt.Sprintf("127.0.0.1 localhost\n::1 localhost\n%s kubernetes.default.svc.%s kubernetes.default.svc kubernetes.default kubernetes\n",

@@ -65,6 +65,15 @@ func serviceRule(ip string, port, to int, what string) []string {
 // dials, KUBERNETES_SERVICE_HOST:443) to the API server on the gateway.
 var apiServiceRule = serviceRule(KubernetesServiceIP, 443, APIServerPort, "the kubernetes Service to the API server")
 
+// issuerRule: the service-account token issuer's URL
+// (https://kubernetes.default.svc.<domain>, port 443), which a controller on
+// the host reaches through its own hosts file at the gateway, to the API
+// server there. Trainer's status server fetches the issuer's OIDC discovery
+// document from it as it starts.
+var issuerRule = []string{"OUTPUT", "-d", Gateway + "/32", "-p", "tcp", "--dport", "443",
+	"-m", "comment", "--comment", "podmpi-cluster: the token issuer's URL to the API server",
+	"-j", "DNAT", "--to-destination", net.JoinHostPort(Gateway, strconv.Itoa(APIServerPort))}
+
 // ensureAPIServiceRoute adds apiServiceRule unless it is there.
 func ensureAPIServiceRoute(ctx context.Context) error { return ensureRule(ctx, apiServiceRule) }
 
