@@ -49,12 +49,16 @@ const (
 	TrainerWebhookPort = 19444
 	TrainerHealthPort  = 18083
 	TrainerMetricsPort = 18084
-	TrainerStatusPort  = 18085
-	MPIOperatorPort    = 18086 // --monitoring-port (v0.6.0 also hard-codes health on 8080)
-	KubeRouterHealth   = 18087 // kube-router's health server (all addresses: it takes no host)
-	KueueWebhookPort   = 19445
-	KueueHealthPort    = 18090
-	KueueMetricsPort   = 18091
+	// TrainerStatusPort is upstream's: Trainer gives the pods its status
+	// server's URL with the port it listens on
+	// (https://<its Service>.<namespace>.svc:<port>), and the Service and
+	// examples/networkpolicy say 10443.
+	TrainerStatusPort = 10443
+	MPIOperatorPort   = 18086 // --monitoring-port (v0.6.0 also hard-codes health on 8080)
+	KubeRouterHealth  = 18087 // kube-router's health server (all addresses: it takes no host)
+	KueueWebhookPort  = 19445
+	KueueHealthPort   = 18090
+	KueueMetricsPort  = 18091
 )
 
 // Layout holds the cluster's folders: state (removed by down), run (sockets,
