@@ -17,8 +17,10 @@
 # Runs as UID 1000, GID 0 by default and under any UID with GID 0 and a
 # read-only root file system: it writes only to /tmp (mount an emptyDir there)
 # and /dev/shm, and to $HOME (/home/mpiuser) when a job writes there (the
-# Kubeflow SDK's command does: mount an emptyDir there too). python3 is here
-# for the SDK's command, which runs "python" on the function it writes. The
+# Kubeflow SDK's command does: mount an emptyDir there too). python3 (its whole
+# standard library) is here for the SDK's command, which runs "python" on the
+# function it writes, and for the SDK itself in a rank that reports progress
+# (update_trainjob_status imports the Kubernetes client). The
 # build context is the repository root.
 
 # The binaries: the podmpi image (images/podmpi.Dockerfile), which
@@ -43,7 +45,7 @@ FROM ${BASE_IMAGE}
 # package; the last line proves OpenSSH stayed out.
 RUN set -eux; \
     apt-get update; \
-    apt-get install -y --no-install-recommends mpich python3-minimal; \
+    apt-get install -y --no-install-recommends mpich python3; \
     ln -s python3 /usr/bin/python; \
     rm -rf /var/lib/apt/lists/*; \
     if dpkg-query -W -f '${db:Status-Status} ${Package}\n' 'openssh-*' 2>/dev/null | grep '^installed' \
