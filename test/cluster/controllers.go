@@ -592,7 +592,7 @@ func (c *Cluster) statusServerBinds(dir string) ([]Bind, error) {
 	if err := os.WriteFile(hosts, []byte(text), 0o644); err != nil {
 		return nil, err
 	}
-	return []Bind{{Source: filepath.Join(dir, ServiceAccountDir), Target: podServiceAccountDir}, {Source: hosts, Target: "/etc/hosts"}}, nil
+	return []Bind{{Source: filepath.Join(dir, secretsDir), Target: podSecretsDir}, {Source: hosts, Target: "/etc/hosts"}}, nil
 }
 
 // routeTrainerStatus makes the status endpoint Trainer gives the pods

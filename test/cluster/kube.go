@@ -150,11 +150,22 @@ func (c *Cluster) serviceAccountKubeconfig(ctx context.Context, file, ns, sa str
 }
 
 // ServiceAccountDir is the folder, beside a controller's kubeconfig, with
-// the token, CA and namespace a pod of its ServiceAccount would have.
-const ServiceAccountDir = "serviceaccount"
+// the token, CA and namespace a pod of its ServiceAccount would have, laid
+// out under secretsDir as under a pod's /var/run/secrets.
+const ServiceAccountDir = secretsDir + "/kubernetes.io/serviceaccount"
 
-// podServiceAccountDir is where a pod has them.
-const podServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+// secretsDir, beside a controller's kubeconfig, is bound on
+// podSecretsDir in the controller's own mount namespace. Binding the
+// folder above kubernetes.io leaves the host without
+// /var/run/secrets/kubernetes.io, which the Kubeflow SDK takes as proof
+// that it runs in a pod (it would then ignore the kubeconfig).
+const secretsDir = "secrets"
+
+// podSecretsDir and podServiceAccountDir are where a pod has them.
+const (
+	podSecretsDir        = "/var/run/secrets"
+	podServiceAccountDir = podSecretsDir + "/kubernetes.io/serviceaccount"
+)
 
 // decodeObjects splits a YAML stream into objects.
 func decodeObjects(data []byte) ([]*unstructured.Unstructured, error) {
