@@ -488,6 +488,7 @@ func (l *Launcher) Prepare(ctx context.Context, probeWorkers bool) (*Prepared, e
 			}
 		}
 		l.m.WorkersReach.Set(float64(ok))
+		l.setStatusProbed(len(results))
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

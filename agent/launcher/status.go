@@ -51,8 +51,9 @@ type statusView struct {
 	wg   sync.WaitGroup
 
 	mu    sync.Mutex
-	phase string // the phase running, or how the launcher ended
-	slots int    // the world size, once decided
+	phase  string // the phase running, or how the launcher ended
+	slots  int    // the world size, once decided
+	probed int    // the workers the SSH probe asked (never the launcher's own pod)
 }
 
 // connectStatus starts reporting when Trainer gave the variables.
@@ -103,6 +104,17 @@ func (l *Launcher) setStatusSlots(n int) {
 	}
 }
 
+// setStatusProbed records how many workers the SSH probe asked: beside
+// the reachable count it tells a worker that failed the probe from the
+// launcher's own pod, which is expected but never probed.
+func (l *Launcher) setStatusProbed(n int) {
+	if sv := l.status; sv != nil {
+		sv.mu.Lock()
+		sv.probed = n
+		sv.mu.Unlock()
+	}
+}
+
 // statusMetrics is the launcher's state as status metrics; sv.mu is held.
 func (l *Launcher) statusMetrics(sv *statusView) []trainerstatus.Metric {
 	phase := sv.phase
@@ -120,7 +132,8 @@ func (l *Launcher) statusMetrics(sv *statusView) []trainerstatus.Metric {
 	if v, ok := gaugeValue(l.m.WorkersResolved); ok && expected > 0 {
 		add("podmpi_workers_resolved", v, true)
 	}
-	if v, ok := gaugeValue(l.m.WorkersReach); ok && expected > 0 {
+	if v, ok := gaugeValue(l.m.WorkersReach); ok && expected > 0 && sv.probed > 0 {
+		add("podmpi_workers_probed", float64(sv.probed), true)
 		add("podmpi_workers_reachable", v, true)
 	}
 	add("podmpi_slots", float64(sv.slots), sv.slots > 0)
