@@ -36,6 +36,7 @@ func TestTrainerStatus(t *testing.T) {
 	t.Run("progress", func(t *testing.T) {
 		tj := trainJob(t, rt)
 		setNested(t, tj, "TrainingRuntime", "spec", "runtimeRef", "kind")
+		setNested(t, tj, int64(2), "spec", "trainer", "numNodes")
 		setNested(t, tj, []any{"mpirun", "bash", "-c", `if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then
   echo "rank 0 on $(hostname)"
   ` + py + ` -c 'from kubeflow.trainer import update_trainjob_status as u; import sys; sys.exit(0 if u(progress_percent=50, metrics={"loss": 0.25}) else 1)' || exit 9
@@ -50,8 +51,9 @@ fi`}, "spec", "trainer", "args")
 		st := trainerStatus(t, ns, r.name)
 		progress, _, _ := unstructured.NestedInt64(st, "progressPercentage")
 		m := statusMetrics(st)
-		if progress != 50 || m["loss"] != "0.25" || m["podmpi_phase"] != "succeeded" || m["podmpi_exit_code"] != "0" || m["podmpi_slots"] == "" {
-			t.Errorf(".status.trainerStatus: progress %d, metrics %v; want 50, loss 0.25 and podmpi's end", progress, m)
+		if progress != 50 || m["loss"] != "0.25" || m["podmpi_phase"] != "succeeded" || m["podmpi_exit_code"] != "0" || m["podmpi_slots"] == "" ||
+			m["podmpi_workers_expected"] != "2" || m["podmpi_workers_probed"] != "2" || m["podmpi_workers_reachable"] != "2" {
+			t.Errorf(".status.trainerStatus: progress %d, metrics %v; want 50, loss 0.25, podmpi's end and both workers probed and reachable", progress, m)
 		}
 		lines := grepLines(r.log, "trainer-status")
 		if !strings.Contains(lines, "reporting the launcher's state to the TrainJob's status") || strings.Contains(lines, `"level":"WARN"`) {
@@ -63,6 +65,7 @@ fi`}, "spec", "trainer", "args")
 	t.Run("failure", func(t *testing.T) {
 		tj := trainJob(t, rt)
 		setNested(t, tj, "TrainingRuntime", "spec", "runtimeRef", "kind")
+		setNested(t, tj, int64(2), "spec", "trainer", "numNodes")
 		setNested(t, tj, []any{"mpirun", "bash", "-c", `[ "$OMPI_COMM_WORLD_RANK" = 1 ] && exit 3; sleep 5`}, "spec", "trainer", "args")
 		r := runTrainJob(t, ns, tj, 3*time.Minute)
 		if r.complete {
@@ -82,7 +85,10 @@ fi`}, "spec", "trainer", "args")
 }
 
 // sdkMountedRuntime is a TrainingRuntime in ns: podmpi-openmpi with the SDK's venv
-// (dir) mounted read-only at its own path in the launcher and node pods.
+// (dir) mounted read-only at its own path in the launcher and node pods,
+// and the launcher not a node (runLauncherAsNode false): every rank, rank 0
+// too, runs on a node pod, which Trainer gives none of its status
+// variables.
 func sdkMountedRuntime(t *testing.T, ns, dir string) string {
 	t.Helper()
 	objs := readObjects(t, cluster.RuntimeFiles["openmpi"])
@@ -93,6 +99,7 @@ func sdkMountedRuntime(t *testing.T, ns, dir string) string {
 	cluster.SetImages(rt, e.info.Images["openmpi"])
 	rt.SetKind("TrainingRuntime")
 	rt.SetName("podmpi-openmpi-sdk")
+	setNested(t, rt, false, "spec", "mlPolicy", "mpi", "runLauncherAsNode")
 	rjs, _, _ := unstructured.NestedSlice(rt.Object, "spec", "template", "spec", "replicatedJobs")
 	for i, rj := range rjs {
 		pod, _, _ := unstructured.NestedMap(rj.(map[string]any), "template", "spec", "template", "spec")

@@ -12,7 +12,7 @@ import (
 	"github.com/podmpi/podmpi/test/harness"
 )
 
-// statusSection is what Trainer's status API costs the launcher (3c): its
+// statusSection is what Trainer's status API costs the launcher (3d): its
 // init with the API's variables (a Trainer stand-in on loopback of its
 // pod, as with the gate TrainJobStatus on) against without, at N simulated
 // workers of the scale cluster, runs alternating; and how many requests
@@ -20,7 +20,7 @@ import (
 // endpoint (a certificate, a token, a listener) and asks every worker-agent
 // to carry it before it runs the command.
 func statusSection(ctx context.Context, o options, e *env, r *report, c *harness.Cluster, ns []int) error {
-	r.heading("3c. Launcher init with Trainer's status API",
+	r.heading("3d. Launcher init with Trainer's status API",
 		"The scale cluster's launcher (`--discovery.template sw-{i}.sj --workers-expected N -- /bin/true`) with and without the three "+
 			"KUBEFLOW_TRAINER_SERVER_* variables, pointing at a stand-in for Trainer's status endpoint on loopback of the launcher's pod. "+
 			"With them the launcher reports its phases and end, makes the ranks' endpoint and asks each worker-agent to carry it "+
