@@ -50,7 +50,7 @@ type statusView struct {
 	stop context.CancelFunc
 	wg   sync.WaitGroup
 
-	mu    sync.Mutex
+	mu     sync.Mutex
 	phase  string // the phase running, or how the launcher ended
 	slots  int    // the world size, once decided
 	probed int    // the workers the SSH probe asked (never the launcher's own pod)
