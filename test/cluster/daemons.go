@@ -201,6 +201,29 @@ func (c *Cluster) corePlane() []*Process {
 	return []*Process{etcd, apiserver, kcm, sched, containerd, coredns, kubelet}
 }
 
+// RestartDaemon stops one daemon of the core plane by its pid file
+// (SIGTERM, then SIGKILL after its grace), starts it again with the same
+// arguments and waits until it is healthy: the fault drills restart the
+// kubelet under running jobs this way, as an upgrade or a crash of the
+// node agent would. Containers run on under containerd meanwhile.
+func (c *Cluster) RestartDaemon(ctx context.Context, name string) error {
+	var names []string
+	for _, p := range c.corePlane() {
+		names = append(names, p.Name)
+		if p.Name != name {
+			continue
+		}
+		if _, ok := p.Running(); !ok {
+			return fmt.Errorf("%s does not run (podmpi-cluster status; make cluster-up starts the cluster)", name)
+		}
+		if err := p.Stop(); err != nil {
+			return err
+		}
+		return p.Start(ctx)
+	}
+	return fmt.Errorf("no daemon %q in the cluster's core plane (one of: %s)", name, strings.Join(names, ", "))
+}
+
 // ctr runs containerd's client against the cluster's containerd in the
 // namespace the CRI plugin uses.
 func (c *Cluster) ctr(ctx context.Context, args ...string) (string, error) {

@@ -369,6 +369,23 @@ func cgroupRoots() []string {
 	return out
 }
 
+// PodCgroups are the folders of the pod with this UID in the kubelet's
+// cgroup trees (cgroupfs driver: kubepods/[burstable|besteffort/]pod<uid>),
+// one per v1 hierarchy, or the one of the v2 tree: the fault drills throttle
+// a pod's CPU and kill a container's processes through them.
+func PodCgroups(uid string) []string {
+	var out []string
+	for _, root := range cgroupRoots() {
+		for _, qos := range []string{"", "burstable", "besteffort"} {
+			p := filepath.Join(root, qos, "pod"+uid)
+			if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
 // cgroupPIDs lists the processes still in the kubelet's cgroups.
 func cgroupPIDs() []int {
 	seen := map[int]bool{}

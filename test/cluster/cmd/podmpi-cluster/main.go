@@ -7,6 +7,7 @@
 //	podmpi-cluster build [--all]            build (or find cached) every pinned binary
 //	podmpi-cluster controllers [--trainer V] [--mpi-operator V]
 //	podmpi-cluster import-image REF         copy a podman image into the cluster's containerd
+//	podmpi-cluster restart DAEMON           stop and start one daemon of the core plane (kubelet, coredns, ...)
 //	podmpi-cluster run -- CMD [ARGS...]     up (if not running), CMD, then down if it brought the cluster up
 //	podmpi-cluster traces                   what of the cluster is on this machine (empty after down)
 //
@@ -38,7 +39,7 @@ func main() {
 }
 
 func usage() int {
-	fmt.Fprintln(os.Stderr, "usage: podmpi-cluster up|down|status|build|controllers|import-image|run|traces (see docs/cluster.md)")
+	fmt.Fprintln(os.Stderr, "usage: podmpi-cluster up|down|status|build|controllers|import-image|restart|run|traces (see docs/cluster.md)")
 	return 64
 }
 
@@ -136,6 +137,16 @@ func run(args []string) int {
 		if err := c.ImportImage(ctx, fs.Arg(0)); err != nil {
 			return fail(err)
 		}
+		return 0
+	case "restart":
+		if fs.NArg() != 1 {
+			return usage()
+		}
+		start := time.Now()
+		if err := c.RestartDaemon(ctx, fs.Arg(0)); err != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(os.Stderr, "== %s restarted and healthy in %s\n", fs.Arg(0), time.Since(start).Round(100*time.Millisecond))
 		return 0
 	case "run":
 		return runWith(ctx, c, cluster.UpOptions{Trainer: *trainer, MPIOperator: *mpiop, NoImages: *noImages}, *behind, fs.Args(), fail)
