@@ -298,3 +298,14 @@ func tail(file string, n int) string {
 func DaemonPID(l Layout, name string) (int, bool) {
 	return pidFileAlive(filepath.Join(l.Logs(), name+".pid"))
 }
+
+// Controllers are the controllers the cluster runs on the host, by the
+// names of their folders under Layout.Controllers().
+var Controllers = []string{"jobset", "trainer", "mpi-operator", "kueue", "kube-router"}
+
+// ControllerPID returns the PID of one of the cluster's Controllers from
+// its pid file, when it runs: the fault drills check which of them a
+// control-plane outage ended.
+func ControllerPID(l Layout, name string) (int, bool) {
+	return pidFileAlive(filepath.Join(l.Controllers(), name, name+".pid"))
+}

@@ -223,15 +223,23 @@ func TestBench(t *testing.T) {
 }
 
 // installOpenSSHRuntime builds the OpenSSH baseline image on podmpi's image
-// of mpi (openmpi, mpich) and applies the openssh-<mpi>
-// ClusterTrainingRuntime with it.
-func installOpenSSHRuntime(t *testing.T, mpi string) {
+// of mpi (openmpi, mpich), applies the openssh-<mpi>
+// ClusterTrainingRuntime with it, and returns the image.
+func installOpenSSHRuntime(t *testing.T, mpi string) string {
+	t.Helper()
+	image := buildOpenSSHImage(t, mpi)
+	apply(t, "", openSSHRuntimeObject(t, mpi, image))
+	return image
+}
+
+// openSSHRuntimeObject is the openssh-<mpi> ClusterTrainingRuntime on image.
+func openSSHRuntimeObject(t *testing.T, mpi, image string) *unstructured.Unstructured {
 	t.Helper()
 	var rt unstructured.Unstructured
-	if err := yaml.Unmarshal([]byte(fmt.Sprintf(openSSHRuntime, buildOpenSSHImage(t, mpi), mpi)), &rt.Object); err != nil {
+	if err := yaml.Unmarshal([]byte(fmt.Sprintf(openSSHRuntime, image, mpi)), &rt.Object); err != nil {
 		t.Fatal(err)
 	}
-	apply(t, "", &rt)
+	return &rt
 }
 
 // openSSHTrainJob makes tj (a TrainJob on podmpi-<mpi>) run on the
