@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -261,24 +262,32 @@ func workerNotReady(d time.Duration) fault {
 			flipped := time.Now()
 			return func() {
 				t.Helper()
-				ctx := ctxT(t, time.Minute)
-				p, err := e.cs.CoreV1().Pods(l.ns).Get(ctx, l.target.Name, metav1.GetOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				ready := podCondition(*p, corev1.PodReady)
+				ready, inDNS := readyAndInDNS(t, l.target)
 				if ready == nil || ready.Status != corev1.ConditionFalse {
-					t.Fatalf("%s: the kubelet kept %s Ready %s after its readiness gate went False: readiness gates are not honoured here", l.runtime, p.Name, d)
+					t.Fatalf("%s: the kubelet kept %s Ready %s after its readiness gate went False: readiness gates are not honoured here", l.runtime, l.target.Name, d)
 				}
-				fqdn := fmt.Sprintf("%s.%s.%s.svc.%s", p.Spec.Hostname, p.Spec.Subdomain, p.Namespace, cluster.ClusterDomain)
-				if addrs, err := clusterLookup(ctx, fqdn); !isNXDomain(err) {
-					t.Fatalf("%s: %s still resolves (%v, %v) with its pod NotReady: the fault is not what it should be", l.runtime, fqdn, addrs, err)
+				if inDNS {
+					t.Fatalf("%s: %s's name still resolves with its pod NotReady: the fault is not what it should be", l.runtime, l.target.Name)
 				}
 				// The condition's time has whole seconds.
 				l.notef("NotReady within %s of the gate going False, and out of DNS", max(ready.LastTransitionTime.Sub(flipped), 0).Truncate(time.Second)+time.Second)
 				setGate(t, l.target, corev1.ConditionTrue)
 			}
 		}}
+}
+
+// readyAndInDNS reads the pod's Ready condition now, and whether its name
+// (host name and subdomain, in its namespace) resolves at the cluster DNS.
+func readyAndInDNS(t *testing.T, pod corev1.Pod) (*corev1.PodCondition, bool) {
+	t.Helper()
+	ctx := ctxT(t, time.Minute)
+	p, err := e.cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fqdn := fmt.Sprintf("%s.%s.%s.svc.%s", p.Spec.Hostname, p.Spec.Subdomain, p.Namespace, cluster.ClusterDomain)
+	_, err = clusterLookup(ctx, fqdn)
+	return podCondition(*p, corev1.PodReady), !isNXDomain(err)
 }
 
 // faultGate is the readiness gate of the worker-notready drill's pods.
@@ -306,15 +315,46 @@ func sshDuringCut(d time.Duration) fault {
 			return undo
 		},
 		check: func(t *testing.T, l *leg) {
-			line := outputLine(l.r.log, "fault-ssh: ")
+			line := sshOutcome(l.r.log)
 			if line == "" && l.r.Complete {
 				t.Errorf("%s: the job completed but its rank never ran the ssh of the drill", l.runtime)
 			}
 			if line != "" {
 				l.notef("the new ssh: %s", strings.TrimPrefix(line, "fault-ssh: "))
 			}
-			if l.runtime == "podmpi" && l.r.Complete && os.Getenv(envShare) != "off" && !strings.Contains(line, "shared connection: yes") {
+			if l.runtime != "podmpi" || os.Getenv(envShare) == "off" {
+				return
+			}
+			if l.r.Complete && !strings.Contains(line, "shared connection: yes") {
 				t.Errorf("podmpi: the rank's ssh did not run with the launcher's shared connection (%q)", line)
+			}
+			// The worker-agent names each session's connection; the
+			// launcher says when a request went unanswered on a held
+			// connection (which it keeps).
+			for _, r := range logRecords(l.r.log) {
+				if r.Level == "WARN" && strings.HasPrefix(r.Msg, "a worker did not answer a session request") {
+					l.notef("the launcher: %s", r.Msg)
+					break
+				}
+			}
+			conn := func(session string) string { c, _, _ := strings.Cut(session, "/"); return c }
+			var daemon, ssh string
+			for _, r := range logRecords(podLogs(ctxT(t, time.Minute), l.ns, l.target.Name, false)) {
+				switch {
+				case r.Msg != "ssh session started":
+				case strings.Contains(r.Cmd, "orted") && daemon == "":
+					daemon = conn(r.Session)
+				case r.Cmd == "true" && ssh == "":
+					ssh = conn(r.Session)
+				}
+			}
+			switch {
+			case ssh == "":
+				// The session never opened: the job failed before it did.
+			case ssh == daemon:
+				l.notef("the new ssh's session opened on the MPI daemon's connection (%s)", daemon)
+			default:
+				l.notef("the new ssh's session opened on connection %s, the MPI daemon's is %s", ssh, daemon)
 			}
 		}}
 }
@@ -323,9 +363,15 @@ func sshDuringCut(d time.Duration) fault {
 // CPU quota (cpu.max on cgroup v2, cpu.cfs_quota_us on v1; the kubelet's
 // cgroupfs driver): the worker-agent (or sshd), the MPI daemon and the
 // ranks all but stop, and the readiness probe fails.
+//
+// Under mpi-operator, without examples/rbac: podmpi's worker fails its
+// readiness probe within seconds (period 2 s, failureThreshold 1), its name
+// leaves DNS (the headless Service publishes only Ready addresses), and
+// the launcher has neither the API nor the name to tell a slow worker
+// from a deleted one, only the agent at the address the name had.
 func cpuStarve(d time.Duration) fault {
-	return fault{name: fmt.Sprintf("cpu-starve-%s", d), d: d,
-		what: fmt.Sprintf("a worker pod held at 1%% of a CPU for %s (its cgroup's CPU quota)", d),
+	return fault{name: fmt.Sprintf("cpu-starve-%s", d), d: d, mpiJob: true, noRBAC: true,
+		what: fmt.Sprintf("a worker pod held at 1%% of a CPU for %s under mpi-operator (its cgroup's CPU quota)", d),
 		start: func(t *testing.T, l *leg) func() {
 			t.Helper()
 			q := podCPUQuota(t, l.target)
@@ -335,8 +381,16 @@ func cpuStarve(d time.Duration) fault {
 				if got := q.read(t); got != q.starved {
 					t.Errorf("%s: the pod's CPU quota was %q at the fault's end, not %q: something reset it", l.runtime, got, q.starved)
 				}
-				l.notef("throttled %d times", q.throttled()-throttled)
+				ready, inDNS := readyAndInDNS(t, l.target)
 				q.set(t, q.was)
+				state := "Ready"
+				if ready == nil || ready.Status != corev1.ConditionTrue {
+					state = "NotReady"
+				}
+				if !inDNS {
+					state += " and out of DNS"
+				}
+				l.notef("throttled %d times; %s at the fault's end", q.throttled()-throttled, state)
 			}
 		}}
 }
@@ -425,8 +479,9 @@ func clusterFaults() []fault {
 // CPU and 256 MiB per pod (2 pods a TrainJob, 3 an MPIJob: all 14 jobs fit
 // the 2-core node at once; the ranks sleep). The cluster faults follow, one
 // after the other: they would hit the other drills' jobs too. A paused API
-// server costs mpi-operator its leader lease, and it exits: the cluster tool
-// starts what is missing again afterwards.
+// server costs mpi-operator its leader lease, and it exits: the drill starts
+// it again (podmpi-cluster controllers) and the table says so; the group
+// does so once more at its end, should a drill have stopped halfway.
 func TestFaults(t *testing.T) {
 	need(t)
 	start := time.Now()
@@ -1289,20 +1344,24 @@ func tellingLine(log string) string {
 	return strings.TrimSpace(lines[len(lines)-1])
 }
 
-// outputLine returns the first line of a log that starts with prefix: a
-// line the job's script printed (not podmpi's record of its command line).
-func outputLine(log, prefix string) string {
+// sshOutcome is the line the drill's rank printed after its ssh, or "".
+// Only the rank's own line counts: the launcher's log quotes the whole
+// command (in mpirun's argv) with the same words in it.
+func sshOutcome(log string) string {
 	for _, l := range strings.Split(log, "\n") {
-		if strings.HasPrefix(strings.TrimSpace(l), prefix) {
-			return strings.TrimSpace(l)
+		if l = strings.TrimSpace(l); sshOutcomeLine.MatchString(l) {
+			return l
 		}
 	}
 	return ""
 }
 
+var sshOutcomeLine = regexp.MustCompile(`^fault-ssh: (ok|failed) after [0-9]+ s(, shared connection: (yes)?)?$`)
+
 // logRecord is one structured (JSON) line of a podmpi log.
 type logRecord struct {
 	Level, Msg, Host string
+	Session, Cmd     string // worker-agent's "ssh session started": "<connection>/s<n>", and its command
 	line             string
 }
 
