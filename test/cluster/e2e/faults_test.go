@@ -1356,7 +1356,7 @@ func sshOutcome(log string) string {
 	return ""
 }
 
-var sshOutcomeLine = regexp.MustCompile(`^fault-ssh: (ok|failed) after [0-9]+ s(, shared connection: (yes)?)?$`)
+var sshOutcomeLine = regexp.MustCompile(`^fault-ssh: (ok|failed) after [0-9]+ s(, shared connection:( yes)?)?$`)
 
 // logRecord is one structured (JSON) line of a podmpi log.
 type logRecord struct {

@@ -15,7 +15,10 @@ import (
 	"github.com/podmpi/podmpi/test/cluster"
 )
 
-const netpolFile = "examples/networkpolicy/networkpolicy.yaml"
+const (
+	netpolFile              = "examples/networkpolicy/networkpolicy.yaml"
+	trainerStatusPolicyFile = "examples/networkpolicy/trainer-status.yaml"
+)
 
 // nodeDNSPolicy adds what this cluster needs beyond examples/networkpolicy:
 // its CoreDNS is served by the node at the bridge address (as NodeLocal
@@ -37,10 +40,33 @@ func nodeDNSPolicy() *unstructured.Unstructured {
 	}}
 }
 
-// isolate applies the shipped NetworkPolicy (and the node DNS one) in ns.
+// nodeTrainerStatusPolicy adds, as nodeDNSPolicy does for DNS, what
+// examples/networkpolicy/trainer-status.yaml cannot select here: Trainer's
+// controller runs on the node, not as a pod in kubeflow-system, so its
+// status endpoint (the Service's port, which the node serves) is opened at
+// the node's address, for the launcher pods only, as the example opens it.
+func nodeTrainerStatusPolicy() *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+		"metadata": map[string]any{"name": "podmpi-node-trainer-status"},
+		"spec": map[string]any{
+			"podSelector": map[string]any{"matchLabels": map[string]any{"podmpi.io/mpi": "true", "podmpi.io/role": "launcher"}},
+			"policyTypes": []any{"Egress"},
+			"egress": []any{map[string]any{
+				"to":    []any{map[string]any{"ipBlock": map[string]any{"cidr": e.info.Gateway + "/32"}}},
+				"ports": []any{map[string]any{"protocol": "TCP", "port": int64(cluster.TrainerStatusPort)}},
+			}},
+		},
+	}}
+}
+
+// isolate applies the shipped NetworkPolicies in ns (the namespace's and
+// the launcher's egress to Trainer's status endpoint), with this cluster's
+// stand-ins for the DNS and Trainer pods it does not have.
 func isolate(t *testing.T, ns string) {
 	t.Helper()
-	apply(t, ns, append(readObjects(t, netpolFile), nodeDNSPolicy())...)
+	objs := append(readObjects(t, netpolFile), readObjects(t, trainerStatusPolicyFile)...)
+	apply(t, ns, append(objs, nodeDNSPolicy(), nodeTrainerStatusPolicy())...)
 }
 
 // probePod starts a restricted pod that sleeps, to connect from, with the
