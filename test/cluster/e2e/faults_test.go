@@ -310,8 +310,9 @@ func sshDuringCut(d time.Duration) fault {
 				`else echo "fault-ssh: failed after ${SECONDS} s"; exit 3; fi; `
 		},
 		start: func(t *testing.T, l *leg) func() {
+			shell := podShell(t, l.launcher)
 			undo := cut(t, l.target)
-			dropFile(t, l.launcher, "/tmp/podmpi-fault-on")
+			dropFile(t, shell, "/tmp/podmpi-fault-on")
 			return undo
 		},
 		check: func(t *testing.T, l *leg) {
@@ -1528,22 +1529,35 @@ func killContainer(t *testing.T, pod corev1.Pod, containerID string) {
 	t.Fatalf("pod %s: no process of container %s in its cgroups", pod.Name, id)
 }
 
-// dropFile creates an empty file in a pod's main container, through the
-// mount namespace of one of its shells: a signal to the job's script.
-func dropFile(t *testing.T, pod corev1.Pod, path string) {
+// podShell is a shell of a pod's main container: the rank's on that pod,
+// which waits for a file (dropFile). It may start a little after the node
+// pods' ranks run (OpenSSH's launcher, run again by its Job, starts its own
+// rank last), so it is looked for up to a minute.
+func podShell(t *testing.T, pod corev1.Pod) proc {
 	t.Helper()
-	for _, p := range podProcs(pod) {
-		if p.comm != "bash" {
-			continue
+	deadline := time.Now().Add(time.Minute)
+	for {
+		for _, p := range podProcs(pod) {
+			if p.comm == "bash" {
+				return p
+			}
 		}
-		f, err := os.OpenFile(filepath.Join("/proc", strconv.Itoa(p.pid), "root", path), os.O_CREATE|os.O_WRONLY, 0o644)
-		if err != nil {
-			continue
+		if time.Now().After(deadline) {
+			t.Fatalf("pod %s: no shell of its container found within a minute", pod.Name)
 		}
-		_ = f.Close()
-		return
+		time.Sleep(500 * time.Millisecond)
 	}
-	t.Fatalf("could not create %s in pod %s: no shell of its container found", path, pod.Name)
+}
+
+// dropFile creates an empty file in the container of shell (podShell),
+// through its mount namespace: a signal to the job's script.
+func dropFile(t *testing.T, shell proc, path string) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join("/proc", strconv.Itoa(shell.pid), "root", path), os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatalf("could not create %s in the shell's container: %v", path, err)
+	}
+	_ = f.Close()
 }
 
 // proc is a process of a pod: a PID with its start time, so that a reused
