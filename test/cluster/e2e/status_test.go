@@ -66,7 +66,10 @@ fi`}, "spec", "trainer", "args")
 		tj := trainJob(t, rt)
 		setNested(t, tj, "TrainingRuntime", "spec", "runtimeRef", "kind")
 		setNested(t, tj, int64(2), "spec", "trainer", "numNodes")
-		setNested(t, tj, []any{"mpirun", "bash", "-c", `[ "$OMPI_COMM_WORLD_RANK" = 1 ] && exit 3; sleep 5`}, "spec", "trainer", "args")
+		// Rank 1 lives 2 s, as a failing training process does: the
+		// worker-agents sample their ranks every 500 ms, and one that ends
+		// within milliseconds of its start may be seen by none.
+		setNested(t, tj, []any{"mpirun", "bash", "-c", `[ "$OMPI_COMM_WORLD_RANK" = 1 ] && { sleep 2; exit 3; }; sleep 8`}, "spec", "trainer", "args")
 		r := runTrainJob(t, ns, tj, 3*time.Minute)
 		if r.complete {
 			t.Fatalf("TrainJob %s completed; its rank 1 exits 3", r.name)
