@@ -145,18 +145,7 @@ func TestProxy(t *testing.T) {
 	rep := NewReporter(NewClient(tr.endpoint(t, t.TempDir(), "trainer-token")), slog.New(slog.NewTextHandler(&logs, nil)))
 	rep.Set([]Metric{{Name: "podmpi_phase", Value: "mpirun"}, {Name: "podmpi_workers_reachable", Value: "2"}})
 
-	local, err := NewLocal(filepath.Join(t.TempDir(), "status"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	const path = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/ns/trainjobs/tj/status"
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := local.Server(Proxy(rep, path, local.Token))
-	go func() { _ = srv.ServeTLS(ln, "", "") }()
-	t.Cleanup(func() { srv.Close() })
+	local, ln, path := serveLocal(t, rep)
 
 	// What a rank sees: the three variables, files it can read.
 	env := statusfwd.Env(ln.Addr().(*net.TCPAddr).Port, path, local.Dir)
@@ -266,18 +255,7 @@ func TestSDKThroughLocalEndpoint(t *testing.T) {
 	tr := newTrainer(t)
 	rep := NewReporter(NewClient(tr.endpoint(t, t.TempDir(), "trainer-token")), nil)
 	rep.Set([]Metric{{Name: "podmpi_phase", Value: "mpirun"}})
-	local, err := NewLocal(filepath.Join(t.TempDir(), "status"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	const path = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/ns/trainjobs/tj/status"
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := local.Server(Proxy(rep, path, local.Token))
-	go func() { _ = srv.ServeTLS(ln, "", "") }()
-	t.Cleanup(func() { srv.Close() })
+	local, ln, path := serveLocal(t, rep)
 
 	// The SDK's import takes 3 s of CPU (the Kubernetes client): a loaded
 	// machine makes that a minute.
@@ -307,4 +285,24 @@ sys.exit(0 if ok else 1)
 	if st.ProgressPercentage == nil || *st.ProgressPercentage != 50 || strings.Join(names, ",") != "loss=0.25,epoch=2,podmpi_phase=mpirun" {
 		t.Fatalf("Trainer got progress %v, metrics %v", st.ProgressPercentage, names)
 	}
+}
+
+// serveLocal serves the ranks' endpoint (a Local in a temporary folder,
+// proxying to rep) on loopback until the test ends: the endpoint, its
+// listener and the TrainJob's status path it forwards to.
+func serveLocal(t *testing.T, rep *Reporter) (*Local, net.Listener, string) {
+	t.Helper()
+	local, err := NewLocal(filepath.Join(t.TempDir(), "status"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const path = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/ns/trainjobs/tj/status"
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := local.Server(Proxy(rep, path, local.Token))
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	t.Cleanup(func() { srv.Close() })
+	return local, ln, path
 }
