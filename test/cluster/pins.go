@@ -20,8 +20,13 @@ type Pins struct {
 	MPIOperator []string
 	Kueue       string
 	KubeRouter  string
-	Debian      map[string]string // etcd, containerd, cni-plugins, docker-compose: the Debian major.minor
-	Why         map[string]string // "component version" -> why
+	// Helm is the helm the chart is tested with, Registry the OCI
+	// registry (CNCF distribution) releases are pushed to: both built
+	// from the module proxy.
+	Helm     string
+	Registry string
+	Debian   map[string]string // etcd, containerd, cni-plugins, docker-compose: the Debian major.minor
+	Why      map[string]string // "component version" -> why
 }
 
 // LoadPins parses versions.txt (embedded).
@@ -55,16 +60,20 @@ func parsePins(text string) (Pins, error) {
 			p.Kueue = v
 		case "kube-router":
 			p.KubeRouter = v
+		case "helm":
+			p.Helm = v
+		case "registry":
+			p.Registry = v
 		case "etcd", "containerd", "cni-plugins", "docker-compose":
 			p.Debian[name] = v
 		default:
 			return Pins{}, fmt.Errorf("versions.txt:%d: unknown component %q", n+1, name)
 		}
 	}
-	if p.Kubernetes == "" || p.CoreDNS == "" || len(p.Trainer) == 0 || len(p.MPIOperator) == 0 || p.Kueue == "" || p.KubeRouter == "" {
-		return Pins{}, fmt.Errorf("versions.txt: need kubernetes, coredns, trainer, mpi-operator, kueue and kube-router lines")
+	if p.Kubernetes == "" || p.CoreDNS == "" || len(p.Trainer) == 0 || len(p.MPIOperator) == 0 || p.Kueue == "" || p.KubeRouter == "" || p.Helm == "" || p.Registry == "" {
+		return Pins{}, fmt.Errorf("versions.txt: need kubernetes, coredns, trainer, mpi-operator, kueue, kube-router, helm and registry lines")
 	}
-	for _, v := range append(append([]string{p.Kubernetes, p.CoreDNS, p.Kueue, p.KubeRouter}, p.Trainer...), append(p.JobSet, p.MPIOperator...)...) {
+	for _, v := range append(append([]string{p.Kubernetes, p.CoreDNS, p.Kueue, p.KubeRouter, p.Helm, p.Registry}, p.Trainer...), append(p.JobSet, p.MPIOperator...)...) {
 		if !strings.HasPrefix(v, "v") || strings.Count(v, ".") != 2 {
 			return Pins{}, fmt.Errorf("versions.txt: %q is not a module version like v1.2.3", v)
 		}
