@@ -67,7 +67,8 @@ func (l *Launcher) connectStatus(ctx context.Context) {
 	case !ok:
 		return
 	case err != nil:
-		l.log.Warn("the TrainJob's status will not be updated: Trainer's status variables are not usable", "err", err, "component", "trainer-status")
+		l.log.Warn("the TrainJob's status will not be updated: Trainer's status variables are not usable (the ranks get none of them)",
+			"err", err, "component", "trainer-status")
 		return
 	}
 	sv := &statusView{ep: ep, rep: trainerstatus.NewReporter(trainerstatus.NewClient(ep), l.log.With("component", "trainer-status"))}
@@ -228,11 +229,12 @@ func rootCauseLine(err error) string {
 // serves it on loopback, and the worker-agents carry it to the ranks on
 // theirs (status_forward.go). It returns mpirun's environment with the
 // three variables pointing at it, and a func that stops it. Without the
-// status API it returns env unchanged.
+// status API (no variables, or variables the launcher cannot use) it
+// returns env without them: Trainer's token never reaches a rank.
 func (l *Launcher) statusEndpoint(env []string, dir string) ([]string, func()) {
 	sv := l.status
 	if sv == nil {
-		return env, func() {}
+		return dropStatusEnv(env), func() {}
 	}
 	local, err := trainerstatus.NewLocal(filepath.Join(dir, StatusDirName))
 	if err != nil {

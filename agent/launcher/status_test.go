@@ -20,6 +20,7 @@ import (
 
 	"github.com/podmpi/podmpi/agent/launcher/discovery"
 	"github.com/podmpi/podmpi/agent/launcher/trainerstatus"
+	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
 	"github.com/podmpi/podmpi/agent/worker/api"
 )
 
@@ -284,5 +285,44 @@ func TestStatusUnreachableDoesNotHoldTheEnd(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "level=WARN msg=\"the TrainJob's status was not updated"); n > 1 {
 		t.Errorf("%d warnings about the status, want at most one:\n%s", n, logs.String())
+	}
+}
+
+// TestStatusTrainersVariablesNeverReachTheRanks: when the launcher does
+// not report (Trainer's variables unusable, or only some of them), mpirun
+// gets none of the three: never Trainer's token.
+func TestStatusTrainersVariablesNeverReachTheRanks(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+	}{
+		{"plain http to a remote address", map[string]string{
+			trainerstatus.EnvURL:    "http://trainer.kubeflow-system.svc:10443" + statusPath,
+			trainerstatus.EnvToken:  "/var/run/secrets/trainer/token",
+			trainerstatus.EnvCACert: "/var/run/secrets/trainer/ca.crt",
+		}},
+		{"no URL", map[string]string{
+			trainerstatus.EnvToken:  "/var/run/secrets/trainer/token",
+			trainerstatus.EnvCACert: "/var/run/secrets/trainer/ca.crt",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v) // the launcher's own environment, which mpirun's comes from
+			}
+			envFile := filepath.Join(t.TempDir(), "env")
+			var logs sshtest.Buffer
+			code, err := RunJob(t.Context(), statusJobConfig(t, os.Getenv, "env > "+envFile, &logs))
+			if code != 0 || err != nil {
+				t.Fatalf("RunJob = %d, %v", code, err)
+			}
+			b, err := os.ReadFile(envFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(b), "KUBEFLOW_TRAINER_SERVER") || strings.Contains(string(b), "/var/run/secrets/trainer") {
+				t.Errorf("the command got Trainer's variables:\n%s", b)
+			}
+		})
 	}
 }
