@@ -153,13 +153,14 @@ func gaugeValue(g prometheus.Gauge) (float64, bool) {
 	return m.Gauge.GetValue(), true
 }
 
-// closeStatus sends the launcher's end (within statusFinalTimeout, or
-// statusUnheardTimeout when Trainer never answered: the process exits
-// next) and stops reporting: on success the phase
-// "succeeded" and exit code 0; on failure the phase "failed", the exit
-// code, the reason of the failure Event, its first line, and the root
-// cause's host and rank when the diagnosis named them. These go first
-// when the status has no room for every metric.
+// closeStatus sends the launcher's end, whatever the paced reports are
+// doing (within statusFinalTimeout, or statusUnheardTimeout when Trainer
+// never answered: the process exits next), and stops reporting; a WARN
+// says when it did not land. On success the phase "succeeded" and exit
+// code 0; on failure the phase "failed", the exit code, the reason of the
+// failure Event, its first line, and the root cause's host and rank when
+// the diagnosis named them. These go first when the status has no room
+// for every metric.
 func (l *Launcher) closeStatus(code exitcode.Code, err error) {
 	sv := l.status
 	if sv == nil {
@@ -171,6 +172,7 @@ func (l *Launcher) closeStatus(code exitcode.Code, err error) {
 	if failed {
 		sv.phase = "failed"
 	}
+	phase := sv.phase
 	state := l.statusMetrics(sv)
 	sv.mu.Unlock()
 	end := []trainerstatus.Metric{{Name: "podmpi_exit_code", Value: strconv.Itoa(int(code))}}
@@ -192,18 +194,31 @@ func (l *Launcher) closeStatus(code exitcode.Code, err error) {
 		// The failure first: the status may lack room for every metric.
 		sv.rep.SetFailure(append(end, state...))
 	}
-	// A request still under way (the paced loop's) is given up first:
-	// the last one says everything it would have.
-	sv.stop()
-	sv.wg.Wait()
+	// The end goes now, after a request still under way (Trainer applies
+	// them in order); what is still under way once the wait is over is
+	// given up: the process exits next.
 	wait := statusFinalTimeout
 	if !sv.rep.Heard() {
 		wait = statusUnheardTimeout
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	sv.rep.Final(ctx)
-	l.log.Debug("TrainJob status requests sent", "requests", sv.rep.Sent(), "component", "trainer-status")
+	endErr := sv.rep.Final(ctx)
+	cancel()
+	sv.stop()
+	sv.wg.Wait()
+	var refused *trainerstatus.Refusal
+	switch {
+	case endErr == nil:
+		l.log.Debug("the TrainJob's status has the launcher's end", "phase", phase, "requests", sv.rep.Sent(), "component", "trainer-status")
+	case errors.As(endErr, &refused):
+		// Said at WARN when Trainer refused.
+		l.log.Debug("the launcher's end did not reach the TrainJob's status", "err", endErr, "requests", sv.rep.Sent(), "component", "trainer-status")
+	default:
+		l.log.Warn("the launcher's end did not reach the TrainJob's status: it keeps the last state Trainer took (the job's own result is not affected)",
+			"phase", phase, "endpoint", sv.ep.URL.Host, "err", endErr, "waited", wait, "requests", sv.rep.Sent(), "component", "trainer-status",
+			"hint", "Trainer's status endpoint did not take a request in the launcher's last seconds (a controller restarting or overloaded, "+
+				"a NetworkPolicy): the TrainJob's conditions still say how the job ended")
+	}
 }
 
 // rootCauseLine is a failure in one line, what it is first: the root

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podmpi/podmpi/agent/exitcode"
 	"github.com/podmpi/podmpi/agent/launcher/discovery"
 	"github.com/podmpi/podmpi/agent/launcher/trainerstatus"
 	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
@@ -32,6 +33,9 @@ type fakeTrainer struct {
 	got  []*trainerstatus.Status
 	auth []string
 	env  map[string]string // the three variables, as Trainer gives them
+	// delay holds each answer (a busy controller); a request given up
+	// meanwhile is not applied.
+	delay time.Duration
 }
 
 const statusPath = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/ns/trainjobs/tj/status"
@@ -43,6 +47,14 @@ func newFakeTrainer(t *testing.T) *fakeTrainer {
 		var req trainerstatus.Request
 		if r.URL.Path != statusPath || json.Unmarshal(b, &req) != nil || req.TrainerStatus == nil {
 			w.WriteHeader(http.StatusUnprocessableEntity)
+			return
+		}
+		tr.mu.Lock()
+		delay := tr.delay
+		tr.mu.Unlock()
+		select {
+		case <-time.After(delay):
+		case <-r.Context().Done():
 			return
 		}
 		tr.mu.Lock()
@@ -285,6 +297,37 @@ func TestStatusUnreachableDoesNotHoldTheEnd(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "level=WARN msg=\"the TrainJob's status was not updated"); n > 1 {
 		t.Errorf("%d warnings about the status, want at most one:\n%s", n, logs.String())
+	}
+}
+
+// TestStatusEndLandsAfterALongJob is what users saw: a job that outlives
+// the pace (5 s) with nothing to report meanwhile; at its end the
+// launcher's end is due at once, and Trainer takes a moment to answer. It
+// lands, whatever the paced loop was doing.
+func TestStatusEndLandsAfterALongJob(t *testing.T) {
+	tr := newFakeTrainer(t)
+	tr.delay = 200 * time.Millisecond
+	var logs sshtest.Buffer
+	l, err := New(statusJobConfig(t, func(k string) string { return tr.env[k] }, "true", &logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.connectStatus(t.Context())
+	deadline := time.Now().Add(20 * time.Second)
+	for len(tr.requests()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(tr.requests()) == 0 {
+		t.Fatalf("Trainer never got the launcher's first request:\n%s", logs.String())
+	}
+	time.Sleep(trainerstatus.MinInterval) // the job runs on, past the pace
+	l.closeStatus(exitcode.OK, nil)
+	got := tr.requests()
+	if last := metricMap(got[len(got)-1]); last["podmpi_phase"] != "succeeded" || last["podmpi_exit_code"] != "0" {
+		t.Fatalf("Trainer's last status %v, want the end (%d requests):\n%s", last, len(got), logs.String())
+	}
+	if strings.Contains(logs.String(), "level=WARN") {
+		t.Errorf("warned:\n%s", logs.String())
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -36,6 +37,33 @@ func NewClient(ep Endpoint) *Client {
 type Answer struct {
 	Code int
 	Body []byte // at most 4 KiB of it
+	// RetryAfter is the answer's Retry-After (0 without one): the least
+	// wait before the next request.
+	RetryAfter time.Duration
+}
+
+// maxRetryAfter bounds the wait a Retry-After can ask for: a bogus one
+// must not silence the reports for the rest of the job.
+const maxRetryAfter = 10 * time.Minute
+
+// retryAfter reads a Retry-After header, in seconds or an HTTP date
+// (RFC 9110), as a wait from now: 0 when it is absent, unreadable or past,
+// at most maxRetryAfter.
+func retryAfter(h string, now time.Time) time.Duration {
+	h = strings.TrimSpace(h)
+	if h == "" {
+		return 0
+	}
+	var d time.Duration
+	if strings.Trim(h, "0123456789") == "" { // delay-seconds, which may overflow
+		d = maxRetryAfter
+		if n, err := strconv.ParseUint(h, 10, 64); err == nil && n < uint64(maxRetryAfter/time.Second) {
+			d = time.Duration(n) * time.Second
+		}
+	} else if t, err := http.ParseTime(h); err == nil {
+		d = t.Sub(now)
+	}
+	return max(0, min(d, maxRetryAfter))
 }
 
 // Post sends one status request. An error is a request that got no answer
@@ -72,7 +100,7 @@ func (c *Client) Post(ctx context.Context, st *Status) (Answer, error) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, MaxBody))
-	return Answer{Code: resp.StatusCode, Body: b}, nil
+	return Answer{Code: resp.StatusCode, Body: b, RetryAfter: retryAfter(resp.Header.Get("Retry-After"), time.Now())}, nil
 }
 
 // readToken reads the bearer token from its file. The token is never

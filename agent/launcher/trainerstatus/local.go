@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -139,8 +140,10 @@ func (l *Local) Server(h http.Handler) *http.Server {
 
 // Proxy is the local endpoint's handler: it takes what Trainer's endpoint
 // takes, at path only, from a client with the local token, and hands it
-// to rep (Reporter.Forward). Its answers have the shape of Trainer's: the
-// request echoed on 200, a Kubernetes Status otherwise.
+// to rep (Reporter.Forward), answering at once, before Trainer does: 200
+// and the request echoed, as Trainer answers one it applied, when rep
+// will send it; a Kubernetes Status, as Trainer's, when it will not (an
+// invalid body, Trainer's refusal of the job).
 func Proxy(rep *Reporter, path, token string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
@@ -171,20 +174,32 @@ func Proxy(rep *Reporter, path, token string) http.Handler {
 			status(w, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, err.Error())
 			return
 		}
-		if req.TrainerStatus == nil {
-			writeJSON(w, http.StatusOK, req) // Trainer's answer to an empty request: nothing applied
-			return
+		if req.TrainerStatus != nil {
+			if err := rep.Forward(req.TrainerStatus); err != nil {
+				var ref *Refusal
+				code := http.StatusForbidden
+				if errors.As(err, &ref) {
+					code = ref.Code
+				}
+				status(w, code, reasonOf(code), err.Error())
+				return
+			}
 		}
-		a, err := rep.Forward(r.Context(), req.TrainerStatus)
-		if err != nil {
-			status(w, http.StatusBadGateway, metav1.StatusReasonServiceUnavailable,
-				"the launcher could not reach Trainer's status endpoint: "+err.Error())
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(a.Code)
-		_, _ = w.Write(a.Body)
+		// Trainer's answer to a request it applied, or to an empty one
+		// (nothing applied): the request echoed.
+		writeJSON(w, http.StatusOK, req)
 	})
+}
+
+// reasonOf is the Kubernetes Status reason of a refusal's code.
+func reasonOf(code int) metav1.StatusReason {
+	switch code {
+	case http.StatusNotFound:
+		return metav1.StatusReasonNotFound
+	case http.StatusUnauthorized:
+		return metav1.StatusReasonUnauthorized
+	}
+	return metav1.StatusReasonForbidden
 }
 
 // bearer reports whether header carries token as its one bearer

@@ -1,7 +1,6 @@
 package trainerstatus
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -19,9 +18,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/podmpi/podmpi/agent/statusfwd"
 	"time"
+
+	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
+	"github.com/podmpi/podmpi/agent/statusfwd"
 )
 
 // trainer is a stand-in for Trainer's status endpoint: TLS with its own
@@ -32,6 +32,11 @@ type trainer struct {
 	token string
 	code  int
 	got   []recorded
+	// retryAfter is the Retry-After of its answers ("" for none).
+	retryAfter string
+	// hold, when set, keeps each request from its answer until it gets a
+	// value (or the client gives up).
+	hold chan struct{}
 }
 
 type recorded struct {
@@ -47,8 +52,18 @@ func newTrainer(t *testing.T) *trainer {
 		_ = json.Unmarshal(b, &req)
 		tr.mu.Lock()
 		tr.got = append(tr.got, recorded{r.Header.Get("Authorization"), req})
-		code, token := tr.code, tr.token
+		code, token, hold, retry := tr.code, tr.token, tr.hold, tr.retryAfter
 		tr.mu.Unlock()
+		if retry != "" {
+			w.Header().Set("Retry-After", retry)
+		}
+		if hold != nil {
+			select {
+			case <-hold:
+			case <-r.Context().Done():
+				return
+			}
+		}
 		if r.Header.Get("Authorization") != "Bearer "+token {
 			code = http.StatusForbidden
 		}
@@ -112,13 +127,21 @@ func TestClientPost(t *testing.T) {
 		t.Fatalf("body %+v", got[1].body)
 	}
 
+	// Trainer throttles: the answer says when to come back.
+	tr.mu.Lock()
+	tr.code, tr.retryAfter = http.StatusTooManyRequests, "7"
+	tr.mu.Unlock()
+	if a, err := c.Post(ctx, st); err != nil || a.Code != 429 || a.RetryAfter != 7*time.Second {
+		t.Fatalf("post answered 429, Retry-After 7: %v %+v", err, a)
+	}
+
 	// A missing token is an error that names the file, never a request.
 	os.Remove(filepath.Join(dir, "token"))
 	if _, err := c.Post(ctx, st); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "token")) {
 		t.Fatalf("missing token: %v", err)
 	}
-	if n := len(tr.requests()); n != 2 {
-		t.Fatalf("%d requests, want 2", n)
+	if n := len(tr.requests()); n != 3 {
+		t.Fatalf("%d requests, want 3", n)
 	}
 	// A CA that did not sign the server's certificate: no request gets
 	// through, and the error says why.
@@ -141,9 +164,13 @@ func TestClientPost(t *testing.T) {
 func TestProxy(t *testing.T) {
 	t.Parallel()
 	tr := newTrainer(t)
-	var logs bytes.Buffer
-	rep := NewReporter(NewClient(tr.endpoint(t, t.TempDir(), "trainer-token")), slog.New(slog.NewTextHandler(&logs, nil)))
+	var logs sshtest.Buffer
+	clk := newFakeClock()
+	rep := newReporter(NewClient(tr.endpoint(t, t.TempDir(), "trainer-token")), slog.New(slog.NewTextHandler(&logs, nil)), clk)
 	rep.Set([]Metric{{Name: "podmpi_phase", Value: "mpirun"}, {Name: "podmpi_workers_reachable", Value: "2"}})
+	run(t, rep)
+	waitFor(t, "the launcher's first request", rep.settledNow)
+	clk.add(MinInterval) // a rank's request is sent at once
 
 	local, ln, path := serveLocal(t, rep)
 
@@ -169,7 +196,7 @@ func TestProxy(t *testing.T) {
 	if !pool.AppendCertsFromPEM(caPEM) {
 		t.Fatal("CA file holds no certificate")
 	}
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 20 * time.Second}
 	post := func(url, tok, body string) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
@@ -206,38 +233,82 @@ func TestProxy(t *testing.T) {
 			t.Errorf("%s: %d %s, want %d with %q", tc.name, code, body, tc.code, tc.says)
 		}
 	}
-	if n := len(tr.requests()); n != 0 {
-		t.Fatalf("%d refused requests reached Trainer", n)
+	if n := len(tr.requests()); n != 1 {
+		t.Fatalf("%d requests reached Trainer, want the launcher's only", n)
 	}
 
-	// What the SDK sends: it reaches Trainer with Trainer's token, the
-	// rank's progress and metrics first, podmpi's after.
+	// What the SDK sends: answered at once, as Trainer answers one it
+	// applied, and it reaches Trainer with Trainer's token, the rank's
+	// progress and metrics first, podmpi's after.
 	code, body := post(u, tok, `{"trainerStatus":{"lastUpdatedTime":"2026-11-27T22:00:00.123456+00:00","progressPercentage":50,"metrics":[{"name":"loss","value":"0.25"}]}}`)
 	if code != 200 || !strings.Contains(body, `"progressPercentage":50`) {
 		t.Fatalf("status post: %d %s", code, body)
 	}
+	waitFor(t, "Trainer's answer", rep.settledNow)
 	got := tr.requests()
-	if len(got) != 1 || got[0].auth != "Bearer trainer-token" {
+	if len(got) != 2 || got[1].auth != "Bearer trainer-token" {
 		t.Fatalf("Trainer got %+v", got)
 	}
-	st := got[0].body.TrainerStatus
+	st := got[1].body.TrainerStatus
 	if st == nil || *st.ProgressPercentage != 50 || st.LastUpdatedTime != "2026-11-27T22:00:00.123456+00:00" || len(st.Metrics) != 3 ||
 		st.Metrics[0].Name != "loss" || st.Metrics[1].Name != "podmpi_phase" {
 		t.Fatalf("Trainer got status %+v", st)
 	}
 
-	// Trainer's refusal goes back to the rank, and the launcher warns once.
+	// Trainer refuses the job (403): the rank's request that met it was
+	// answered 200 (podmpi meant to send it); the next ones get the
+	// refusal, with Trainer's reason, and the launcher warns once.
 	tr.mu.Lock()
-	tr.code = http.StatusUnprocessableEntity
+	tr.code = http.StatusForbidden
 	tr.mu.Unlock()
-	rep.mu.Lock()
-	rep.last = rep.last.Add(-MinInterval) // the pace allows the next one now
-	rep.mu.Unlock()
-	if code, _ := post(u, tok, `{"trainerStatus":{"progressPercentage":60}}`); code != http.StatusUnprocessableEntity {
-		t.Fatalf("Trainer's 422 answered to the rank as %d", code)
+	clk.add(MinInterval)
+	if code, _ := post(u, tok, `{"trainerStatus":{"progressPercentage":60}}`); code != 200 {
+		t.Fatalf("the rank's post before Trainer refused: %d", code)
 	}
-	if !strings.Contains(logs.String(), "level=WARN") || strings.Contains(logs.String(), "trainer-token") {
-		t.Fatalf("launcher log: %s", logs.String())
+	waitFor(t, "Trainer's refusal", rep.settledNow)
+	if code, body := post(u, tok, `{"trainerStatus":{"progressPercentage":70}}`); code != http.StatusForbidden || !strings.Contains(body, "Trainer refused") {
+		t.Fatalf("the rank's post after Trainer refused the job: %d %s", code, body)
+	}
+	if n := len(tr.requests()); n != 3 {
+		t.Fatalf("%d requests reached Trainer, want 3", n)
+	}
+	waitFor(t, "the launcher's warning", func() bool { return strings.Contains(logs.String(), "level=WARN") })
+	if l := logs.String(); strings.Contains(l, "trainer-token") {
+		t.Fatalf("launcher log: %s", l)
+	}
+}
+
+// TestProxyAnswersAtOnce: a rank's request is answered before Trainer
+// answers the launcher's: the SDK, which gives up after 5 s, returns True
+// for what podmpi will send however slow Trainer is.
+func TestProxyAnswersAtOnce(t *testing.T) {
+	t.Parallel()
+	tr := newTrainer(t)
+	tr.hold = make(chan struct{})
+	rep := NewReporter(NewClient(tr.endpoint(t, t.TempDir(), "trainer-token")), nil)
+	run(t, rep)
+	local, ln, path := serveLocal(t, rep)
+	env := statusfwd.Env(ln.Addr().(*net.TCPAddr).Port, path, local.Dir)
+	u := strings.TrimPrefix(env[0], EnvURL+"=")
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(local.CAPEM)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 20 * time.Second}
+	req, _ := http.NewRequest(http.MethodPost, u, strings.NewReader(`{"trainerStatus":{"progressPercentage":50}}`))
+	req.Header.Set("Authorization", "Bearer "+local.Token)
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("the rank's post while Trainer holds the launcher's request: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || strings.TrimSpace(string(b)) != `{"trainerStatus":{"progressPercentage":50}}` {
+		t.Fatalf("the rank's post: %d %s, want 200 and the request echoed", resp.StatusCode, b)
+	}
+	waitFor(t, "the request at Trainer", func() bool { return len(tr.requests()) == 1 })
+	tr.hold <- struct{}{}
+	waitFor(t, "Trainer's answer", rep.settledNow)
+	if st := tr.requests()[0].body.TrainerStatus; st == nil || st.ProgressPercentage == nil || *st.ProgressPercentage != 50 {
+		t.Fatalf("Trainer got %+v", st)
 	}
 }
 
@@ -253,8 +324,12 @@ func TestSDKThroughLocalEndpoint(t *testing.T) {
 		t.Skip("PODMPI_KUBEFLOW_SDK is not set: no python3 with the Kubeflow SDK to drive the endpoint")
 	}
 	tr := newTrainer(t)
-	rep := NewReporter(NewClient(tr.endpoint(t, t.TempDir(), "trainer-token")), nil)
+	clk := newFakeClock()
+	rep := newReporter(NewClient(tr.endpoint(t, t.TempDir(), "trainer-token")), nil, clk)
 	rep.Set([]Metric{{Name: "podmpi_phase", Value: "mpirun"}})
+	run(t, rep)
+	waitFor(t, "the launcher's first request", rep.settledNow)
+	clk.add(MinInterval) // the rank's request is sent at once
 	local, ln, path := serveLocal(t, rep)
 
 	// The SDK's import takes 3 s of CPU (the Kubernetes client): a loaded
@@ -273,11 +348,12 @@ sys.exit(0 if ok else 1)
 	if err != nil {
 		t.Fatalf("the SDK's update_trainjob_status: %v\n%s", err, out)
 	}
+	waitFor(t, "Trainer's answer", rep.settledNow)
 	got := tr.requests()
-	if len(got) != 1 || got[0].auth != "Bearer trainer-token" {
+	if len(got) != 2 || got[1].auth != "Bearer trainer-token" {
 		t.Fatalf("Trainer got %+v", got)
 	}
-	st := got[0].body.TrainerStatus
+	st := got[1].body.TrainerStatus
 	names := []string{}
 	for _, m := range st.Metrics {
 		names = append(names, m.Name+"="+m.Value)

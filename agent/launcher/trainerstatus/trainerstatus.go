@@ -34,10 +34,35 @@
 //     they post reaches Trainer with the launcher's token.
 //   - Neither overwrites the other: since every request replaces the whole
 //     status, the launcher keeps the ranks' last request (their progress,
-//     time estimate and metrics) and sends it with its own metrics added,
-//     and sends the ranks' requests with its own metrics added. A writer
-//     that posts to Trainer directly, not through podmpi's endpoint, is not
-//     seen: podmpi's next request would drop what it posted (docs say so).
+//     time estimate and metrics) and sends it with its own metrics added.
+//     A writer that posts to Trainer directly, not through podmpi's
+//     endpoint, is not seen: podmpi's next request would drop what it
+//     posted (docs say so).
+//
+// Delivery. One goroutine (Reporter.Run) sends every request, one at a
+// time, so that Trainer applies them in the order of the states they
+// carry; each request carries the latest state, whole. It sends at most
+// once per MinInterval while the job runs (a job of T seconds makes at
+// most T/MinInterval+2 requests when none fails). A request that gets no
+// answer, 429 or 5xx is sent again, with the latest state, after a backoff
+// (from MinInterval up to a minute while the job runs; Retry-After when
+// Trainer gives one and it is longer), until one is taken: a state is never
+// lost to a failed request, only replaced by a newer one. Another 4xx
+// refuses that content, and the next change is sent; 401, 403 and 404
+// refuse the job (a token Trainer does not take for this TrainJob, a
+// TrainJob it does not know, the gate off) and nothing more is sent. The
+// launcher's end (Reporter.Final) goes without the pace: Final waits for a
+// request under way, then sends the end, retrying within its deadline,
+// and says whether it landed.
+//
+// A rank's request is answered at once, as Trainer answers one it applied
+// (200, the request echoed), once podmpi has taken it: the Kubeflow SDK's
+// update_trainjob_status, which gives up after 5 s, returns True. Through
+// podmpi, True means the content will be sent to Trainer (alone or as part
+// of a newer state of the ranks), and False that it will not: the body is
+// invalid (422, 413: what the CRD would refuse), the token is not the
+// run's (403), or Trainer has refused this job's requests for good (its
+// 403 or 404, passed on with the reason).
 //
 // Nothing here fails or delays the job: every request runs in the
 // background within a deadline, a failure is logged (once per kind at

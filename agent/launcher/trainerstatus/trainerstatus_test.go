@@ -3,11 +3,17 @@ package trainerstatus
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
 )
 
 func TestFromEnv(t *testing.T) {
@@ -145,28 +151,43 @@ func TestMerge(t *testing.T) {
 	}
 }
 
-// fakePoster records what the reporter sends.
+// fakePoster records what the reporter sends and answers from a script:
+// the replies in order, then 200 and the request echoed, as Trainer does.
 type fakePoster struct {
 	mu     sync.Mutex
 	got    []*Status
-	answer Answer
-	err    error
-	block  chan struct{} // when set, Post waits for it
+	script []reply
+	// hold, when set, makes each request wait for a value from it (or for
+	// its context): a request in flight for as long as the test wants.
+	hold chan struct{}
 }
 
-func (p *fakePoster) Post(_ context.Context, st *Status) (Answer, error) {
-	if p.block != nil {
-		<-p.block
-	}
+type reply struct {
+	a   Answer
+	err error
+}
+
+func (p *fakePoster) Post(ctx context.Context, st *Status) (Answer, error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.got = append(p.got, st)
-	a := p.answer
-	if a.Code == 0 {
-		a.Code = 200
-		a.Body, _ = json.Marshal(Request{TrainerStatus: st})
+	var rp reply
+	if len(p.script) > 0 {
+		rp, p.script = p.script[0], p.script[1:]
 	}
-	return a, p.err
+	hold := p.hold
+	p.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return Answer{}, ctx.Err()
+		}
+	}
+	if rp.a.Code == 0 && rp.err == nil {
+		rp.a.Code = 200
+		rp.a.Body, _ = json.Marshal(Request{TrainerStatus: st})
+	}
+	return rp.a, rp.err
 }
 
 func (p *fakePoster) sent() []*Status {
@@ -175,94 +196,369 @@ func (p *fakePoster) sent() []*Status {
 	return append([]*Status(nil), p.got...)
 }
 
-// clock is a settable time for the reporter's pace.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
+// fakeClock is the reporter's time, moved by the test only: its timers
+// fire when add passes them.
+type fakeClock struct {
+	mu     sync.Mutex
+	t      time.Time
+	timers map[*fakeTimer]bool
 }
 
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) {
+type fakeTimer struct {
+	at time.Time
+	c  chan time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{t: time.Date(2026, 11, 27, 22, 0, 0, 0, time.UTC), timers: map[*fakeTimer]bool{}}
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+func (c *fakeClock) Timer(at time.Time) (<-chan time.Time, func() bool) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	ft := &fakeTimer{at: at, c: make(chan time.Time, 1)}
+	if !at.After(c.t) {
+		ft.c <- c.t
+	} else {
+		c.timers[ft] = true
+	}
+	return ft.c, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		was := c.timers[ft]
+		delete(c.timers, ft)
+		return was
+	}
+}
+
+// add moves the time on and fires the timers it passes.
+func (c *fakeClock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-func TestForwardPace(t *testing.T) {
-	t.Parallel()
-	p := &fakePoster{}
-	clk := &clock{t: time.Unix(1_000_000, 0)}
-	r := newReporter(p, nil, clk.now)
-	r.Set([]Metric{{Name: "podmpi_phase", Value: "mpirun"}})
-	ctx := context.Background()
-	r.Final(ctx) // the launcher's own state goes first
-	if n := len(p.sent()); n != 1 {
-		t.Fatalf("%d requests after Final, want 1", n)
-	}
-
-	// A rank's request within MinInterval of the last: answered 200 with
-	// its request, not sent yet.
-	ten := int32(10)
-	a, err := r.Forward(ctx, &Status{ProgressPercentage: &ten})
-	if err != nil || a.Code != 200 || len(p.sent()) != 1 {
-		t.Fatalf("early request: %v %+v, %d sent", err, a, len(p.sent()))
-	}
-	// After the interval, the next one goes at once, with podmpi's metrics.
-	clk.add(MinInterval)
-	fifty := int32(50)
-	a, err = r.Forward(ctx, &Status{ProgressPercentage: &fifty, Metrics: []Metric{{Name: "loss", Value: "1"}}})
-	sent := p.sent()
-	if err != nil || a.Code != 200 || len(sent) != 2 {
-		t.Fatalf("due request: %v %+v, %d sent", err, a, len(sent))
-	}
-	last := sent[1]
-	if *last.ProgressPercentage != 50 || len(last.Metrics) != 2 || last.Metrics[1].Name != "podmpi_phase" {
-		t.Fatalf("sent %+v", last)
-	}
-	// Nothing is pending now: Final sends nothing more.
-	r.Final(ctx)
-	if n := len(p.sent()); n != 2 {
-		t.Fatalf("%d requests, want 2", n)
-	}
-	if r.Sent() != 2 {
-		t.Fatalf("Sent() = %d", r.Sent())
+	for ft := range c.timers {
+		if !ft.at.After(c.t) {
+			ft.c <- c.t
+			delete(c.timers, ft)
+		}
 	}
 }
 
-// TestRunPaces: changes that come faster than MinInterval are sent at most
-// once per interval, the latest state each time, and none is lost.
-func TestRunPaces(t *testing.T) {
-	t.Parallel()
-	p := &fakePoster{}
-	r := NewReporter(nil, nil)
-	r.c = p
+// waiting is how many timers are set and not fired: 1 when Run sleeps
+// until a request is due.
+func (c *fakeClock) waiting() int { c.mu.Lock(); defer c.mu.Unlock(); return len(c.timers) }
+
+// settledNow reports whether Trainer answered for the latest state.
+func (r *Reporter) settledNow() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.done == r.version || r.refused != nil
+}
+
+// waitFor waits, 20 s of real time at most, until cond holds: the sync
+// point with Run's goroutine (nothing here waits on the reporter's time).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	sshtest.Eventually(t, 20*time.Second, what, cond)
+}
+
+// dueIn is due's answer as a wait from the clock's now.
+func dueIn(r *Reporter, clk *fakeClock) (bool, time.Duration) {
+	send, at := r.due()
+	if at.IsZero() {
+		return send, 0
+	}
+	return send, at.Sub(clk.Now())
+}
+
+// run starts r.Run until the test ends.
+func run(t *testing.T, r *Reporter) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	t.Cleanup(func() { cancel(); <-done })
+}
 
-	r.Set([]Metric{{Name: "podmpi_phase", Value: "discovery"}})
-	waitSent(t, p, 1, 2*time.Second)
-	r.Set([]Metric{{Name: "podmpi_phase", Value: "dns-wait"}})
-	r.Set([]Metric{{Name: "podmpi_phase", Value: "probe"}})
-	time.Sleep(200 * time.Millisecond)
-	if n := len(p.sent()); n != 1 {
-		t.Fatalf("%d requests within the interval, want 1", n)
+func phase(v string) []Metric { return []Metric{{Name: "podmpi_phase", Value: v}} }
+
+func metric(st *Status, name string) string {
+	for _, m := range st.Metrics {
+		if m.Name == name {
+			return m.Value
+		}
 	}
-	r.Final(ctx) // the end is sent at once
+	return ""
+}
+
+func phases(sts []*Status) []string {
+	var out []string
+	for _, st := range sts {
+		out = append(out, metric(st, "podmpi_phase"))
+	}
+	return out
+}
+
+// TestEndLandsWhileARequestIsInFlight is what users saw: a job that
+// outlives the pace, whose paced request is under way when the launcher
+// sets its end. The request is waited for, never given up, and the end
+// follows it at once, whatever the pace.
+func TestEndLandsWhileARequestIsInFlight(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	p := &fakePoster{hold: make(chan struct{})}
+	r := newReporter(p, nil, clk)
+	run(t, r)
+
+	r.Set(phase("starting"))
+	p.hold <- struct{}{} // Trainer answers the first request
+	waitFor(t, "the first request's answer", r.settledNow)
+	clk.add(MinInterval + time.Second) // the job runs on past the pace
+	r.Set(phase("mpirun"))
+	waitFor(t, "the paced request", func() bool { return len(p.sent()) == 2 })
+
+	// The paced request is in flight: the end is set, and Final waits.
+	r.SetFailure(append([]Metric{{Name: "podmpi_exit_code", Value: "4"}}, phase("failed")...))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res := make(chan error, 1)
+	go func() { res <- r.Final(ctx) }()
+	p.hold <- struct{}{} // the paced request's answer
+	p.hold <- struct{}{} // the end's, sent at once without moving the clock
+	if err := <-res; err != nil {
+		t.Fatalf("Final = %v", err)
+	}
 	sent := p.sent()
-	if len(sent) != 2 || sent[1].Metrics[0].Value != "probe" {
-		t.Fatalf("after Final: %d requests, last %+v", len(sent), sent[len(sent)-1])
+	if got := phases(sent); !slices.Equal(got, []string{"starting", "mpirun", "failed"}) {
+		t.Fatalf("Trainer got the phases %v, want starting, mpirun, failed", got)
+	}
+	if end := sent[2]; end.Metrics[0].Name != "podmpi_exit_code" {
+		t.Errorf("the end's metrics %v: the failure goes first", end.Metrics)
 	}
 }
 
-func waitSent(t *testing.T, p *fakePoster, n int, d time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for len(p.sent()) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d requests after %s, want %d", len(p.sent()), d, n)
-		}
-		time.Sleep(10 * time.Millisecond)
+// TestRetriesUntilTaken: Trainer answers 503 twice (restarting), then
+// 200; each attempt waits for the backoff and the pace, carries the
+// latest state, and the latest state lands.
+func TestRetriesUntilTaken(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	unavailable := reply{a: Answer{Code: 503, Body: []byte(`{"kind":"Status","message":"Internal error"}`)}}
+	p := &fakePoster{script: []reply{unavailable, unavailable}}
+	r := newReporter(p, nil, clk)
+
+	r.Set(phase("discovery"))
+	if send, _ := r.due(); !send {
+		t.Fatal("the first state is not due at once")
 	}
+	r.sendOnce(context.Background())
+	// Not before the pace (5 s) and the first backoff (2.5 to 7.5 s).
+	if send, wait := dueIn(r, clk); send || wait < MinInterval || wait >= 7500*time.Millisecond {
+		t.Fatalf("after a 503: due %v in %s, want a wait of 5 to 7.5 s", send, wait)
+	}
+
+	run(t, r)
+	r.Set(phase("probe")) // a newer state, during the backoff
+	waitFor(t, "Run asleep until the retry", func() bool { return clk.waiting() == 1 })
+	clk.add(7500 * time.Millisecond)
+	waitFor(t, "the second attempt's answer", func() bool { return len(p.sent()) == 2 && clk.waiting() == 1 })
+	if send, wait := dueIn(r, clk); send || wait < MinInterval || wait >= 15*time.Second {
+		t.Fatalf("after the second 503: due %v in %s, want 5 to 15 s", send, wait)
+	}
+	clk.add(15 * time.Second)
+	waitFor(t, "the third attempt's answer", r.settledNow)
+	if got := phases(p.sent()); !slices.Equal(got, []string{"discovery", "probe", "probe"}) {
+		t.Fatalf("Trainer got the phases %v, want discovery, then probe twice", got)
+	}
+	if err := r.Final(context.Background()); err != nil {
+		t.Fatalf("Final after the state was taken: %v", err)
+	}
+	if n := len(p.sent()); n != 3 {
+		t.Fatalf("%d requests, want 3", n)
+	}
+}
+
+// TestRetryAfterIsHonoured: Trainer's Retry-After holds the next request,
+// the end's too.
+func TestRetryAfterIsHonoured(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	p := &fakePoster{script: []reply{{a: Answer{Code: 429, RetryAfter: 30 * time.Second}}}}
+	r := newReporter(p, nil, clk)
+	r.Set(phase("probe"))
+	r.sendOnce(context.Background())
+	if send, wait := dueIn(r, clk); send || wait != 30*time.Second {
+		t.Fatalf("after 429 with Retry-After 30: due %v in %s", send, wait)
+	}
+	// The end does not jump the queue Trainer asked for.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := r.Final(ctx); err == nil || !strings.Contains(err.Error(), "HTTP 429") {
+		t.Fatalf("Final before Retry-After's time: %v, want the 429 named", err)
+	}
+	if send, wait := dueIn(r, clk); send || wait != 30*time.Second {
+		t.Fatalf("the end: due %v in %s, want 30 s", send, wait)
+	}
+	clk.add(30 * time.Second)
+	if send, _ := r.due(); !send {
+		t.Fatal("not due once Retry-After passed")
+	}
+}
+
+// TestEndRetriesWithinItsDeadline: the end's request gets no answer, then
+// 503, then 200: it is sent again within the end's short backoff.
+func TestEndRetriesWithinItsDeadline(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	p := &fakePoster{}
+	r := newReporter(p, nil, clk)
+	run(t, r)
+	r.Set(phase("mpirun"))
+	waitFor(t, "the first request's answer", r.settledNow)
+	p.mu.Lock()
+	p.script = []reply{{err: errors.New("connection refused")}, {a: Answer{Code: 503}}}
+	p.mu.Unlock()
+
+	r.Set(phase("succeeded"))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res := make(chan error, 1)
+	go func() { res <- r.Final(ctx) }()
+	for n := 2; n <= 3; n++ {
+		waitFor(t, fmt.Sprintf("attempt %d of the end, then Run asleep", n), func() bool { return len(p.sent()) == n && clk.waiting() == 1 })
+		clk.add(2 * time.Second) // the end's backoff is at most 1.5 s
+	}
+	if err := <-res; err != nil {
+		t.Fatalf("Final = %v", err)
+	}
+	if got := phases(p.sent()); !slices.Equal(got, []string{"mpirun", "succeeded", "succeeded", "succeeded"}) {
+		t.Fatalf("Trainer got the phases %v", got)
+	}
+}
+
+// TestRefusalsAreNotRetriedBlindly: a 422 drops that state (sent again it
+// would be refused again) and the next change goes; a 403 refuses the job:
+// nothing more is sent, and a rank is told so.
+func TestRefusalsAreNotRetriedBlindly(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	p := &fakePoster{script: []reply{
+		{a: Answer{Code: 422, Body: []byte(`{"message":"Validation failed"}`)}},
+		{a: Answer{Code: 403, Body: []byte(`{"kind":"Status","message":"Forbidden","code":403}`)}},
+	}}
+	var logs strings.Builder
+	r := newReporter(p, slog.New(slog.NewTextHandler(&logs, nil)), clk)
+	r.Set(phase("probe"))
+	r.sendOnce(context.Background())
+	clk.add(time.Hour)
+	if send, _ := r.due(); send {
+		t.Fatal("a state Trainer refused (422) is due again")
+	}
+	r.Set(phase("mpirun"))
+	if send, _ := r.due(); !send {
+		t.Fatal("the next change is not due")
+	}
+	r.sendOnce(context.Background())
+	ten := int32(10)
+	err := r.Forward(&Status{ProgressPercentage: &ten})
+	var ref *Refusal
+	if !errors.As(err, &ref) || ref.Code != 403 || !strings.Contains(err.Error(), "sends no more") {
+		t.Fatalf("a rank's request after Trainer's 403: %v", err)
+	}
+	r.Set(phase("failed"))
+	clk.add(time.Hour)
+	if send, _ := r.due(); send {
+		t.Fatal("a request is due after Trainer refused the job")
+	}
+	if err := r.Final(context.Background()); !errors.As(err, &ref) {
+		t.Fatalf("Final after the job was refused: %v", err)
+	}
+	if n := len(p.sent()); n != 2 {
+		t.Fatalf("%d requests, want 2", n)
+	}
+	if n := strings.Count(logs.String(), "level=WARN"); n != 2 || !strings.Contains(logs.String(), "sends no more") {
+		t.Fatalf("want one warning per kind:\n%s", logs.String())
+	}
+}
+
+// TestPace: a job of 60 s whose launcher and ranks change the status 11
+// times a second, nothing failing, makes at most 60/5+2 requests, each the
+// latest state, and the end lands.
+func TestPace(t *testing.T) {
+	t.Parallel()
+	const job = 60 * time.Second
+	clk := newFakeClock()
+	p := &fakePoster{}
+	r := newReporter(p, nil, clk)
+	ctx := context.Background()
+	var progress int32
+	for el := time.Duration(0); el < job; el += 100 * time.Millisecond {
+		r.Set(phase(fmt.Sprintf("step-%d", el/(100*time.Millisecond))))
+		if el%time.Second == 0 {
+			progress = int32(el / (600 * time.Millisecond))
+			if err := r.Forward(&Status{ProgressPercentage: &progress}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range 3 { // bounded: one request at most is due
+			if send, _ := r.due(); !send {
+				break
+			}
+			r.sendOnce(ctx)
+		}
+		clk.add(100 * time.Millisecond)
+	}
+	run(t, r)
+	r.Set(phase("succeeded"))
+	fctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := r.Final(fctx); err != nil {
+		t.Fatal(err)
+	}
+	sent := p.sent()
+	if limit := int(job/MinInterval) + 2; len(sent) > limit || len(sent) < limit-1 {
+		t.Fatalf("%d requests for a job of %s, want at most %d (and about as many)", len(sent), job, limit)
+	}
+	last := sent[len(sent)-1]
+	if metric(last, "podmpi_phase") != "succeeded" || last.ProgressPercentage == nil || *last.ProgressPercentage != progress {
+		t.Fatalf("the last request: %+v", last)
+	}
+}
+
+func TestRetryAfterHeader(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 27, 22, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		h    string
+		want time.Duration
+	}{
+		{"", 0},
+		{"7", 7 * time.Second},
+		{" 0 ", 0},
+		{"-3", 0},
+		{"1.5", 0},
+		{"99999999999999999999", maxRetryAfter},
+		{"3600", maxRetryAfter},
+		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second},
+		{now.Add(-time.Minute).Format(http.TimeFormat), 0},
+		{"soon", 0},
+	} {
+		if got := retryAfter(tc.h, now); got != tc.want {
+			t.Errorf("retryAfter(%q) = %s, want %s", tc.h, got, tc.want)
+		}
+	}
+}
+
+// FuzzRetryAfter: whatever Trainer's header says, the wait is between 0
+// and maxRetryAfter.
+func FuzzRetryAfter(f *testing.F) {
+	f.Add("7")
+	f.Add("Fri, 27 Nov 2026 22:01:30 GMT")
+	f.Add("18446744073709551616")
+	f.Fuzz(func(t *testing.T, h string) {
+		if d := retryAfter(h, time.Date(2026, 11, 27, 22, 0, 0, 0, time.UTC)); d < 0 || d > maxRetryAfter {
+			t.Fatalf("retryAfter(%q) = %s", h, d)
+		}
+	})
 }
