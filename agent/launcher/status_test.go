@@ -331,6 +331,44 @@ func TestStatusEndLandsAfterALongJob(t *testing.T) {
 	}
 }
 
+// TestStatusRanksCannotClaimPodmpiNames: a rank that posts
+// podmpi_phase=running and then exits 4 is told at once that the name is
+// podmpi's, and the failed job's status says failed.
+func TestStatusRanksCannotClaimPodmpiNames(t *testing.T) {
+	tr := newFakeTrainer(t)
+	dir := t.TempDir()
+	envFile, done := filepath.Join(dir, "env"), filepath.Join(dir, "done")
+	var logs sshtest.Buffer
+	cfg := statusJobConfig(t, func(k string) string { return tr.env[k] },
+		`env > `+envFile+`.tmp && mv `+envFile+`.tmp `+envFile+`; i=0; while [ ! -e `+done+` ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; exit 4`, &logs)
+	res := make(chan int, 1)
+	go func() {
+		code, _ := RunJob(t.Context(), cfg)
+		res <- int(code)
+	}()
+	env := commandEnv(t, envFile)
+	code, body := rankPost(t, env, `{"trainerStatus":{"progressPercentage":40,"metrics":[{"name":"podmpi_phase","value":"running"},{"name":"loss","value":"0.5"}]}}`)
+	if err := os.WriteFile(done, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if c := <-res; c != 4 {
+		t.Fatalf("RunJob = %d, want 4:\n%s", c, logs.String())
+	}
+	if code != http.StatusUnprocessableEntity || !strings.Contains(body, `podmpi_`) || !strings.Contains(body, "reserved") {
+		t.Errorf("the rank's post of podmpi_phase: %d %s, want 422 naming the reserved prefix", code, body)
+	}
+	got := tr.requests()
+	last := metricMap(got[len(got)-1])
+	if last["podmpi_phase"] != "failed" || last["podmpi_exit_code"] != "4" {
+		t.Fatalf("the failed job's last status: %v", last)
+	}
+	for _, st := range got {
+		if m := metricMap(st); m["podmpi_phase"] == "running" {
+			t.Fatalf("a rank's podmpi_phase reached Trainer: %v", m)
+		}
+	}
+}
+
 // TestStatusTrainersVariablesNeverReachTheRanks: when the launcher does
 // not report (Trainer's variables unusable, or only some of them), mpirun
 // gets none of the three: never Trainer's token.
@@ -368,4 +406,46 @@ func TestStatusTrainersVariablesNeverReachTheRanks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// commandEnv waits for the command to write its environment to file, and
+// reads it.
+func commandEnv(t *testing.T, file string) map[string]string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if b, err := os.ReadFile(file); err == nil {
+			env := map[string]string{}
+			for _, kv := range strings.Split(string(b), "\n") {
+				if k, v, ok := strings.Cut(kv, "="); ok {
+					env[k] = v
+				}
+			}
+			return env
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the command did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// rankPost posts body as a rank does, to the endpoint env names, with
+// the CA and token its files hold.
+func rankPost(t *testing.T, env map[string]string, body string) (int, string) {
+	t.Helper()
+	ca, _ := os.ReadFile(env[trainerstatus.EnvCACert])
+	token, _ := os.ReadFile(env[trainerstatus.EnvToken])
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 20 * time.Second}
+	req, _ := http.NewRequest(http.MethodPost, env[trainerstatus.EnvURL], strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }

@@ -143,7 +143,7 @@ func (l *Local) Server(h http.Handler) *http.Server {
 // to rep (Reporter.Forward), answering at once, before Trainer does: 200
 // and the request echoed, as Trainer answers one it applied, when rep
 // will send it; a Kubernetes Status, as Trainer's, when it will not (an
-// invalid body, Trainer's refusal of the job).
+// invalid body, a metric named with Prefix, Trainer's refusal of the job).
 func Proxy(rep *Reporter, path, token string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
@@ -170,6 +170,9 @@ func Proxy(rep *Reporter, path, token string) http.Handler {
 			return
 		}
 		req, err := DecodeRequest(b)
+		if err == nil {
+			err = checkReserved(req.TrainerStatus)
+		}
 		if err != nil {
 			status(w, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, err.Error())
 			return

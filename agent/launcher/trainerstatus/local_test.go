@@ -226,6 +226,8 @@ func TestProxy(t *testing.T) {
 		{"other path", strings.TrimSuffix(u, "/status"), tok, `{}`, 404, "takes the job's status at"},
 		{"bad body", u, tok, `{"trainerStatus":{"progressPercentage":200}}`, 422, "not between 0 and 100"},
 		{"too big", u, tok, `{"a":"` + strings.Repeat("a", MaxBody) + `"}`, 413, "over the 65536"},
+		{"podmpi's name", u, tok, `{"trainerStatus":{"metrics":[{"name":"loss","value":"1"},{"name":"podmpi_phase","value":"running"}]}}`, 422,
+			`metric 1 (podmpi_phase): names starting with \"podmpi_\" are reserved for podmpi's own metrics`},
 		{"empty request", u, tok, `{}`, 200, "{}"},
 	} {
 		code, body := post(tc.url, tc.tok, tc.body)

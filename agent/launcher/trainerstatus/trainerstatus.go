@@ -38,6 +38,13 @@
 //     A writer that posts to Trainer directly, not through podmpi's
 //     endpoint, is not seen: podmpi's next request would drop what it
 //     posted (docs say so).
+//   - Names starting with Prefix are podmpi's own: the endpoint refuses a
+//     rank's request that uses one (422, the message names the prefix), and
+//     the status sent never holds a rank's value under such a name. A
+//     refusal rather than podmpi's value silently replacing the rank's: the
+//     rank learns at once (the SDK returns False and logs the code) that a
+//     name it chose will never show, and a failed job can never show a
+//     rank's podmpi_phase=running beside podmpi_exit_code.
 //
 // Delivery. One goroutine (Reporter.Run) sends every request, one at a
 // time, so that Trainer applies them in the order of the states they
@@ -60,9 +67,9 @@
 // update_trainjob_status, which gives up after 5 s, returns True. Through
 // podmpi, True means the content will be sent to Trainer (alone or as part
 // of a newer state of the ranks), and False that it will not: the body is
-// invalid (422, 413: what the CRD would refuse), the token is not the
-// run's (403), or Trainer has refused this job's requests for good (its
-// 403 or 404, passed on with the reason).
+// invalid (422, 413: what the CRD would refuse, or a name of podmpi's), the
+// token is not the run's (403), or Trainer has refused this job's requests
+// for good (its 403 or 404, passed on with the reason).
 //
 // Nothing here fails or delays the job: every request runs in the
 // background within a deadline, a failure is logged (once per kind at
@@ -236,35 +243,50 @@ func Clip(s string) string {
 	return string(r[:MaxField-3]) + "..."
 }
 
+// checkReserved refuses a rank's status that names a metric with Prefix:
+// those names are podmpi's own (see the package doc for why a refusal).
+func checkReserved(s *Status) error {
+	if s == nil {
+		return nil
+	}
+	for i, m := range s.Metrics {
+		if strings.HasPrefix(m.Name, Prefix) {
+			return fmt.Errorf("metric %d (%s): names starting with %q are reserved for podmpi's own metrics (the launcher's phase, "+
+				"exit code and root cause); rename the rank's metric", i, m.Name, Prefix)
+		}
+	}
+	return nil
+}
+
 // merge is the status sent to Trainer: the ranks' last status (user; nil
-// when they posted none) with podmpi's own metrics (own) added. The ranks'
-// metrics come first and keep their names; podmpi's take the room left of
-// MaxMetrics, unless first is set (after a failure, when podmpi's root cause
-// matters most): then podmpi's come first and the ranks' take the room left.
-// A name the ranks use is not added again.
+// when they posted none) with podmpi's own metrics (own) added. podmpi's
+// names win: a rank's metric named with Prefix, or like one of podmpi's,
+// is left out (the endpoint refuses such a request before it gets here).
+// The ranks' metrics come first; podmpi's take the room left of
+// MaxMetrics, unless first is set (after a failure, when podmpi's root
+// cause matters most): then podmpi's come first and the ranks' take the
+// room left.
 func merge(user *Status, own []Metric, first bool, now time.Time) *Status {
 	out := &Status{LastUpdatedTime: now.UTC().Format(time.RFC3339)}
+	ours := make(map[string]bool, len(own))
+	for _, m := range own {
+		ours[m.Name] = true
+	}
 	var theirs []Metric
 	if user != nil {
 		out.ProgressPercentage, out.EstimatedRemainingSeconds = user.ProgressPercentage, user.EstimatedRemainingSeconds
-		theirs = user.Metrics
+		for _, m := range user.Metrics {
+			if !ours[m.Name] && !strings.HasPrefix(m.Name, Prefix) {
+				theirs = append(theirs, m)
+			}
+		}
 		if user.LastUpdatedTime != "" {
 			out.LastUpdatedTime = user.LastUpdatedTime
 		}
 	}
-	used := make(map[string]bool, len(theirs))
-	for _, m := range theirs {
-		used[m.Name] = true
-	}
-	var ours []Metric
-	for _, m := range own {
-		if !used[m.Name] {
-			ours = append(ours, m)
-		}
-	}
-	a, b := theirs, ours
+	a, b := theirs, own
 	if first {
-		a, b = ours, theirs
+		a, b = own, theirs
 	}
 	a = a[:min(len(a), MaxMetrics)]
 	b = b[:min(len(b), MaxMetrics-len(a))]

@@ -125,8 +125,9 @@ func TestMerge(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 27, 22, 0, 0, 0, time.UTC)
 	fifty := int32(50)
-	own := []Metric{{Name: "podmpi_phase", Value: "mpirun"}, {Name: "loss", Value: "podmpi's must not win"}}
-	user := &Status{ProgressPercentage: &fifty, Metrics: []Metric{{Name: "loss", Value: "0.5"}}, LastUpdatedTime: "2026-11-27T21:59:59.5+00:00"}
+	own := []Metric{{Name: "podmpi_phase", Value: "failed"}, {Name: "podmpi_exit_code", Value: "4"}}
+	user := &Status{ProgressPercentage: &fifty, LastUpdatedTime: "2026-11-27T21:59:59.5+00:00",
+		Metrics: []Metric{{Name: "loss", Value: "0.5"}, {Name: "podmpi_phase", Value: "running"}, {Name: "podmpi_mine", Value: "x"}}}
 
 	st := merge(nil, own, false, now)
 	if st.ProgressPercentage != nil || st.LastUpdatedTime != "2026-11-27T22:00:00Z" || len(st.Metrics) != 2 {
@@ -136,8 +137,10 @@ func TestMerge(t *testing.T) {
 	if st.ProgressPercentage == nil || *st.ProgressPercentage != 50 || st.LastUpdatedTime != user.LastUpdatedTime {
 		t.Fatalf("the ranks' progress and time are kept: %+v", st)
 	}
-	if len(st.Metrics) != 2 || st.Metrics[0] != (Metric{"loss", "0.5"}) || st.Metrics[1].Name != "podmpi_phase" {
-		t.Fatalf("the ranks' metrics first, podmpi's after, no name twice: %+v", st.Metrics)
+	// podmpi's names are its own: a rank's podmpi_phase=running never
+	// shows beside a failed job's exit code.
+	if want := []Metric{{"loss", "0.5"}, own[0], own[1]}; !slices.Equal(st.Metrics, want) {
+		t.Fatalf("the ranks' metrics first, podmpi's after, podmpi's names podmpi's only: %+v, want %+v", st.Metrics, want)
 	}
 
 	// No room: the ranks' metrics fill the status; podmpi's are left out,
