@@ -125,11 +125,9 @@ func statusJob(t *testing.T, getenv func(string) string, script string, logs io.
 // kept beside podmpi's metrics; the rank never sees Trainer's token file.
 func TestStatusReportsTheJob(t *testing.T) {
 	tr := newFakeTrainer(t)
-	dir := t.TempDir()
-	envFile, done := filepath.Join(dir, "env"), filepath.Join(dir, "done")
+	script, envFile, done := rankCommand(t, "")
 	var logs bytes.Buffer
-	cfg := statusJobConfig(t, func(k string) string { return tr.env[k] },
-		`env > `+envFile+`.tmp && mv `+envFile+`.tmp `+envFile+`; i=0; while [ ! -e `+done+` ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done`, &logs)
+	cfg := statusJobConfig(t, func(k string) string { return tr.env[k] }, script, &logs)
 	type result struct {
 		code int
 		err  error
@@ -142,40 +140,13 @@ func TestStatusReportsTheJob(t *testing.T) {
 
 	// The rank: reads the variables its environment holds and posts as
 	// the SDK does.
-	var env map[string]string
-	deadline := time.Now().Add(30 * time.Second)
-	for env == nil {
-		if b, err := os.ReadFile(envFile); err == nil {
-			env = map[string]string{}
-			for _, kv := range strings.Split(string(b), "\n") {
-				if k, v, ok := strings.Cut(kv, "="); ok {
-					env[k] = v
-				}
-			}
-		} else if time.Now().After(deadline) {
-			t.Fatal("the command did not start")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	env := commandEnv(t, envFile)
 	if env[trainerstatus.EnvToken] == tr.env[trainerstatus.EnvToken] || !strings.HasPrefix(env[trainerstatus.EnvURL], "https://127.0.0.1:") ||
 		!strings.HasSuffix(env[trainerstatus.EnvURL], statusPath) {
 		t.Fatalf("the command's variables: %v", env)
 	}
-	ca, _ := os.ReadFile(env[trainerstatus.EnvCACert])
-	token, _ := os.ReadFile(env[trainerstatus.EnvToken])
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca)
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	req, _ := http.NewRequest(http.MethodPost, env[trainerstatus.EnvURL],
-		strings.NewReader(`{"trainerStatus":{"lastUpdatedTime":"2026-11-27T22:00:00Z","progressPercentage":50,"metrics":[{"name":"loss","value":"0.25"}]}}`))
-	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("the rank's post: %s", resp.Status)
+	if code, body := rankPost(t, env, `{"trainerStatus":{"lastUpdatedTime":"2026-11-27T22:00:00Z","progressPercentage":50,"metrics":[{"name":"loss","value":"0.25"}]}}`); code != 200 {
+		t.Fatalf("the rank's post: %d %s", code, body)
 	}
 	if err := os.WriteFile(done, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -336,11 +307,9 @@ func TestStatusEndLandsAfterALongJob(t *testing.T) {
 // podmpi's, and the failed job's status says failed.
 func TestStatusRanksCannotClaimPodmpiNames(t *testing.T) {
 	tr := newFakeTrainer(t)
-	dir := t.TempDir()
-	envFile, done := filepath.Join(dir, "env"), filepath.Join(dir, "done")
+	script, envFile, done := rankCommand(t, "exit 4")
 	var logs sshtest.Buffer
-	cfg := statusJobConfig(t, func(k string) string { return tr.env[k] },
-		`env > `+envFile+`.tmp && mv `+envFile+`.tmp `+envFile+`; i=0; while [ ! -e `+done+` ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; exit 4`, &logs)
+	cfg := statusJobConfig(t, func(k string) string { return tr.env[k] }, script, &logs)
 	res := make(chan int, 1)
 	go func() {
 		code, _ := RunJob(t.Context(), cfg)
@@ -406,6 +375,17 @@ func TestStatusTrainersVariablesNeverReachTheRanks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// rankCommand is a job's command that plays a rank: it writes its
+// environment to envFile, waits (30 s at most) for the test to create
+// done, then runs then.
+func rankCommand(t *testing.T, then string) (script, envFile, done string) {
+	dir := t.TempDir()
+	envFile, done = filepath.Join(dir, "env"), filepath.Join(dir, "done")
+	script = `env > ` + envFile + `.tmp && mv ` + envFile + `.tmp ` + envFile +
+		`; i=0; while [ ! -e ` + done + ` ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; ` + then
+	return script, envFile, done
 }
 
 // commandEnv waits for the command to write its environment to file, and
