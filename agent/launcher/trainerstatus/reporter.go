@@ -288,9 +288,9 @@ func (r *Reporter) Final(ctx context.Context) error {
 		case <-ch:
 		case <-ctx.Done():
 			if failure == nil {
-				return fmt.Errorf("Trainer did not answer the last request in time: %w", context.Cause(ctx))
+				return fmt.Errorf("no answer from Trainer to the last request in time: %w", context.Cause(ctx))
 			}
-			return fmt.Errorf("Trainer did not take the latest status in time; the last request: %w", failure)
+			return fmt.Errorf("the latest status was not taken by Trainer in time; the last request: %w", failure)
 		}
 	}
 }
