@@ -65,11 +65,14 @@
 // A rank's request is answered at once, as Trainer answers one it applied
 // (200, the request echoed), once podmpi has taken it: the Kubeflow SDK's
 // update_trainjob_status, which gives up after 5 s, returns True. Through
-// podmpi, True means the content will be sent to Trainer (alone or as part
-// of a newer state of the ranks), and False that it will not: the body is
-// invalid (422, 413: what the CRD would refuse, or a name of podmpi's), the
-// token is not the run's (403), or Trainer has refused this job's requests
-// for good (its 403 or 404, passed on with the reason).
+// podmpi, True means that the content is sent to Trainer, again after a
+// failure, until Trainer takes it or a newer request of the ranks replaces
+// it; only the launcher's exit ends that (its end is the last request),
+// and only a refusal by Trainer of that content (logged by the launcher)
+// drops it. False means that it is not sent: the body is invalid (422,
+// 413: what the CRD would refuse, or a name of podmpi's), the token is not
+// the run's (403), or Trainer has refused this job's requests for good
+// (its 403 or 404, passed on with the reason).
 //
 // Nothing here fails or delays the job: every request runs in the
 // background within a deadline, a failure is logged (once per kind at
