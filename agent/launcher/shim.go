@@ -63,7 +63,9 @@ var execve = syscall.Exec
 //     MPI default-hostfile variable, no /etc/mpi/hostfile): a local run.
 //     The one setting it still gets is Open MPI's keep_fqdn_hostnames,
 //     unless the user set it (mpirun.DirectEnv): horovodrun's
-//     `mpirun -H w-0.job:1,...` fails without it;
+//     `mpirun -H w-0.job:1,...` fails without it. Trainer's status
+//     variables are removed: nothing of podmpi's serves these ranks an
+//     endpoint, and Trainer's token must not reach them;
 //   - or runs the job as RunJob does, with the real program as the command.
 func RunShim(ctx context.Context, cfg Config, argv []string) (exitcode.Code, error) {
 	if len(argv) == 0 {
@@ -90,6 +92,9 @@ func RunShim(ctx context.Context, cfg Config, argv []string) (exitcode.Code, err
 		impl, _ := mpirun.Identify(ctx, cfg.Implementation, real)
 		env, settings := mpirun.DirectEnv(impl, os.Environ())
 		logDirectEnv(cfg, settings)
+		// No endpoint of podmpi's serves these ranks: they get none of
+		// Trainer's status variables, never its token.
+		env = dropStatusEnv(env)
 		err := execve(real, programArgv0(cmd, real, impl), env)
 		return exitcode.MPIRunNotFound, &Failure{Phase: PhaseMPIRun, Code: exitcode.MPIRunNotFound,
 			Err: fmt.Errorf("running %s: %w", real, err), Hint: "check that " + real + " is an executable the image can run"}

@@ -304,6 +304,8 @@ func TestRunShimDirectArgv0(t *testing.T) {
 // starts its daemon on a name that does not resolve in a pod. A value the
 // user set is kept; a Hydra gets nothing.
 func TestRunShimDirectKeepsFQDN(t *testing.T) {
+	trainerVars := []string{"KUBEFLOW_TRAINER_SERVER_URL=https://trainer.kubeflow-system.svc:10443/apis/trainer.kubeflow.org/v1alpha1/namespaces/ns/trainjobs/tj/status",
+		"KUBEFLOW_TRAINER_SERVER_TOKEN=/var/run/secrets/kubeflow/trainer/token", "KUBEFLOW_TRAINER_SERVER_CA_CERT=/var/run/secrets/kubeflow/trainer/ca.crt"}
 	for _, tc := range []struct {
 		name   string
 		beside string   // the daemon installed beside the real mpirun
@@ -317,6 +319,12 @@ func TestRunShimDirectKeepsFQDN(t *testing.T) {
 		{name: "user's value kept", beside: "orted", user: []string{"OMPI_MCA_orte_keep_fqdn_hostnames=0"},
 			want: []string{"OMPI_MCA_orte_keep_fqdn_hostnames=0"}, absent: []string{"OMPI_MCA_orte_keep_fqdn_hostnames=1"}},
 		{name: "mpich", beside: "hydra_pmi_proxy", absent: []string{"OMPI_MCA_orte_keep_fqdn_hostnames=1"}},
+		// Trainer's status variables name its token: a program the shim
+		// runs at once serves the ranks no endpoint of podmpi's, so they
+		// get none of them, rather than Trainer's token (Hydra passes
+		// mpiexec's whole environment to every rank).
+		{name: "trainer's token", beside: "hydra_pmi_proxy", user: trainerVars,
+			absent: trainerVars},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			self, bin, usr, real := shimLayout(t)
