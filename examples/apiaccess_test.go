@@ -2,6 +2,7 @@ package examples
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -16,11 +17,11 @@ import (
 // runs as the namespace's default ServiceAccount (a ClusterTrainingRuntime
 // serves every namespace, and a pod naming a ServiceAccount that does not
 // exist is refused, so no dedicated one can be named), with a token; the
-// workers get none. examples/rbac grants the verbs, per namespace; without
+// workers get none. deploy/rbac grants the verbs, per namespace; without
 // it the launcher works as before.
 
 // rbacDir is the kustomize base with the launcher's Role and RoleBinding.
-const rbacDir = "rbac"
+const rbacDir = deployDir + "/rbac"
 
 // launcherRBACName names both the Role and the RoleBinding.
 const launcherRBACName = "podmpi-launcher"
@@ -49,7 +50,7 @@ func checkAPIAccess(p podTemplate) []string {
 				boolText(token))
 		}
 		if ps.ServiceAccountName != "" || ps.DeprecatedServiceAccount != "" {
-			at("spec.serviceAccountName %q: leave it unset (the namespace's default ServiceAccount, which examples/rbac binds): "+
+			at("spec.serviceAccountName %q: leave it unset (the namespace's default ServiceAccount, which deploy/rbac binds): "+
 				"a pod naming a ServiceAccount its namespace lacks is refused, and a ClusterTrainingRuntime serves every namespace",
 				ps.ServiceAccountName+ps.DeprecatedServiceAccount)
 		}
@@ -64,7 +65,7 @@ func checkAPIAccess(p podTemplate) []string {
 	case "worker":
 		if token == nil || *token {
 			at("spec.automountServiceAccountToken %s: want false, set explicitly: workers need no API access, and with a token anything they run "+
-				"would hold the namespace default ServiceAccount's verbs (examples/rbac gives it the launcher's)", boolText(token))
+				"would hold the namespace default ServiceAccount's verbs (deploy/rbac gives it the launcher's)", boolText(token))
 		}
 	}
 	return errs
@@ -99,7 +100,7 @@ var launcherRules = map[string][]string{
 	"jobset.x-k8s.io/jobsets":        {"get"},                     // the JobSet's owner, the TrainJob
 }
 
-// rbacProblems checks the rendered examples/rbac: exactly a Role and a
+// rbacProblems checks the rendered deploy/rbac: exactly a Role and a
 // RoleBinding named launcherRBACName, without a namespace (kubectl apply -n
 // NS puts them in NS), the Role granting exactly launcherRules, the binding
 // naming the default ServiceAccount of its own namespace.
@@ -109,7 +110,7 @@ func rbacProblems(docs []document) []string {
 	var binding *rbacv1.RoleBinding
 	for _, d := range docs {
 		if md, _ := d.Obj["metadata"].(map[string]any); md["namespace"] != nil {
-			errs = append(errs, fmt.Sprintf("%s: metadata.namespace %v: leave it out, so that kubectl apply -n NS -k examples/rbac serves any namespace", d, md["namespace"]))
+			errs = append(errs, fmt.Sprintf("%s: metadata.namespace %v: leave it out, so that kubectl apply -n NS -k deploy/rbac serves any namespace", d, md["namespace"]))
 		}
 		switch {
 		case d.GVK == gvk{"rbac.authorization.k8s.io/v1", "Role"} && role == nil:
@@ -123,11 +124,11 @@ func rbacProblems(docs []document) []string {
 				errs = append(errs, fmt.Sprintf("%s: %v", d, err))
 			}
 		default:
-			errs = append(errs, fmt.Sprintf("%s: want only one Role and one RoleBinding in examples/%s", d, rbacDir))
+			errs = append(errs, fmt.Sprintf("%s: want only one Role and one RoleBinding in %s", d, repoName(rbacDir)))
 		}
 	}
 	if role == nil || binding == nil {
-		return append(errs, fmt.Sprintf("examples/%s: want a Role and a RoleBinding named %s", rbacDir, launcherRBACName))
+		return append(errs, fmt.Sprintf("%s: want a Role and a RoleBinding named %s", repoName(rbacDir), launcherRBACName))
 	}
 	if role.Name != launcherRBACName || binding.Name != launcherRBACName {
 		errs = append(errs, fmt.Sprintf("Role %q, RoleBinding %q: want both named %s", role.Name, binding.Name, launcherRBACName))
@@ -179,7 +180,7 @@ func roleRuleProblems(rules []rbacv1.PolicyRule) []string {
 	return errs
 }
 
-// TestRBACBase renders examples/rbac as kubectl kustomize does and checks
+// TestRBACBase renders deploy/rbac as kubectl kustomize does and checks
 // what it grants.
 func TestRBACBase(t *testing.T) {
 	docs, err := render(rbacDir)
@@ -191,31 +192,34 @@ func TestRBACBase(t *testing.T) {
 	}
 }
 
-// TestOverlaysIncludeRBAC: every overlay that runs MPI pods applies the
-// launcher's Role and RoleBinding unchanged (the monitoring overlays run no
-// pods).
-func TestOverlaysIncludeRBAC(t *testing.T) {
-	base, err := render(rbacDir)
+// TestNamespaceIncludesItsParts: deploy/namespace, what each namespace
+// gets, applies deploy/rbac and deploy/networkpolicy unchanged, and nothing
+// else.
+func TestNamespaceIncludesItsParts(t *testing.T) {
+	ns, err := render(deployDir + "/namespace")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := objectsByKey(base)
-	for _, dir := range overlays(t) {
-		if isMonitoring(dir) {
-			continue
-		}
-		docs, err := render(dir)
+	got := objectsByKey(ns)
+	want := map[string]string{}
+	for _, part := range []string{rbacDir, deployDir + "/networkpolicy"} {
+		docs, err := render(part)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := objectsByKey(docs)
-		for k, v := range want {
+		for k, v := range objectsByKey(docs) {
+			want[k] = v
 			switch g, ok := got[k]; {
 			case !ok:
-				t.Errorf("%s does not apply %s: add ../../%s to its resources", dir, k, rbacDir)
+				t.Errorf("deploy/namespace does not apply %s: add ../%s to its resources", k, filepath.Base(part))
 			case g != v:
-				t.Errorf("%s changes %s from examples/%s", dir, k, rbacDir)
+				t.Errorf("deploy/namespace changes %s from %s", k, repoName(part))
 			}
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("deploy/namespace applies %s, which neither deploy/rbac nor deploy/networkpolicy holds", k)
 		}
 	}
 }
@@ -227,12 +231,12 @@ func TestRBACChecksReject(t *testing.T) {
 		t.Fatal(err)
 	}
 	if errs := rbacProblems(base); len(errs) != 0 {
-		t.Fatalf("examples/%s is not clean: %v", rbacDir, errs)
+		t.Fatalf("%s is not clean: %v", repoName(rbacDir), errs)
 	}
 	roleIdx := slices.IndexFunc(base, func(d document) bool { return d.GVK.Kind == "Role" })
 	bindIdx := slices.IndexFunc(base, func(d document) bool { return d.GVK.Kind == "RoleBinding" })
 	if roleIdx < 0 || bindIdx < 0 {
-		t.Fatalf("examples/%s renders no Role or RoleBinding", rbacDir)
+		t.Fatalf("%s renders no Role or RoleBinding", repoName(rbacDir))
 	}
 	rules := func(o map[string]any) []any { return o["rules"].([]any) }
 	for _, tc := range []struct {

@@ -20,7 +20,7 @@ func loadMigrationPairs(t *testing.T) []migrationPair {
 	t.Helper()
 	var pairs []migrationPair
 	for _, set := range loadManifestSets(t) {
-		if !strings.HasPrefix(set.Name, migrationDir+string(filepath.Separator)) {
+		if !set.isMigration() {
 			continue
 		}
 		p := migrationPair{dir: set.Name}

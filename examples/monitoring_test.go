@@ -33,7 +33,7 @@ func TestMonitoringRules(t *testing.T) {
 	if err != nil {
 		t.Skip("promtool not installed (Debian package prometheus)")
 	}
-	b, err := os.ReadFile(filepath.Join("monitoring", "base", "prometheusrule.yaml"))
+	b, err := os.ReadFile(filepath.Join(deployDir, "monitoring", "base", "prometheusrule.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestMonitoringRules(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), groups, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	tests, err := os.ReadFile(filepath.Join("monitoring", "base", "tests", "rules_test.yaml"))
+	tests, err := os.ReadFile(filepath.Join(deployDir, "monitoring", "base", "tests", "rules_test.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func packMetricNames(t *testing.T) []string {
 	t.Helper()
 	var text []byte
 	for _, f := range []string{"prometheusrule.yaml", "podmpi-dashboard.json"} {
-		b, err := os.ReadFile(filepath.Join("monitoring", "base", f))
+		b, err := os.ReadFile(filepath.Join(deployDir, "monitoring", "base", f))
 		if err != nil {
 			t.Fatal(err)
 		}

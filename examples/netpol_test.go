@@ -2,9 +2,7 @@ package examples
 
 import (
 	"net/netip"
-	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -157,9 +155,9 @@ func anyPeer(peers []networkingv1.NetworkPolicyPeer, p peer) bool {
 	return false
 }
 
-// TestNetworkPolicy checks what the namespace-wide policy of every overlay
-// lets through and what it stops, and that it selects every MPI pod the
-// overlay creates.
+// TestNetworkPolicy checks what the namespace-wide policy of deploy/namespace
+// lets through and what it stops, and that it selects every MPI pod of
+// deploy/, the samples and the migration pairs.
 func TestNetworkPolicy(t *testing.T) {
 	type flow struct {
 		egress bool
@@ -200,44 +198,40 @@ func TestNetworkPolicy(t *testing.T) {
 		out(s3v4, corev1.ProtocolTCP, 22, false, "SSH out of the cluster"),
 		out(otherNSPod, corev1.ProtocolTCP, 2222, false, "SSH into another namespace's MPI pods"),
 	}
-	for _, set := range loadManifestSets(t) {
-		if !strings.HasPrefix(set.Name, overlayDir+string(filepath.Separator)) || isMonitoring(set.Name) {
-			continue
+	sets := loadManifestSets(t)
+	np := policyNamed(t, setNamed(t, sets, "deploy/namespace"), "podmpi")
+	types := map[networkingv1.PolicyType]bool{}
+	for _, pt := range np.Spec.PolicyTypes {
+		types[pt] = true
+	}
+	if !types[networkingv1.PolicyTypeIngress] || !types[networkingv1.PolicyTypeEgress] {
+		t.Errorf("policyTypes %v: want Ingress and Egress (else the other direction is wide open)", np.Spec.PolicyTypes)
+	}
+	for _, f := range flows {
+		dir := "ingress from"
+		if f.egress {
+			dir = "egress to"
 		}
-		t.Run(set.Name, func(t *testing.T) {
-			np := policyNamed(t, set, "podmpi")
-			types := map[networkingv1.PolicyType]bool{}
-			for _, pt := range np.Spec.PolicyTypes {
-				types[pt] = true
-			}
-			if !types[networkingv1.PolicyTypeIngress] || !types[networkingv1.PolicyTypeEgress] {
-				t.Errorf("policyTypes %v: want Ingress and Egress (else the other direction is wide open)", np.Spec.PolicyTypes)
-			}
-			for _, f := range flows {
-				dir := "ingress from"
-				if f.egress {
-					dir = "egress to"
-				}
-				if got := allows(np, f.egress, f.p, f.proto, f.port); got != f.want {
-					t.Errorf("%s %s, %s/%d: allowed=%t, want %t (%s)", dir, f.p.name, f.proto, f.port, got, f.want, f.why)
+		if got := allows(np, f.egress, f.p, f.proto, f.port); got != f.want {
+			t.Errorf("%s %s, %s/%d: allowed=%t, want %t (%s)", dir, f.p.name, f.proto, f.port, got, f.want, f.why)
+		}
+	}
+	// The policy covers every MPI pod podmpi installs or shows, whichever
+	// operator makes it.
+	n := 0
+	for _, set := range sets {
+		for _, d := range set.Docs {
+			pts, _ := podTemplates(d)
+			for _, p := range pts {
+				n++
+				if !selects(&np.Spec.PodSelector, p.Spec.Labels) {
+					t.Errorf("%s: %s %s: pod template %s is not selected by the NetworkPolicy (labels %v)", set.Name, d.GVK.Kind, d.Name, p.Path, p.Spec.Labels)
 				}
 			}
-			// The policy covers every MPI pod of every job in the overlay,
-			// whichever operator made it.
-			n := 0
-			for _, d := range set.Docs {
-				pts, _ := podTemplates(d)
-				for _, p := range pts {
-					n++
-					if !selects(&np.Spec.PodSelector, p.Spec.Labels) {
-						t.Errorf("%s %s: pod template %s is not selected by the NetworkPolicy (labels %v)", d.GVK.Kind, d.Name, p.Path, p.Spec.Labels)
-					}
-				}
-			}
-			if n == 0 {
-				t.Errorf("no pod templates in %s", set.Name)
-			}
-		})
+		}
+	}
+	if n == 0 {
+		t.Error("no pod templates")
 	}
 }
 
@@ -271,45 +265,44 @@ func TestTrainerStatusPolicy(t *testing.T) {
 	jobset := peer{name: "the JobSet controller in kubeflow-system",
 		nsLabels:  map[string]string{"kubernetes.io/metadata.name": "kubeflow-system"},
 		podLabels: map[string]string{"app.kubernetes.io/name": "jobset"}, ip: netip.MustParseAddr("10.244.0.21")}
-	for _, set := range loadManifestSets(t) {
-		if !strings.HasPrefix(set.Name, overlayDir+string(filepath.Separator)) || isMonitoring(set.Name) {
+	sets := loadManifestSets(t)
+	np := policyNamed(t, setNamed(t, sets, "deploy/namespace"), "podmpi-trainer-status")
+	if len(np.Spec.Ingress) > 0 || !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}) {
+		t.Errorf("policyTypes %v, ingress %v: want an egress policy only (the namespace-wide one rules ingress)", np.Spec.PolicyTypes, np.Spec.Ingress)
+	}
+	for _, f := range []struct {
+		p    peer
+		port int32
+		want bool
+	}{
+		{trainer, 10443, true}, {trainer, 9443, false}, {trainer, 8080, false},
+		{jobset, 10443, false}, {s3v4, 10443, false}, {mpiPod, 10443, false}, {apiServer, 443, false},
+	} {
+		if got := allows(np, true, f.p, corev1.ProtocolTCP, f.port); got != f.want {
+			t.Errorf("egress to %s, TCP/%d: allowed=%t, want %t", f.p.name, f.port, got, f.want)
+		}
+	}
+	// It selects the launchers of the Trainer runtimes and nothing else.
+	launchers := 0
+	for _, set := range sets {
+		if set.isMigration() {
 			continue
 		}
-		t.Run(set.Name, func(t *testing.T) {
-			np := policyNamed(t, set, "podmpi-trainer-status")
-			if len(np.Spec.Ingress) > 0 || !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}) {
-				t.Errorf("policyTypes %v, ingress %v: want an egress policy only (the namespace-wide one rules ingress)", np.Spec.PolicyTypes, np.Spec.Ingress)
-			}
-			for _, f := range []struct {
-				p    peer
-				port int32
-				want bool
-			}{
-				{trainer, 10443, true}, {trainer, 9443, false}, {trainer, 8080, false},
-				{jobset, 10443, false}, {s3v4, 10443, false}, {mpiPod, 10443, false}, {apiServer, 443, false},
-			} {
-				if got := allows(np, true, f.p, corev1.ProtocolTCP, f.port); got != f.want {
-					t.Errorf("egress to %s, TCP/%d: allowed=%t, want %t", f.p.name, f.port, got, f.want)
+		for _, d := range set.Docs {
+			pts, _ := podTemplates(d)
+			for _, p := range pts {
+				launcher := d.GVK.Kind == "ClusterTrainingRuntime" && p.Role == "launcher"
+				if got := selects(&np.Spec.PodSelector, p.Spec.Labels); got != launcher {
+					t.Errorf("%s: %s %s: pod template %s selected=%t, want %t (labels %v)", set.Name, d.GVK.Kind, d.Name, p.Path, got, launcher, p.Spec.Labels)
+				}
+				if launcher {
+					launchers++
 				}
 			}
-			// It selects the launchers of the Trainer runtimes and nothing else.
-			launchers := 0
-			for _, d := range set.Docs {
-				pts, _ := podTemplates(d)
-				for _, p := range pts {
-					launcher := d.GVK.Kind == "ClusterTrainingRuntime" && p.Role == "launcher"
-					if got := selects(&np.Spec.PodSelector, p.Spec.Labels); got != launcher {
-						t.Errorf("%s %s: pod template %s selected=%t, want %t (labels %v)", d.GVK.Kind, d.Name, p.Path, got, launcher, p.Spec.Labels)
-					}
-					if launcher {
-						launchers++
-					}
-				}
-			}
-			if len(set.runtimes()) > 0 && launchers == 0 {
-				t.Errorf("no Trainer launcher template in %s", set.Name)
-			}
-		})
+		}
+	}
+	if launchers == 0 {
+		t.Error("no Trainer launcher template")
 	}
 }
 

@@ -90,10 +90,20 @@ func at(t *testing.T, v any, path ...string) map[string]any {
 func TestChecksReject(t *testing.T) {
 	crds := loadCRDs(t)
 	runtimes := map[string]bool{"podmpi-openmpi": true}
-	mpijob := loadExample(t, "mpi-operator/mpijob-openmpi.yaml", 0)
-	ctr := loadExample(t, "trainer/clustertrainingruntime-openmpi.yaml", 0)
+	// The sample MPIJob as its kustomization renders it, with podmpi brought
+	// in by deploy/mpi-operator.
+	mpiJobs, err := render(sampleMPIJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(mpiJobs, func(d document) bool { return d.GVK.Kind == "MPIJob" && d.Name == "allreduce" })
+	if i < 0 {
+		t.Fatalf("examples/%s renders no MPIJob allreduce", sampleMPIJobs)
+	}
+	mpijob := mpiJobs[i]
+	ctr := loadExample(t, deployDir+"/runtimes/clustertrainingruntime-openmpi.yaml", 0)
 	trainjob := loadExample(t, "trainer/trainjob-allreduce.yaml", 0)
-	netpol := loadExample(t, "networkpolicy/networkpolicy.yaml", 0)
+	netpol := loadExample(t, deployDir+"/networkpolicy/networkpolicy.yaml", 0)
 
 	worker := []string{"spec", "mpiReplicaSpecs", "Worker", "template", "spec", "containers", "[0]"}
 	node := []string{"spec", "template", "spec", "replicatedJobs", "[0]", "template", "spec", "template", "spec", "containers", "[0]"}
@@ -315,6 +325,66 @@ func TestChecksReject(t *testing.T) {
 		{"pod template: v2.2.0's workloadRef under v2.2.1", ctr, func(t *testing.T, o map[string]any) {
 			at(t, o, launcherPod...)["workloadRef"] = map[string]any{"name": "w", "podGroup": "g"}
 		}, "[trainer-v2.2.1] spec.template.spec.replicatedJobs[1].template.spec.template.spec.workloadRef: unknown field"},
+		{"podmpi: runtime without the init container", ctr, func(t *testing.T, o map[string]any) {
+			delete(at(t, o, node[:len(node)-2]...), "initContainers")
+		}, `volume "podmpi" is an emptyDir, but no init container "podmpi" fills it`},
+		{"podmpi: init container copies elsewhere", ctr, func(t *testing.T, o map[string]any) {
+			at(t, o, append(slices.Clone(launcherPod), "initContainers", "[0]")...)["command"] = []any{"/opt/podmpi/bin/launcher", "install", "/tmp"}
+		}, `runs ["/opt/podmpi/bin/launcher" "install" "/tmp"], want ["/opt/podmpi/bin/launcher" "install" "/podmpi"]`},
+		{"podmpi: init container from the MPI image", mpijob, func(t *testing.T, o map[string]any) {
+			at(t, o, "spec", "mpiReplicaSpecs", "Worker", "template", "spec", "initContainers", "[0]")["image"] = "ghcr.io/podmpi/openmpi:v0.1.0"
+		}, `want the binaries-only image <registry>/podmpi`},
+		{"podmpi: no podmpi volume", mpijob, func(t *testing.T, o map[string]any) {
+			s := at(t, o, "spec", "mpiReplicaSpecs", "Launcher", "template", "spec")
+			s["volumes"] = slices.DeleteFunc(slices.Clone(s["volumes"].([]any)), func(v any) bool { return dig(v, "name") == "podmpi" })
+		}, `no volume "podmpi"`},
+		{"podmpi: PATH without /opt/podmpi/bin first", mpijob, func(t *testing.T, o map[string]any) {
+			for _, e := range at(t, o, worker...)["env"].([]any) {
+				if dig(e, "name") == "PATH" {
+					e.(map[string]any)["value"] = "/usr/local/bin:/usr/bin:/bin:/opt/podmpi/bin"
+				}
+			}
+		}, `must start with /opt/podmpi/bin`},
+		{"podmpi: PATH without the image's /usr/bin", ctr, func(t *testing.T, o map[string]any) {
+			for _, e := range at(t, o, node...)["env"].([]any) {
+				if dig(e, "name") == "PATH" {
+					e.(map[string]any)["value"] = "/opt/podmpi/bin:/bin"
+				}
+			}
+		}, `lacks /usr/bin`},
+		{"podmpi: no PATH", ctr, func(t *testing.T, o map[string]any) {
+			c := at(t, o, node...)
+			c["env"] = slices.DeleteFunc(slices.Clone(c["env"].([]any)), func(e any) bool { return dig(e, "name") == "PATH" })
+		}, `sets no PATH`},
+		{"podmpi: /opt/podmpi writable", ctr, func(t *testing.T, o map[string]any) {
+			for _, m := range at(t, o, node...)["volumeMounts"].([]any) {
+				if dig(m, "name") == "podmpi" {
+					delete(m.(map[string]any), "readOnly")
+				}
+			}
+		}, `want /opt/podmpi read-only`},
+		{"podmpi: image volume without its subPath", ctr, func(t *testing.T, o map[string]any) {
+			s := at(t, o, node[:len(node)-2]...)
+			delete(s, "initContainers")
+			s["volumes"].([]any)[0] = map[string]any{"name": "podmpi", "image": map[string]any{"reference": "ghcr.io/podmpi/podmpi:v0.1.0", "pullPolicy": "IfNotPresent"}}
+		}, `with subPath "", want "opt/podmpi"`},
+		{"podmpi: image volume of another image", ctr, func(t *testing.T, o map[string]any) {
+			s := at(t, o, node[:len(node)-2]...)
+			delete(s, "initContainers")
+			s["volumes"].([]any)[0] = map[string]any{"name": "podmpi", "image": map[string]any{"reference": "ghcr.io/podmpi/openmpi:v0.1.0"}}
+		}, `want the binaries-only image <registry>/podmpi`},
+		{"run as: the image's user (root in most images)", mpijob, func(t *testing.T, o map[string]any) {
+			delete(at(t, o, "spec", "mpiReplicaSpecs", "Worker", "template", "spec", "securityContext"), "runAsUser")
+		}, `securityContext.runAsUser unset: want a fixed non-root UID`},
+		{"run as: a group that cannot read the key", ctr, func(t *testing.T, o map[string]any) {
+			at(t, o, append(slices.Clone(launcherPod), "securityContext")...)["runAsGroup"] = json.Number("1000")
+		}, `securityContext.runAsGroup 1000: want 0`},
+		{"run as: a fixed UID under an OpenShift SCC", ctr, func(t *testing.T, o map[string]any) {
+			at(t, o, "spec", "template", "spec", "replicatedJobs", "[0]", "template", "spec", "template", "metadata", "annotations")["openshift.io/required-scc"] = "restricted-v2"
+		}, `runAsUser/runAsGroup set on a pod pinned to OpenShift's restricted-v2`},
+		{"Trainer: replicated job name over 20 characters", ctr, func(t *testing.T, o map[string]any) {
+			at(t, o, "spec", "template", "spec", "replicatedJobs", "[1]")["name"] = "launcher-of-the-job-0"
+		}, `replicatedJobs[1].name "launcher-of-the-job-0": 21 characters; Trainer v2.4 refuses`},
 		{"NetworkPolicy: strict core decode", netpol, func(t *testing.T, o map[string]any) {
 			at(t, o, "spec")["podSelecter"] = map[string]any{}
 		}, `unknown field "spec.podSelecter"`},

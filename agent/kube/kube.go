@@ -6,7 +6,7 @@
 //
 // Everything here is optional. Without a service-account token (outside
 // Kubernetes, docker-compose, a pod with automountServiceAccountToken
-// false), with --kube.api off, or without the RBAC of examples/rbac (403),
+// false), with --kube.api off, or without the RBAC of deploy/rbac (403),
 // Connect or the calls say so once and the launcher works as it would
 // without the API. Every request has a deadline (Options.Timeout), and
 // nothing here is on the path to mpirun beyond one bounded lookup.
@@ -134,7 +134,7 @@ func Connect(opts Options) (*Client, string) {
 				return nil, "not in a Kubernetes pod (no KUBERNETES_SERVICE_HOST): Events and pod states are not available"
 			}
 			return nil, "no service-account token in this pod (" + err.Error() + "): Events on the job and what Kubernetes knows of its pods are not " +
-				"available; apply examples/rbac in the job's namespace and let the launcher automount a token to have them"
+				"available; apply deploy/rbac in the job's namespace and let the launcher automount a token to have them"
 		}
 		cfg.Timeout = timeout
 		cfg.QPS, cfg.Burst = 5, 10
@@ -320,7 +320,7 @@ func (c *Client) explain(verb string, err error) error {
 	if apierrors.IsForbidden(err) {
 		if !c.denied[verb] {
 			c.denied[verb] = true
-			c.log.Info("the launcher may not "+verb+" (RBAC); apply examples/rbac in this namespace for Events and pod states",
+			c.log.Info("the launcher may not "+verb+" (RBAC); apply deploy/rbac in this namespace for Events and pod states",
 				"namespace", c.ns)
 		}
 		return fmt.Errorf("%s: forbidden by RBAC: %w", verb, err)

@@ -205,7 +205,7 @@ func TestResolveMPIJobByAddressAndPlainJobSet(t *testing.T) {
 	}
 }
 
-// TestForbidden: without examples/rbac every call is refused (403); the
+// TestForbidden: without deploy/rbac every call is refused (403); the
 // launcher says so once at INFO and goes on.
 func TestForbidden(t *testing.T) {
 	c, cs, logs := client(t, "p", nil)
@@ -223,8 +223,8 @@ func TestForbidden(t *testing.T) {
 			t.Fatal("pods were listed")
 		}
 	}
-	if n := strings.Count(logs.String(), "level=INFO"); n != 1 || !strings.Contains(logs.String(), "apply examples/rbac") {
-		t.Errorf("want one INFO line naming examples/rbac, got %d:\n%s", n, logs)
+	if n := strings.Count(logs.String(), "level=INFO"); n != 1 || !strings.Contains(logs.String(), "apply deploy/rbac") {
+		t.Errorf("want one INFO line naming deploy/rbac, got %d:\n%s", n, logs)
 	}
 }
 

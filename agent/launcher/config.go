@@ -200,7 +200,7 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.StringVar(&c.MetricsJobName, "metrics.job-name", c.MetricsJobName, "job_name label of the push (default: from the launcher's host name, <job>-launcher-0-0 or <job>-launcher)")
 	fs.StringVar(&c.MetricsPod, "metrics.pod", c.MetricsPod, "pod label of the push (default: this pod's host name; set it from the downward API metadata.name)")
 	fs.StringVar(&c.TerminationLog, "termination-log", c.TerminationLog, "file for the root-cause message Kubernetes shows in the pod status")
-	fs.StringVar(&c.KubeAPI, "kube.api", c.KubeAPI, "auto: with a service-account token (and examples/rbac), record Events on the TrainJob/MPIJob and read the job's pod states; off: never use the Kubernetes API")
+	fs.StringVar(&c.KubeAPI, "kube.api", c.KubeAPI, "auto: with a service-account token (and deploy/rbac), record Events on the TrainJob/MPIJob and read the job's pod states; off: never use the Kubernetes API")
 	fs.StringVar(&c.KubePodName, "kube.pod-name", c.KubePodName, "the launcher's own pod (downward API metadata.name; default: found by this pod's address)")
 	fs.StringVar(&c.KubePodUID, "kube.pod-uid", c.KubePodUID, "the launcher's own pod uid (downward API metadata.uid), for its Events")
 }
