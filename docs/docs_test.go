@@ -32,7 +32,7 @@ import (
 const root = ".."
 
 // pages are the documentation files this package owns.
-var pages = []string{"quickstart.md", "configuration.md", "troubleshooting.md", "migration.md", "security.md", "compatibility.md", "cluster.md", "monitoring.md"}
+var pages = []string{"quickstart.md", "install.md", "configuration.md", "troubleshooting.md", "migration.md", "security.md", "compatibility.md", "cluster.md", "monitoring.md"}
 
 // Section titles the checks look for (level-2 headings).
 const (
@@ -745,7 +745,7 @@ func TestOtherEnvVarsInConfiguration(t *testing.T) {
 
 var (
 	linkRe     = regexp.MustCompile(`\]\(([^)\s]+)(?:\s+"[^"]*")?\)`)
-	repoPathRe = regexp.MustCompile(`^(?:\./)?((?:examples|images|scripts|cmd|agent|docs|sshd|hostfile|gpu|test)/[A-Za-z0-9._/-]+)$`)
+	repoPathRe = regexp.MustCompile(`^(?:\./)?((?:examples|deploy|charts|images|scripts|cmd|agent|docs|sshd|hostfile|gpu|test)/[A-Za-z0-9._/-]+)$`)
 	makeRe     = regexp.MustCompile(`^(?:[A-Z][A-Z0-9_]*=\S*\s+)*(?:sudo\s+)?make\s+([a-z][a-z0-9-]*)`)
 	targetRe   = regexp.MustCompile(`(?m)^([a-z][a-z0-9-]*):`)
 )
@@ -909,7 +909,7 @@ func TestNothingCitesOutsideTheRepo(t *testing.T) {
 // TestRunbookLinks: every runbook_url of the monitoring pack's alerts
 // points at a section of troubleshooting.md that exists.
 func TestRunbookLinks(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(root, "examples", "monitoring", "base", "prometheusrule.yaml"))
+	b, err := os.ReadFile(filepath.Join(root, "deploy", "monitoring", "base", "prometheusrule.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
