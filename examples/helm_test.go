@@ -51,6 +51,15 @@ func helmBinary(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if testing.Short() {
+		dir, err := helmCacheDir(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "helm")); err != nil {
+			t.Skipf("-short: helm %s is not built yet (%s); go test without -short builds it", v, dir)
+		}
+	}
 	helmOnce.Do(func() { helmPath, helmErr = buildHelm(t, v) })
 	if helmErr != nil {
 		t.Fatal(helmErr)
@@ -98,9 +107,6 @@ func buildHelm(t testing.TB, v string) (string, error) {
 	bin := filepath.Join(dir, "helm")
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil
-	}
-	if testing.Short() {
-		t.Skipf("-short: helm %s is not built yet (%s); go test without -short builds it", v, bin)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
