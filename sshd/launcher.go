@@ -102,6 +102,17 @@ func (r *launcherRecord) newerThan(o *launcherRecord) bool {
 // startedAfter reports whether r's start interval lies entirely after o's.
 func (r *launcherRecord) startedAfter(o *launcherRecord) bool { return r.earliest.After(o.latest) }
 
+// startedAfter returns an instance this server heard of that provably
+// started after r, nil when none. s.mu is held.
+func (s *Server) startedAfter(r *launcherRecord) *launcherRecord {
+	for _, o := range s.launchers {
+		if o.startedAfter(r) {
+			return o
+		}
+	}
+	return nil
+}
+
 // startBounds is the interval of a declared instance's start on this
 // server's clock: declared at age on a connection accepted at accepted,
 // arrived at arrived.

@@ -29,12 +29,19 @@ import (
 // the one forward the agent carries, and only to loopback: a forward a
 // client asks for (ssh -L, -R) stays refused.
 //
-// One forward stands at a time: that of the newest launcher instance. Its
+// One forward stands at a time: that of the newest launcher instance, as
+// far as this agent can prove (launcher.go). An instance gets it only when
+// no instance the agent heard of provably started after it, and it
+// replaces a standing forward only when it provably started after that
+// forward's instance: whatever the order in which the agent heard of them,
+// an older instance never takes the forward from a newer one (and one
+// whose start cannot be told from the standing one's does not either). Its
 // connections carry it (the launcher asks on each connection it holds to
 // this agent, for the same endpoint); it ends when the last of them
-// closes, or when a newer instance asks, and its listener, its files (when
-// the agent made their directory) and the connections it carries go with
-// it.
+// closes, or when a newer instance (or the same one, for a new endpoint)
+// asks, and its listener, its files (when the agent made their directory)
+// and the connections it carries go with it, at once: a new request never
+// waits for what the old forward carries.
 
 const (
 	// maxStatusConns bounds the connections the forward carries at once.
@@ -58,8 +65,10 @@ type statusForward struct {
 	dir     string
 	madeDir bool // the agent made dir: it is removed with the forward
 	sem     chan struct{}
-	wg      sync.WaitGroup
-	once    sync.Once
+
+	mu      sync.Mutex
+	closed  bool
+	carried map[net.Conn]struct{} // the ranks' connections carried now
 }
 
 // forwardVia is one connection a forward goes back on.
@@ -71,15 +80,43 @@ type forwardVia struct {
 // env is the three variables of the forward.
 func (f *statusForward) env() []string { return statusfwd.Env(f.port, f.path, f.dir) }
 
-// close ends the forward: its listener, its connections, its files.
+// close ends the forward: its listener, the connections it carries, its
+// files. It does not wait for the goroutines that carried them, which end
+// with their channels: a stalled launcher connection holds up nothing but
+// them.
 func (f *statusForward) close() {
-	f.once.Do(func() {
-		f.ln.Close()
-		f.wg.Wait()
-		if f.madeDir {
-			os.RemoveAll(f.dir)
-		}
-	})
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return
+	}
+	f.closed = true
+	carried := f.carried
+	f.carried = nil
+	f.mu.Unlock()
+	f.ln.Close()
+	for c := range carried {
+		c.Close()
+	}
+	f.removeDir()
+}
+
+// track counts c among the carried connections; false when the forward is
+// closed (c is not to be carried).
+func (f *statusForward) track(c net.Conn) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return false
+	}
+	f.carried[c] = struct{}{}
+	return true
+}
+
+func (f *statusForward) untrack(c net.Conn) {
+	f.mu.Lock()
+	delete(f.carried, c)
+	f.mu.Unlock()
 }
 
 // statusRequest handles statusfwd.RequestType.
@@ -96,10 +133,19 @@ func (s *Server) statusRequest(ctx gliderssh.Context, req *ssh.Request) (bool, [
 	}
 	s.mu.Lock()
 	declared, cur := st.launcher, s.statusFwd
+	var newer *launcherRecord
+	if declared != nil {
+		newer = s.startedAfter(declared)
+	}
 	switch {
 	case declared == nil:
 		s.mu.Unlock()
 		s.log.Info("status endpoint forward refused: the connection declared no launcher instance", "conn", st.id)
+		return false, nil
+	case newer != nil:
+		s.mu.Unlock()
+		s.log.Info("status endpoint forward refused: a newer launcher instance of the job connected to this agent", "conn", st.id,
+			"launcher", declared.inst.String(), "newer", newer.inst.String())
 		return false, nil
 	case cur != nil && cur.launcher == declared && cur.token == r.Token:
 		// The same instance asks on another of its connections: the
@@ -107,10 +153,10 @@ func (s *Server) statusRequest(ctx gliderssh.Context, req *ssh.Request) (bool, [
 		cur.via = append(cur.via, forwardVia{st, sc})
 		s.mu.Unlock()
 		return true, statusfwd.Reply{Port: uint32(cur.port), Dir: cur.dir}.Marshal()
-	case cur != nil && cur.launcher != declared && cur.launcher.newerThan(declared):
+	case cur != nil && cur.launcher != declared && !declared.startedAfter(cur.launcher):
 		s.mu.Unlock()
-		s.log.Info("status endpoint forward refused: a newer launcher instance of the job has one", "conn", st.id,
-			"launcher", declared.inst.String(), "newer", cur.launcher.inst.String())
+		s.log.Info("status endpoint forward refused: the launcher instance whose forward stands is not provably older", "conn", st.id,
+			"launcher", declared.inst.String(), "standing", cur.launcher.inst.String())
 		return false, nil
 	}
 	// The forward of another instance, or of an endpoint this one made
@@ -134,7 +180,7 @@ func (s *Server) statusRequest(ctx gliderssh.Context, req *ssh.Request) (bool, [
 	}
 	s.statusFwd = f
 	s.mu.Unlock()
-	f.wg.Go(func() { s.serveStatusForward(f) })
+	go s.serveStatusForward(f)
 	s.log.Info("the ranks of this pod report to the TrainJob's status through the launcher", "conn", st.id,
 		"addr", f.ln.Addr().String(), "dir", f.dir, "launcher", declared.inst.String())
 	return true, statusfwd.Reply{Port: uint32(f.port), Dir: f.dir}.Marshal()
@@ -143,7 +189,7 @@ func (s *Server) statusRequest(ctx gliderssh.Context, req *ssh.Request) (bool, [
 // openStatusForward makes the forward's directory, files and listener:
 // the launcher's port and directory when they can be had, others when not.
 func (s *Server) openStatusForward(r statusfwd.Request) (*statusForward, error) {
-	f := &statusForward{token: r.Token, path: r.Path, sem: make(chan struct{}, maxStatusConns)}
+	f := &statusForward{token: r.Token, path: r.Path, sem: make(chan struct{}, maxStatusConns), carried: map[net.Conn]struct{}{}}
 	dir, made, err := statusDir(r.Dir)
 	if err != nil {
 		return nil, err
@@ -209,10 +255,10 @@ func (s *Server) serveStatusForward(f *statusForward) {
 			c.Close() // a rank's client retries; nothing else is due
 			continue
 		}
-		f.wg.Go(func() {
+		go func() {
 			defer func() { <-f.sem }()
 			s.carryStatusConn(f, c)
-		})
+		}()
 	}
 }
 
@@ -221,6 +267,10 @@ func (s *Server) serveStatusForward(f *statusForward) {
 // ago).
 func (s *Server) carryStatusConn(f *statusForward, c net.Conn) {
 	defer c.Close()
+	if !f.track(c) {
+		return
+	}
+	defer f.untrack(c)
 	_ = c.SetDeadline(time.Now().Add(statusConnLife))
 	s.mu.Lock()
 	via := slices.Clone(f.via)

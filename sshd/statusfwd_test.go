@@ -2,6 +2,7 @@ package sshd
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -160,7 +161,7 @@ func TestStatusForwardOlderLauncherRefused(t *testing.T) {
 	if ok, _, err := a2.SendRequest(statusfwd.RequestType, true, statusRequest(filepath.Join(t.TempDir(), "x"), 0)); err != nil || ok {
 		t.Fatalf("the older launcher's forward: ok %v err %v", ok, err)
 	}
-	if !strings.Contains(ts.logs.String(), "a newer launcher instance of the job has one") {
+	if !strings.Contains(ts.logs.String(), "a newer launcher instance") {
 		t.Errorf("log:\n%s", ts.logs.String())
 	}
 }
@@ -211,4 +212,121 @@ func TestStatusForwardOnTwoConnections(t *testing.T) {
 	}
 	conns[0].Close()
 	waitFor(t, func() bool { return !strings.HasPrefix(ask(), "launcher got") }, "the forward ended with the last connection")
+}
+
+// TestStatusForwardStaysWithTheNewerInstance: the newer launcher instance
+// asks first; an older one (provably started before it) that this agent
+// hears of later, on a connection of its own that the newer one's
+// declaration could not close, asks too and is refused: the newer one's
+// forward, its files and the sessions' variables stay as they were.
+// Before, the older one took the forward, being heard of later.
+func TestStatusForwardStaysWithTheNewerInstance(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, nil)
+	now := time.Now()
+	newInst := launcherid.New("uid-b", "tj-launcher-0-0", now)
+	oldInst := launcherid.New("uid-a", "tj-launcher-0-0", now.Add(-time.Hour))
+	b := ts.dial(t)
+	answerChannels(b)
+	if !declare(t, b, newInst) {
+		t.Fatal("declaration refused")
+	}
+	dir := filepath.Join(t.TempDir(), "status")
+	ok, payload, err := b.SendRequest(statusfwd.RequestType, true, statusRequest(dir, 0))
+	rep, perr := statusfwd.ParseReply(payload)
+	if err != nil || !ok || perr != nil {
+		t.Fatalf("the newer launcher's forward: ok %v, err %v, reply %v", ok, err, perr)
+	}
+	a := ts.dial(t)
+	answerChannels(a)
+	if !declare(t, a, oldInst) {
+		t.Fatal("declaration refused")
+	}
+	otherDir := filepath.Join(t.TempDir(), "old")
+	req := statusfwd.Request{Version: statusfwd.Version, Path: statusPath, Dir: otherDir, Token: strings.Repeat("cd", 32), CA: testCA}
+	if ok, _, err := a.SendRequest(statusfwd.RequestType, true, req.Marshal()); err != nil || ok {
+		t.Fatalf("the older launcher, heard of later, took the forward: ok %v, err %v; log:\n%s", ok, err, ts.logs.String())
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, statusfwd.TokenFileName)); err != nil || strings.TrimSpace(string(b)) != strings.Repeat("ab", 32) {
+		t.Fatalf("the newer launcher's token file: %q, %v", b, err)
+	}
+	r := run(t, a, "echo $"+statusfwd.EnvURL+" $"+statusfwd.EnvToken, nil)
+	want := "https://127.0.0.1:" + strconv.Itoa(int(rep.Port)) + statusPath + " " + filepath.Join(dir, "token")
+	if strings.TrimSpace(r.stdout) != want {
+		t.Fatalf("session env: %q, want the newer launcher's %q", r.stdout, want)
+	}
+	if !strings.Contains(ts.logs.String(), "newer launcher instance") {
+		t.Errorf("the refusal is not logged:\n%s", ts.logs.String())
+	}
+}
+
+// TestStatusForwardNotHeldUpByAStalledConnection: the forward carries a
+// rank's connection that the launcher took but never answers (its end
+// stalled); the same launcher instance asks for a new endpoint (its next
+// run) and gets it at once: the old forward's carried connections are cut,
+// not waited for. Before, the request waited for them (up to 2 minutes).
+func TestStatusForwardNotHeldUpByAStalledConnection(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, nil)
+	inst := launcherid.New("uid-a", "tj-launcher-0-0", time.Now())
+	a := ts.dial(t)
+	// The launcher takes every carried connection and never answers.
+	chans := a.HandleChannelOpen(statusfwd.ChannelType)
+	taken := make(chan ssh.Channel, 4)
+	go func() {
+		for nc := range chans {
+			ch, reqs, err := nc.Accept()
+			if err != nil {
+				continue
+			}
+			go ssh.DiscardRequests(reqs)
+			taken <- ch
+		}
+	}()
+	if !declare(t, a, inst) {
+		t.Fatal("declaration refused")
+	}
+	ok, payload, err := a.SendRequest(statusfwd.RequestType, true, statusRequest(filepath.Join(t.TempDir(), "one"), 0))
+	rep, perr := statusfwd.ParseReply(payload)
+	if err != nil || !ok || perr != nil {
+		t.Fatalf("first forward: ok %v, err %v, reply %v", ok, err, perr)
+	}
+	c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(rep.Port))), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, _ = io.WriteString(c, "POST "+statusPath+"\n")
+	select {
+	case <-taken:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the rank's connection did not reach the launcher")
+	}
+	// The next run's endpoint: another token.
+	req := statusfwd.Request{Version: statusfwd.Version, Path: statusPath, Dir: filepath.Join(t.TempDir(), "two"),
+		Token: strings.Repeat("cd", 32), CA: testCA}
+	type answer struct {
+		ok  bool
+		err error
+	}
+	done := make(chan answer, 1)
+	start := time.Now()
+	go func() {
+		ok, _, err := a.SendRequest(statusfwd.RequestType, true, req.Marshal())
+		done <- answer{ok, err}
+	}()
+	select {
+	case ans := <-done:
+		if ans.err != nil || !ans.ok {
+			t.Fatalf("second forward: ok %v, err %v; log:\n%s", ans.ok, ans.err, ts.logs.String())
+		}
+		t.Logf("the second forward stood after %v", time.Since(start).Round(time.Millisecond))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second forward waited over 5 s for the old forward's stalled connection")
+	}
+	// The old forward's rank connection was cut.
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the old forward's rank connection: %v, want it closed", err)
+	}
 }
