@@ -99,7 +99,7 @@ func (l *Launcher) forwardStatus(srv *http.Server, local *trainerstatus.Local, p
 	// session; the held ones start now, in the background: the launcher
 	// does not wait (its init is the same with the status API), a session
 	// that comes first waits for its own connection's answer.
-	l.pool.Prepare(register)
+	l.pool.SetConnSetup(register)
 	warmed := l.pool.Warm(forwardParallel)
 	go func() {
 		warmed()
@@ -113,7 +113,7 @@ func (l *Launcher) forwardStatus(srv *http.Server, local *trainerstatus.Local, p
 		}
 	}()
 	return func() {
-		l.pool.Prepare(nil)
+		l.pool.SetConnSetup(nil)
 		warmed()
 		ln.Close()
 		<-served

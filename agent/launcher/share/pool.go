@@ -45,20 +45,21 @@ type Pool struct {
 	mu     sync.Mutex
 	closed bool
 	hosts  map[string][]*pooled
-	// prepare runs once on each connection before the first session the
-	// pool opens on it after Prepare set it (nil: nothing to run).
-	prepare func(host string, c *ssh.Client)
-	log     *slog.Logger
+	// setup runs once on each connection before the first session the
+	// pool opens on it after SetConnSetup set it (nil: nothing to run).
+	setup func(host string, c *ssh.Client)
+	log   *slog.Logger
 	// openTimeout is OpenTimeout (tests shorten it).
 	openTimeout time.Duration
 }
 
 type pooled struct {
-	c    *ssh.Client
-	host string    // the worker's host name
-	prep sync.Once // the pool's preparation (Prepare)
-	open int       // sessions open or being opened on it
-	full bool      // the server refused a session for its limit; cleared when one ends
+	c       *ssh.Client
+	host    string    // the worker's host name
+	setUp   sync.Once // the pool's connection setup (SetConnSetup)
+	open    int       // sessions open or being opened on it
+	running int       // sessions open on it (of open, those the worker answered)
+	full    bool      // the server refused a session for its limit; cleared when one ends
 	// stalled counts the session requests on it that went unanswered for
 	// the open timeout and are unanswered still.
 	stalled int
@@ -83,19 +84,20 @@ func (p *Pool) Add(host string, port int, cfg sshclient.Config, c *ssh.Client) b
 	return p.hold(host, poolKey(host, port, cfg), c, false) != nil
 }
 
-// Prepare makes the pool run fn once on every connection it holds, now
-// and later, before the first session it opens there from now on; nil
+// SetConnSetup makes the pool run fn once on every connection it holds,
+// now and later, before the first session it opens there from now on; nil
 // runs nothing more. A session waits for it; Warm runs it ahead on the
 // held connections, so that it is mostly done before mpirun asks. A run
-// sets one function (a connection prepared once is not prepared again).
-func (p *Pool) Prepare(fn func(host string, c *ssh.Client)) {
+// sets one function (a connection set up once is not set up again). The
+// launcher's one use: asking each worker for the ranks' status endpoint.
+func (p *Pool) SetConnSetup(fn func(host string, c *ssh.Client)) {
 	p.mu.Lock()
-	p.prepare = fn
+	p.setup = fn
 	p.mu.Unlock()
 }
 
-// Warm runs the preparation on every connection held now, at most n at
-// once, in the background; wait waits until each has run.
+// Warm runs the connection setup on every connection held now, at most n
+// at once, in the background; wait waits until each has run.
 func (p *Pool) Warm(n int) (wait func()) {
 	p.mu.Lock()
 	var held []*pooled
@@ -111,7 +113,7 @@ func (p *Pool) Warm(n int) (wait func()) {
 			sem <- struct{}{}
 			each.Go(func() {
 				defer func() { <-sem }()
-				p.prepared(pc)
+				p.setUpConn(pc)
 			})
 		}
 		each.Wait()
@@ -119,10 +121,11 @@ func (p *Pool) Warm(n int) (wait func()) {
 	return wg.Wait
 }
 
-// prepared runs the preparation on pc unless it ran (or runs) already.
-func (p *Pool) prepared(pc *pooled) {
+// setUpConn runs the connection setup on pc unless it ran (or runs)
+// already.
+func (p *Pool) setUpConn(pc *pooled) {
 	p.mu.Lock()
-	fn, once := p.prepare, &pc.prep
+	fn, once := p.setup, &pc.setUp
 	p.mu.Unlock()
 	if fn != nil {
 		once.Do(func() { fn(pc.host, pc.c) })
@@ -215,7 +218,8 @@ func (p *Pool) pick(key string, stalledToo bool) (pc *pooled, stalled bool) {
 	return best, stalled
 }
 
-// done ends a session on pc; full says the server refused it for its limit.
+// done ends a request for a session on pc that opened none; full says the
+// server refused it for its limit.
 func (p *Pool) done(pc *pooled, full bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -223,14 +227,30 @@ func (p *Pool) done(pc *pooled, full bool) {
 	pc.full = full
 }
 
+// opened counts a session the worker opened on pc as running.
+func (p *Pool) opened(pc *pooled) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pc.running++
+}
+
+// ended ends a running session on pc.
+func (p *Pool) ended(pc *pooled) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pc.open--
+	pc.running--
+	pc.full = false
+}
+
 // stall counts a request on pc unanswered for the open timeout (by 1) or
-// answered after it (by -1), and returns how many other sessions are open
-// on pc.
-func (p *Pool) stall(pc *pooled, by int) (others int) {
+// answered after it (by -1), and returns how many sessions run on pc
+// (requests still unanswered there, this one or others, are not sessions).
+func (p *Pool) stall(pc *pooled, by int) (running int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	pc.stalled += by
-	return pc.open - 1
+	return pc.running
 }
 
 func (p *Pool) drop(key string, pc *pooled) {
@@ -284,7 +304,7 @@ func (p *Pool) Session(ctx context.Context, req rsh.SessionRequest) (s *ssh.Sess
 	}
 	var last error               // why the last connection could not serve (full, dead)
 	var lastF *sshclient.Failure // the last failure another connection would not mend
-	others := -1                 // sessions on the first stalled connection; -1: none stalled
+	running := -1                // sessions running on the first stalled connection; -1: none stalled
 	o.start(ctx, true)
 	for o.pending > 0 {
 		select {
@@ -292,22 +312,22 @@ func (p *Pool) Session(ctx context.Context, req rsh.SessionRequest) (s *ssh.Sess
 			if !errors.Is(context.Cause(ctx), errNoAnswer) {
 				return nil, nil, fail(context.Cause(ctx))
 			}
-			return nil, nil, o.timedOut(wait, others)
+			return nil, nil, o.timedOut(wait, running)
 		case a := <-o.events:
 			switch {
 			case a.queued:
 				o.start(ctx, false) // a connection that is not stalled meanwhile
 			case a.stalled:
-				if others < 0 {
-					others = a.others
+				if running < 0 {
+					running = a.running
 					if req.Stalled != nil {
-						req.Stalled(p.openTimeout, a.others)
+						req.Stalled(p.openTimeout, a.running)
 					}
 				}
 				o.start(ctx, false) // another connection meanwhile
 			case a.s != nil:
 				pc := a.pc
-				return a.s, func() { p.done(pc, false) }, nil
+				return a.s, func() { p.ended(pc) }, nil
 			case a.f != nil:
 				o.pending--
 				lastF = a.f
@@ -345,9 +365,9 @@ type attempt struct {
 	// queued: the attempt waits on a connection that was stalled already.
 	queued bool
 	// stalled: the worker has not answered within the open timeout;
-	// others is how many other sessions are open on that connection.
+	// running is how many sessions run on that connection.
 	stalled bool
-	others  int
+	running int
 	// s is the session, opened on pc.
 	s  *ssh.Session
 	pc *pooled
@@ -388,7 +408,7 @@ func (o *opening) late(a attempt) {
 		return
 	}
 	_ = a.s.Close()
-	o.p.done(a.pc, false)
+	o.p.ended(a.pc)
 	o.p.log.Info("a worker answered a session request after its client had stopped waiting or was served on another connection; closed it unused",
 		"host", o.req.Host, "port", o.req.Port)
 }
@@ -434,11 +454,12 @@ func (o *opening) try(ctx context.Context, first bool) {
 		o.report(attempt{f: sshclient.Classify(o.req.Host, o.req.Port, sshclient.PhaseRemoteCommand, context.Cause(ctx))})
 		return
 	}
-	p.prepared(pc)
+	p.setUpConn(pc)
 	s, err := o.open(pc)
 	var oce *ssh.OpenChannelError
 	switch {
 	case err == nil:
+		p.opened(pc)
 		o.report(attempt{s: s, pc: pc})
 	case errors.As(err, &oce) && oce.Reason == ssh.ResourceShortage:
 		p.done(pc, true)
@@ -472,10 +493,10 @@ func (o *opening) open(pc *pooled) (*ssh.Session, error) {
 			return
 		}
 		stalled = true
-		others := p.stall(pc, 1)
+		running := p.stall(pc, 1)
 		p.log.Warn("a worker did not answer a session request on the launcher's connection in time; new sessions go to another connection while it does not, and the sessions on it go on",
-			"host", o.req.Host, "port", o.req.Port, "waited", p.openTimeout, "other_sessions", others)
-		o.report(attempt{stalled: true, others: others})
+			"host", o.req.Host, "port", o.req.Port, "waited", p.openTimeout, "sessions_running", running)
+		o.report(attempt{stalled: true, running: running})
 	})
 	start := time.Now()
 	s, err := pc.c.NewSession()
@@ -492,15 +513,15 @@ func (o *opening) open(pc *pooled) (*ssh.Session, error) {
 }
 
 // timedOut is the failure of a request whose worker did not answer within
-// wait; others are the sessions on the connection it stalled on (-1: none
+// wait; running are the sessions on the connection it stalled on (-1: none
 // stalled, the wait went on dialing).
-func (o *opening) timedOut(wait time.Duration, others int) *sshclient.Failure {
+func (o *opening) timedOut(wait time.Duration, running int) *sshclient.Failure {
 	kept := ""
 	switch {
-	case others == 1:
+	case running == 1:
 		kept = " (the launcher keeps its connection: 1 other session runs on it)"
-	case others >= 0:
-		kept = fmt.Sprintf(" (the launcher keeps its connection: %d other sessions run on it)", others)
+	case running >= 0:
+		kept = fmt.Sprintf(" (the launcher keeps its connection: %d other sessions run on it)", running)
 	}
 	return &sshclient.Failure{Host: o.req.Host, Port: o.req.Port, Phase: sshclient.PhaseRemoteCommand,
 		Cause: fmt.Errorf("no answer to a session request within %s%s", roundWait(wait), kept),

@@ -210,6 +210,45 @@ func TestStalledConnectionStillServes(t *testing.T) {
 	}
 }
 
+// TestStallCountsRunningSessions: a session request waits on a stalled
+// connection where one session runs and another request waits already;
+// its lines say 1 other session runs there: a request still unanswered is
+// not a session. Before, they said 2.
+func TestStallCountsRunningSessions(t *testing.T) {
+	t.Parallel()
+	st := newStall(t)
+	var firstErr sshtest.Buffer
+	first := make(chan relayRun, 1)
+	go func() {
+		first <- runRelay(t, st.sh, relayOpts{env: st.f.shareEnv(), stderr: &firstErr}, "-p", st.port, "127.0.0.1", "echo first")
+	}()
+	sshtest.Eventually(t, 20*time.Second, "the first request waiting past the open timeout", func() bool {
+		return strings.Contains(firstErr.String(), "no answer to a session request")
+	})
+	st.proxy.RefuseNew(true)
+	r := runRelay(t, st.sh, relayOpts{env: st.f.shareEnv(rsh.EnvWait + "=1s")}, "-p", st.port, "127.0.0.1", "echo second")
+	if r.code != 255 {
+		t.Fatalf("the second request, on the stalled connection: %+v", r)
+	}
+	for _, want := range []string{"(1 other session runs on it)", "no answer to a session request within 1s (the launcher keeps its connection: 1 other session runs on it)"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("the second request's lines lack %q:\n%s", want, r.stderr)
+		}
+	}
+	st.proxy.Thaw()
+	select {
+	case r := <-first:
+		if r.code != 0 || r.stdout != "first\n" {
+			t.Fatalf("the first session: %+v", r)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the first session did not run once the worker answered")
+	}
+	if r := st.daemon.end(t); r.code != 0 {
+		t.Fatalf("the session that ran on the connection: %+v", r)
+	}
+}
+
 // TestDeadConnectionIsReplaced: a connection whose transport failed (the
 // worker restarted, the connection was reset) is dropped at the next
 // session, which runs on a new one.
@@ -232,36 +271,36 @@ func TestDeadConnectionIsReplaced(t *testing.T) {
 	}
 }
 
-// TestPrepareRunsOnceBeforeTheFirstSession: the pool's preparation runs on
-// a connection it makes before the first session opens there, and on no
-// connection twice; Warm runs it ahead on the connections held.
-func TestPrepareRunsOnceBeforeTheFirstSession(t *testing.T) {
+// TestConnSetupRunsOnceBeforeTheFirstSession: the pool's connection setup
+// runs on a connection it makes before the first session opens there, and
+// on no connection twice; Warm runs it ahead on the connections held.
+func TestConnSetupRunsOnceBeforeTheFirstSession(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	sh := startShare(t)
-	// A first session makes and holds a connection, before any preparation.
+	// A first session makes and holds a connection, before any setup.
 	if r := runRelay(t, sh, relayOpts{env: f.shareEnv()}, "-p", f.port(), "127.0.0.1", "echo up"); r.err != nil || r.code != 0 {
 		t.Fatalf("first session: %+v", r)
 	}
 	var mu sync.Mutex
 	var prepared []string
 	sessionsAtPrep := -1
-	sh.pool.Prepare(func(host string, c *ssh.Client) {
+	sh.pool.SetConnSetup(func(host string, c *ssh.Client) {
 		mu.Lock()
 		defer mu.Unlock()
 		prepared = append(prepared, host)
 		sessionsAtPrep = sh.pool.Sessions()
 	})
-	// The held connection: prepared before the next session on it.
+	// The held connection: set up before the next session on it.
 	if r := runRelay(t, sh, relayOpts{env: f.shareEnv()}, "-p", f.port(), "127.0.0.1", "echo up"); r.err != nil || r.code != 0 {
 		t.Fatalf("second session: %+v", r)
 	}
-	sh.pool.Warm(4)() // already prepared: nothing more
+	sh.pool.Warm(4)() // already set up: nothing more
 	mu.Lock()
 	got, at := append([]string(nil), prepared...), sessionsAtPrep
 	mu.Unlock()
 	if len(got) != 1 || got[0] != "127.0.0.1" || at != 1 {
-		t.Fatalf("prepared %v (with %d sessions counted then), want once for 127.0.0.1 before its session opened (1 being opened)", got, at)
+		t.Fatalf("set up %v (with %d sessions counted then), want once for 127.0.0.1 before its session opened (1 being opened)", got, at)
 	}
 	if n := sh.pool.Len(); n != 1 {
 		t.Fatalf("%d connections held, want the one", n)
