@@ -147,7 +147,7 @@ func (s *Server) serveConn(c net.Conn, release func()) {
 		delete(s.conns, st)
 		delete(s.failed, st.remote)
 		s.mu.Unlock()
-		s.endStatusForward(st)
+		s.endRankEndpoint(st)
 	}()
 
 	s.log.Info("ssh connection", "conn", st.id, "remote", st.remote.String())
@@ -425,7 +425,7 @@ func (s *Server) globalRequest(ctx gliderssh.Context, _ *gliderssh.Server, req *
 	case launcherid.RequestType:
 		return s.launcherRequest(ctx, req), nil
 	case statusfwd.RequestType:
-		return s.statusRequest(ctx, req)
+		return s.rankEndpointRequest(ctx, req)
 	case "tcpip-forward", "cancel-tcpip-forward", "streamlocal-forward@openssh.com", "cancel-streamlocal-forward@openssh.com":
 		s.m.refusedReq("port_forward")
 		if st := stateOf(ctx); st != nil {

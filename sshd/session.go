@@ -353,9 +353,9 @@ func (sess *session) start(shell bool, cmdline string) {
 		}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	}
-	// The ranks' status endpoint, when the launcher forwards one
-	// (statusfwd.go): before the client's variables, which win.
-	extra = append(extra, s.statusEnv()...)
+	// The ranks' status endpoint, when the launcher asked for one
+	// (rank_endpoint.go): before the client's variables, which win.
+	extra = append(extra, s.rankEnv()...)
 	cmd.Env = sessionEnv(s.cfg.Env, s.id, s.cfg.Shell, sess.conn.User(), sess.conn.RemoteAddr(), sess.conn.LocalAddr(), extra, sess.env)
 	var boostErr error
 	if err == nil {

@@ -244,7 +244,7 @@ type Server struct {
 	failed          map[net.Addr]*connState    // pre-auth conns, for ConnectionFailedCallback
 	launchers       map[string]*launcherRecord // declared launcher instances by id (launcher.go)
 	launcherSeq     uint64                     // instances heard of so far
-	statusFwd       *statusForward             // the ranks' status endpoint forward (statusfwd.go), nil when none
+	rankEP          *rankEndpoint              // the ranks' status endpoint (rank_endpoint.go), nil when none
 
 	connWG       sync.WaitGroup // connection and keepalive goroutines
 	sessWG       sync.WaitGroup // session goroutines

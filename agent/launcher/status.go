@@ -242,7 +242,7 @@ func rootCauseLine(err error) string {
 // statusEndpoint is the ranks' endpoint: on the launcher's pod (a rank
 // that runs here under runLauncherAsNode, a script mpirun starts here) it
 // serves it on loopback, and the worker-agents carry it to the ranks on
-// theirs (status_forward.go). It returns mpirun's environment with the
+// theirs (status_workers.go). It returns mpirun's environment with the
 // three variables pointing at it, and a func that stops it. Without the
 // status API (no variables, or variables the launcher cannot use) it
 // returns env without them: Trainer's token never reaches a rank.
@@ -270,7 +270,7 @@ func (l *Launcher) statusEndpoint(env []string, dir string) ([]string, func()) {
 		}
 	}()
 	port := ln.Addr().(*net.TCPAddr).Port
-	stopForward := l.forwardStatus(srv, local, port, sv.ep.URL.Path)
+	stopForward := l.endpointOnWorkers(srv, local, port, sv.ep.URL.Path)
 	for _, kv := range statusfwd.Env(port, sv.ep.URL.Path, local.Dir) {
 		name, value, _ := strings.Cut(kv, "=")
 		env = environ.Set(env, name, value)

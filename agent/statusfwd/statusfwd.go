@@ -29,6 +29,10 @@ package statusfwd
 
 import (
 	"bytes"
+	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/binary"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -103,22 +107,27 @@ func writeFile(dir, name string, b []byte, mode os.FileMode) error {
 
 // RequestType is the global request a launcher sends a worker-agent on
 // its SSH connection; ChannelType the channel the agent opens to the
-// launcher for each connection to its listener.
+// launcher for each request it carries.
 const (
 	RequestType = "podmpi-trainer-status@podmpi.io"
 	ChannelType = "podmpi-trainer-status@podmpi.io"
 )
 
-// Version of Request's wire form.
-const Version = 1
+// Version of Request's wire form. Version 1 carried each rank's connection,
+// TLS and all, to the launcher; version 2 gives the agent a certificate
+// for loopback, and each channel carries one request the agent checked, in
+// plain HTTP/1.1 (the SSH connection encrypts and authenticates it). An
+// agent refuses a request of another version, saying which it speaks.
+const Version = 2
 
 // Limits of a request's fields.
 const (
-	maxPath  = 1024
-	maxDir   = 512
-	maxToken = 256
-	minToken = 16
-	maxCA    = 16 << 10
+	maxPath    = 1024
+	maxDir     = 512
+	maxToken   = 256
+	minToken   = 16
+	maxPEM     = 16 << 10
+	maxMaxBody = 1 << 20
 )
 
 // Request is the launcher's request, in SSH's wire form (ssh.Marshal).
@@ -135,6 +144,31 @@ type Request struct {
 	// Token is the run's endpoint token (hex), CA its CA certificate (PEM).
 	Token string
 	CA    string
+	// Cert and Key are the certificate (PEM) the agent serves the ranks,
+	// for 127.0.0.1 and signed by CA, and its private key (PEM, PKCS #8):
+	// the launcher's own endpoint's, never the CA's key.
+	Cert string
+	Key  string
+	// MaxBody bounds the body of a rank's request, in bytes.
+	MaxBody uint32
+}
+
+// NewRequest is the request for an endpoint on loopback port (0: any)
+// taking requests at path, with its files in dir, the run's token and CA
+// certificate (PEM), cert its certificate for loopback (signed by the CA),
+// and bodies of at most maxBody bytes.
+func NewRequest(port int, path, dir, token string, caPEM []byte, cert tls.Certificate, maxBody int) (Request, error) {
+	if len(cert.Certificate) == 0 {
+		return Request{}, errors.New("no certificate for the ranks' endpoint")
+	}
+	key, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	if err != nil {
+		return Request{}, fmt.Errorf("the endpoint's key: %w", err)
+	}
+	return Request{Version: Version, Port: uint32(port), Path: path, Dir: dir, Token: token, CA: string(caPEM),
+		Cert:    string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]})),
+		Key:     string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key})),
+		MaxBody: uint32(maxBody)}, nil
 }
 
 // Reply is the agent's answer: where it listens and wrote the files.
@@ -146,18 +180,25 @@ type Reply struct {
 // Marshal is r in wire form.
 func (r Request) Marshal() []byte { return ssh.Marshal(&r) }
 
-// ParseRequest reads and checks a request: the version, a port, a path of
-// printable characters starting with "/", an absolute clean directory, a
-// hex token and a PEM certificate, each within its bound. A request that
-// is not one is an error saying what is wrong, never a panic.
+// ParseRequest reads and checks a request: first its version, then a
+// port, a path of printable characters starting with "/", an absolute
+// clean directory, a hex token, a PEM CA certificate, a certificate and
+// key that pair and that the CA signed for 127.0.0.1 (valid now on this
+// host's clock, as the ranks here will check it), and a body limit, each
+// within its bound. A request that is not one is an error saying what is
+// wrong, never a panic.
 func ParseRequest(b []byte) (Request, error) {
+	if len(b) < 4 {
+		return Request{}, fmt.Errorf("not a %s request: %d bytes", RequestType, len(b))
+	}
+	if v := binary.BigEndian.Uint32(b); v != Version {
+		return Request{}, fmt.Errorf("request version %d, this worker-agent speaks %d: the launcher and the worker-agent are of different podmpi releases (give both the same one)", v, Version)
+	}
 	var r Request
 	if err := ssh.Unmarshal(b, &r); err != nil {
 		return Request{}, fmt.Errorf("not a %s request: %w", RequestType, err)
 	}
 	switch {
-	case r.Version != Version:
-		return Request{}, fmt.Errorf("request version %d, this worker-agent speaks %d", r.Version, Version)
 	case r.Port > 65535:
 		return Request{}, fmt.Errorf("port %d", r.Port)
 	case len(r.Path) == 0 || len(r.Path) > maxPath || r.Path[0] != '/' || !printable(r.Path):
@@ -166,13 +207,38 @@ func ParseRequest(b []byte) (Request, error) {
 		return Request{}, fmt.Errorf("directory %q is not a clean absolute path of at most %d characters", clip(r.Dir), maxDir)
 	case len(r.Token) < minToken || len(r.Token) > maxToken || strings.Trim(r.Token, "0123456789abcdef") != "":
 		return Request{}, fmt.Errorf("the token is not %d to %d hex digits", minToken, maxToken)
-	case len(r.CA) > maxCA:
-		return Request{}, fmt.Errorf("the CA certificate is %d bytes, over %d", len(r.CA), maxCA)
+	case len(r.CA) > maxPEM || len(r.Cert) > maxPEM || len(r.Key) > maxPEM:
+		return Request{}, fmt.Errorf("a certificate or key of %d, %d, %d bytes, over %d", len(r.CA), len(r.Cert), len(r.Key), maxPEM)
+	case r.MaxBody == 0 || r.MaxBody > maxMaxBody:
+		return Request{}, fmt.Errorf("a body limit of %d bytes, not 1 to %d", r.MaxBody, maxMaxBody)
 	}
-	if blk, _ := pem.Decode([]byte(r.CA)); blk == nil || blk.Type != "CERTIFICATE" {
-		return Request{}, fmt.Errorf("the CA is not a PEM certificate")
+	if _, err := r.KeyPair(); err != nil {
+		return Request{}, err
 	}
 	return r, nil
+}
+
+// KeyPair is the certificate and key the agent serves the ranks, checked:
+// they pair, and r.CA signed the certificate for 127.0.0.1, valid now.
+func (r Request) KeyPair() (tls.Certificate, error) {
+	blk, _ := pem.Decode([]byte(r.CA))
+	if blk == nil || blk.Type != "CERTIFICATE" {
+		return tls.Certificate{}, errors.New("the CA is not a PEM certificate")
+	}
+	ca, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("the CA certificate: %w", err)
+	}
+	cert, err := tls.X509KeyPair([]byte(r.Cert), []byte(r.Key))
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("the endpoint's certificate and key: %w", err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+	if _, err := cert.Leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: "127.0.0.1"}); err != nil {
+		return tls.Certificate{}, fmt.Errorf("the endpoint's certificate is not the CA's for 127.0.0.1 now (the clocks of the launcher's node and this one may disagree): %w", err)
+	}
+	return cert, nil
 }
 
 // ParseReply reads a reply.
@@ -189,6 +255,16 @@ func ParseReply(b []byte) (Reply, error) {
 
 // Marshal is r in wire form.
 func (r Reply) Marshal() []byte { return ssh.Marshal(&r) }
+
+// Bearer reports whether an Authorization header carries token as its one
+// bearer credential (compared in constant time).
+func Bearer(header, token string) bool {
+	f := strings.Fields(header)
+	if len(f) != 2 || !strings.EqualFold(f[0], "Bearer") || token == "" {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(f[1]), []byte(token)) == 1
+}
 
 func printable(s string) bool {
 	for _, c := range s {
