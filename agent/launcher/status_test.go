@@ -22,6 +22,7 @@ import (
 	"github.com/podmpi/podmpi/agent/launcher/discovery"
 	"github.com/podmpi/podmpi/agent/launcher/trainerstatus"
 	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
+	"github.com/podmpi/podmpi/agent/statusfwd"
 	"github.com/podmpi/podmpi/agent/worker/api"
 )
 
@@ -73,9 +74,9 @@ func newFakeTrainer(t *testing.T) *fakeTrainer {
 		t.Fatal(err)
 	}
 	tr.env = map[string]string{
-		trainerstatus.EnvURL:    tr.srv.URL + statusPath,
-		trainerstatus.EnvToken:  filepath.Join(dir, "token"),
-		trainerstatus.EnvCACert: filepath.Join(dir, "ca.crt"),
+		statusfwd.EnvURL:    tr.srv.URL + statusPath,
+		statusfwd.EnvToken:  filepath.Join(dir, "token"),
+		statusfwd.EnvCACert: filepath.Join(dir, "ca.crt"),
 	}
 	return tr
 }
@@ -141,8 +142,8 @@ func TestStatusReportsTheJob(t *testing.T) {
 	// The rank: reads the variables its environment holds and posts as
 	// the SDK does.
 	env := commandEnv(t, envFile)
-	if env[trainerstatus.EnvToken] == tr.env[trainerstatus.EnvToken] || !strings.HasPrefix(env[trainerstatus.EnvURL], "https://127.0.0.1:") ||
-		!strings.HasSuffix(env[trainerstatus.EnvURL], statusPath) {
+	if env[statusfwd.EnvToken] == tr.env[statusfwd.EnvToken] || !strings.HasPrefix(env[statusfwd.EnvURL], "https://127.0.0.1:") ||
+		!strings.HasSuffix(env[statusfwd.EnvURL], statusPath) {
 		t.Fatalf("the command's variables: %v", env)
 	}
 	if code, body := rankPost(t, env, `{"trainerStatus":{"lastUpdatedTime":"2026-11-27T22:00:00Z","progressPercentage":50,"metrics":[{"name":"loss","value":"0.25"}]}}`); code != 200 {
@@ -253,7 +254,7 @@ func TestStatusUnreachableDoesNotHoldTheEnd(t *testing.T) {
 	for k, v := range tr.env {
 		env[k] = v
 	}
-	env[trainerstatus.EnvURL] = "https://" + ln.Addr().String() + statusPath
+	env[statusfwd.EnvURL] = "https://" + ln.Addr().String() + statusPath
 	var logs bytes.Buffer
 	start := time.Now()
 	code, err := RunJob(t.Context(), statusJobConfig(t, func(k string) string { return env[k] }, "exit 0", &logs))
@@ -347,13 +348,13 @@ func TestStatusTrainersVariablesNeverReachTheRanks(t *testing.T) {
 		env  map[string]string
 	}{
 		{"plain http to a remote address", map[string]string{
-			trainerstatus.EnvURL:    "http://trainer.kubeflow-system.svc:10443" + statusPath,
-			trainerstatus.EnvToken:  "/var/run/secrets/trainer/token",
-			trainerstatus.EnvCACert: "/var/run/secrets/trainer/ca.crt",
+			statusfwd.EnvURL:    "http://trainer.kubeflow-system.svc:10443" + statusPath,
+			statusfwd.EnvToken:  "/var/run/secrets/trainer/token",
+			statusfwd.EnvCACert: "/var/run/secrets/trainer/ca.crt",
 		}},
 		{"no URL", map[string]string{
-			trainerstatus.EnvToken:  "/var/run/secrets/trainer/token",
-			trainerstatus.EnvCACert: "/var/run/secrets/trainer/ca.crt",
+			statusfwd.EnvToken:  "/var/run/secrets/trainer/token",
+			statusfwd.EnvCACert: "/var/run/secrets/trainer/ca.crt",
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -414,12 +415,12 @@ func commandEnv(t *testing.T, file string) map[string]string {
 // the CA and token its files hold.
 func rankPost(t *testing.T, env map[string]string, body string) (int, string) {
 	t.Helper()
-	ca, _ := os.ReadFile(env[trainerstatus.EnvCACert])
-	token, _ := os.ReadFile(env[trainerstatus.EnvToken])
+	ca, _ := os.ReadFile(env[statusfwd.EnvCACert])
+	token, _ := os.ReadFile(env[statusfwd.EnvToken])
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca)
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 20 * time.Second}
-	req, _ := http.NewRequest(http.MethodPost, env[trainerstatus.EnvURL], strings.NewReader(body))
+	req, _ := http.NewRequest(http.MethodPost, env[statusfwd.EnvURL], strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
 	resp, err := hc.Do(req)
 	if err != nil {

@@ -1,8 +1,7 @@
-// Package statusfwd is what the launcher and worker-agent agree on to give
-// the ranks of an MPI job Kubeflow Trainer's status API (gate
-// TrainJobStatus): the three variables a rank reads, and the launcher's
-// own forward, over its SSH connection to each worker, of the endpoint it
-// serves the ranks.
+// Package statusfwd is the status forward: the wire contract between the
+// launcher and the worker-agents that gives the ranks of an MPI job
+// Kubeflow Trainer's status API (gate TrainJobStatus), and the home of the
+// three variables a rank reads (EnvURL, EnvCACert, EnvToken).
 //
 // Trainer gives the variables to the launcher's pod only, and a rank on a
 // worker pod gets nothing; its token must not reach the workers either. So
@@ -10,15 +9,19 @@
 // trainerstatus: https with a certificate and a token made for the run)
 // and asks each worker-agent, on the connection its probe made and shares
 // with mpirun's sessions, with a global request of type RequestType, to
-// listen on loopback in the worker's pod and write the run's token and CA
-// certificate into a directory there. From then on, every session the agent
-// starts has the three variables (Env) pointing at that listener, and
-// every connection to it is carried to the launcher in a channel of type
-// ChannelType on the same SSH connection, where the launcher's endpoint
-// answers it; what it posts reaches Trainer with the launcher's token.
-// OpenSSH's sshd does the same for a client that asks for a remote forward
-// (ssh -R); worker-agent refuses every forward a client asks for, and
-// carries only this one, of the job's own launcher, to loopback.
+// serve the ranks' endpoint in the worker's pod: to listen on loopback with
+// the certificate the request carries (for 127.0.0.1, signed by the run's
+// CA; the CA's key stays with the launcher) and write the run's token and
+// CA certificate into a directory there. From then on, every session the
+// agent starts has the three variables (Env) pointing at that listener;
+// the agent checks each rank's request (path, method, size, bearer token)
+// and carries it, as plain HTTP/1.1, in a channel of type ChannelType on
+// the same SSH connection, where the launcher's endpoint answers it; what
+// it posts reaches Trainer with the launcher's token. The launcher and the
+// agent read and write such channels through ChannelConn, which gives them
+// deadlines. OpenSSH's sshd carries a forward a client asks for (ssh -R);
+// worker-agent refuses every such forward, and serves only this endpoint,
+// of the job's own launcher, on loopback.
 //
 // The launcher asks for the port and directory its own pod uses, so that a
 // rank that gets the launcher's environment from its MPI (MPICH and Intel
@@ -45,8 +48,10 @@ import (
 	"golang.org/x/crypto/ssh"
 )
 
-// The variables Trainer gives the trainer step's containers, and the
-// ranks get from podmpi.
+// The variables Trainer gives the trainer step's containers (in MPI
+// runtimes, the launcher's), and the ranks get from podmpi: the URL of the
+// status endpoint, the path of the CA certificate that signed its
+// certificate, and the path of the token to send.
 const (
 	EnvURL    = "KUBEFLOW_TRAINER_SERVER_URL"
 	EnvCACert = "KUBEFLOW_TRAINER_SERVER_CA_CERT"

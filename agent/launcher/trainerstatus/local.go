@@ -156,7 +156,7 @@ func Proxy(rep *Reporter, path, token string) http.Handler {
 			return
 		case !bearer(r.Header.Get("Authorization"), token):
 			status(w, http.StatusForbidden, metav1.StatusReasonForbidden,
-				"forbidden: send the token in the file "+EnvToken+" names (podmpi's endpoint does not take Trainer's token)")
+				"forbidden: send the token in the file "+statusfwd.EnvToken+" names (podmpi's endpoint does not take Trainer's token)")
 			return
 		}
 		b, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))

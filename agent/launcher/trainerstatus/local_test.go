@@ -181,15 +181,15 @@ func TestProxy(t *testing.T) {
 		k, v, _ := strings.Cut(kv, "=")
 		vars[k] = v
 	}
-	caPEM, err := os.ReadFile(vars[EnvCACert])
+	caPEM, err := os.ReadFile(vars[statusfwd.EnvCACert])
 	if err != nil {
 		t.Fatal(err)
 	}
-	token, err := os.ReadFile(vars[EnvToken])
+	token, err := os.ReadFile(vars[statusfwd.EnvToken])
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fi, _ := os.Stat(vars[EnvToken]); fi.Mode().Perm() != 0o600 {
+	if fi, _ := os.Stat(vars[statusfwd.EnvToken]); fi.Mode().Perm() != 0o600 {
 		t.Errorf("token file mode %v, want 0600", fi.Mode().Perm())
 	}
 	pool := x509.NewCertPool()
@@ -210,7 +210,7 @@ func TestProxy(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 	tok := strings.TrimSpace(string(token))
-	u := vars[EnvURL]
+	u := vars[statusfwd.EnvURL]
 	if !strings.HasPrefix(u, "https://127.0.0.1:") {
 		t.Fatalf("URL %s", u)
 	}

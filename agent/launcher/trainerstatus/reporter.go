@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/podmpi/podmpi/agent/launcher/discovery"
+	"github.com/podmpi/podmpi/agent/statusfwd"
 )
 
 // Reporter keeps what goes into the TrainJob's status, the launcher's own
@@ -318,7 +319,7 @@ func refusalHint(code int) string {
 	if code == http.StatusNotFound {
 		return "Trainer does not know this TrainJob, or its status endpoint is off (feature gate TrainJobStatus)"
 	}
-	return "Trainer refused the job's token: the launcher pod's projected token (" + EnvToken + ") is not the one Trainer gave this TrainJob"
+	return "Trainer refused the job's token: the launcher pod's projected token (" + statusfwd.EnvToken + ") is not the one Trainer gave this TrainJob"
 }
 
 // note logs a request that failed or was refused: the first of each kind

@@ -93,14 +93,6 @@ import (
 	"github.com/podmpi/podmpi/agent/statusfwd"
 )
 
-// The variables Trainer gives the trainer step's containers (and podmpi
-// the ranks).
-const (
-	EnvURL    = statusfwd.EnvURL
-	EnvCACert = statusfwd.EnvCACert
-	EnvToken  = statusfwd.EnvToken
-)
-
 // The API's limits and the pace this package keeps.
 const (
 	// MinInterval is the least time between two requests to Trainer: the
@@ -127,31 +119,31 @@ type Endpoint struct {
 }
 
 // FromEnv reads the endpoint from the variables (getenv is os.Getenv in
-// production). ok is false when KUBEFLOW_TRAINER_SERVER_URL is unset or
-// empty: the gate is off or this is not a trainer step, and nothing is to
-// be done. An endpoint that is set but unusable is an error that says
-// which variable is wrong.
+// production; the names are statusfwd's). ok is false when
+// KUBEFLOW_TRAINER_SERVER_URL is unset or empty: the gate is off or this is
+// not a trainer step, and nothing is to be done. An endpoint that is set
+// but unusable is an error that says which variable is wrong.
 func FromEnv(getenv func(string) string) (ep Endpoint, ok bool, err error) {
-	raw := strings.TrimSpace(getenv(EnvURL))
+	raw := strings.TrimSpace(getenv(statusfwd.EnvURL))
 	if raw == "" {
 		return Endpoint{}, false, nil
 	}
 	u, err := url.Parse(raw)
 	switch {
 	case err != nil:
-		return Endpoint{}, true, fmt.Errorf("%s is not a URL: %w", EnvURL, err)
+		return Endpoint{}, true, fmt.Errorf("%s is not a URL: %w", statusfwd.EnvURL, err)
 	case u.Host == "" || u.Path == "":
-		return Endpoint{}, true, fmt.Errorf("%s=%q has no host or no path", EnvURL, raw)
+		return Endpoint{}, true, fmt.Errorf("%s=%q has no host or no path", statusfwd.EnvURL, raw)
 	case u.Scheme == "http" && !loopback(u.Hostname()):
 		// Trainer's endpoint is https; plain http carries the token in
 		// the clear, which is acceptable on loopback only.
-		return Endpoint{}, true, fmt.Errorf("%s=%q: plain http is accepted for a loopback address only", EnvURL, raw)
+		return Endpoint{}, true, fmt.Errorf("%s=%q: plain http is accepted for a loopback address only", statusfwd.EnvURL, raw)
 	case u.Scheme != "https" && u.Scheme != "http":
-		return Endpoint{}, true, fmt.Errorf("%s=%q: the scheme must be https", EnvURL, raw)
+		return Endpoint{}, true, fmt.Errorf("%s=%q: the scheme must be https", statusfwd.EnvURL, raw)
 	}
-	ep = Endpoint{URL: u, TokenFile: strings.TrimSpace(getenv(EnvToken)), CAFile: strings.TrimSpace(getenv(EnvCACert))}
+	ep = Endpoint{URL: u, TokenFile: strings.TrimSpace(getenv(statusfwd.EnvToken)), CAFile: strings.TrimSpace(getenv(statusfwd.EnvCACert))}
 	if ep.TokenFile == "" {
-		return Endpoint{}, true, fmt.Errorf("%s is set but %s is not: no token to send", EnvURL, EnvToken)
+		return Endpoint{}, true, fmt.Errorf("%s is set but %s is not: no token to send", statusfwd.EnvURL, statusfwd.EnvToken)
 	}
 	return ep, true, nil
 }

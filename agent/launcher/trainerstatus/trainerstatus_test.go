@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
+	"github.com/podmpi/podmpi/agent/statusfwd"
 )
 
 func TestFromEnv(t *testing.T) {
@@ -25,14 +26,14 @@ func TestFromEnv(t *testing.T) {
 		wantErr string
 	}{
 		{"unset", nil, false, ""},
-		{"blank", map[string]string{EnvURL: "  "}, false, ""},
-		{"https", map[string]string{EnvURL: "https://svc.ns.svc:10443/apis/x/status", EnvToken: "/t"}, true, ""},
-		{"no token", map[string]string{EnvURL: "https://svc.ns.svc:10443/apis/x/status"}, true, EnvToken + " is not"},
-		{"http remote", map[string]string{EnvURL: "http://svc.ns.svc:10443/apis/x/status", EnvToken: "/t"}, true, "loopback address only"},
-		{"http loopback", map[string]string{EnvURL: "http://127.0.0.1:1/apis/x/status", EnvToken: "/t"}, true, ""},
-		{"ftp", map[string]string{EnvURL: "ftp://h/p", EnvToken: "/t"}, true, "must be https"},
-		{"no path", map[string]string{EnvURL: "https://h", EnvToken: "/t"}, true, "no host or no path"},
-		{"garbage", map[string]string{EnvURL: "https://h:x:y/%zz", EnvToken: "/t"}, true, "not a URL"},
+		{"blank", map[string]string{statusfwd.EnvURL: "  "}, false, ""},
+		{"https", map[string]string{statusfwd.EnvURL: "https://svc.ns.svc:10443/apis/x/status", statusfwd.EnvToken: "/t"}, true, ""},
+		{"no token", map[string]string{statusfwd.EnvURL: "https://svc.ns.svc:10443/apis/x/status"}, true, statusfwd.EnvToken + " is not"},
+		{"http remote", map[string]string{statusfwd.EnvURL: "http://svc.ns.svc:10443/apis/x/status", statusfwd.EnvToken: "/t"}, true, "loopback address only"},
+		{"http loopback", map[string]string{statusfwd.EnvURL: "http://127.0.0.1:1/apis/x/status", statusfwd.EnvToken: "/t"}, true, ""},
+		{"ftp", map[string]string{statusfwd.EnvURL: "ftp://h/p", statusfwd.EnvToken: "/t"}, true, "must be https"},
+		{"no path", map[string]string{statusfwd.EnvURL: "https://h", statusfwd.EnvToken: "/t"}, true, "no host or no path"},
+		{"garbage", map[string]string{statusfwd.EnvURL: "https://h:x:y/%zz", statusfwd.EnvToken: "/t"}, true, "not a URL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ep, ok, err := FromEnv(func(k string) string { return tc.env[k] })
