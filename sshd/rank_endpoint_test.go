@@ -21,6 +21,7 @@ import (
 
 	"github.com/podmpi/podmpi/agent/launcher/trainerstatus"
 	"github.com/podmpi/podmpi/agent/launcherid"
+	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
 	"github.com/podmpi/podmpi/agent/statusfwd"
 )
 
@@ -126,16 +127,6 @@ func post(hc *http.Client, method string, port int, path, token, body string) (i
 	return resp.StatusCode, string(b), err
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // askEndpoint sends the launcher's request on c and returns the reply.
 func askEndpoint(t *testing.T, c *ssh.Client, payload []byte) (statusfwd.Reply, bool) {
 	t.Helper()
@@ -176,7 +167,7 @@ func TestRanksEndpoint(t *testing.T) {
 	if !declare(t, a, launcherid.New("uid-a", "tj-launcher-0-0", time.Now())) {
 		t.Fatal("declaration refused")
 	}
-	port := freePort(t) // the port the launcher's pod uses
+	port := sshtest.FreePort(t) // the port the launcher's pod uses
 	rep, ok := askEndpoint(t, a, statusRequest(t, run, dir, port))
 	if !ok || int(rep.Port) != port || rep.Dir != dir {
 		t.Fatalf("reply %+v (%v), want port %d dir %s; log:\n%s", rep, ok, port, dir, ts.logs.String())
@@ -312,7 +303,7 @@ func TestRanksEndpointOnTwoConnections(t *testing.T) {
 	inst := launcherid.New("uid-a", "tj-launcher-0-0", time.Now())
 	run := newRun(t)
 	dir := filepath.Join(t.TempDir(), "status")
-	port := freePort(t)
+	port := sshtest.FreePort(t)
 	var conns []*ssh.Client
 	for range 2 {
 		c := ts.dial(t)

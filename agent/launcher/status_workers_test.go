@@ -1,7 +1,6 @@
 package launcher
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -76,7 +75,7 @@ func startWorkerEndpoint(t *testing.T, handler http.Handler) *workerEndpoint {
 		t.Fatal(err)
 	}
 	l := &Launcher{pool: pool, log: log}
-	port := freePort(t)
+	port := sshtest.FreePort(t)
 	stop := l.endpointOnWorkers(local.Server(handler), local, port, statusPath)
 	t.Cleanup(stop)
 	sshtest.Eventually(t, 10*time.Second, "the worker-agent listening for the ranks", func() bool {
@@ -87,16 +86,6 @@ func startWorkerEndpoint(t *testing.T, handler http.Handler) *workerEndpoint {
 		return err == nil
 	})
 	return &workerEndpoint{port: port, local: local, logs: logs}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // post is a rank's status request to the endpoint on the worker, on a
@@ -121,18 +110,24 @@ func (w *workerEndpoint) post(token, body string) (int, string, error) {
 	return resp.StatusCode, string(b), err
 }
 
-// countingHandler is the launcher's handler in these tests: it counts the
-// requests that reach it with the run's token and echoes their bodies.
-func countingHandler(token string, n *atomic.Int64) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != "Bearer "+token || r.URL.Path != statusPath {
-			http.Error(w, "not the run's token or path", http.StatusForbidden)
+// startCounted is startWorkerEndpoint with the launcher's handler of these
+// tests: it counts the requests that reach it with the run's token (in
+// hits) and echoes their bodies.
+func startCounted(t *testing.T, hits *atomic.Int64) *workerEndpoint {
+	t.Helper()
+	var run atomic.Pointer[workerEndpoint]
+	w := startWorkerEndpoint(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		w := run.Load()
+		if w == nil || r.Header.Get("Authorization") != "Bearer "+w.local.Token || r.URL.Path != statusPath {
+			http.Error(rw, "not the run's token or path", http.StatusForbidden)
 			return
 		}
 		b, _ := io.ReadAll(r.Body)
-		n.Add(1)
-		_, _ = w.Write(b)
-	})
+		hits.Add(1)
+		_, _ = rw.Write(b)
+	}))
+	run.Store(w)
+	return w
 }
 
 // TestRanksEndpointTakes64RanksAtOnce: 64 ranks of one worker pod post at
@@ -142,13 +137,7 @@ func countingHandler(token string, n *atomic.Int64) http.Handler {
 func TestRanksEndpointTakes64RanksAtOnce(t *testing.T) {
 	t.Parallel()
 	var hits atomic.Int64
-	var token atomic.Value
-	token.Store("")
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		countingHandler(token.Load().(string), &hits).ServeHTTP(w, r)
-	})
-	w := startWorkerEndpoint(t, h)
-	token.Store(w.local.Token)
+	w := startCounted(t, &hits)
 	const ranks = 64
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -185,13 +174,7 @@ func TestRanksEndpointTakes64RanksAtOnce(t *testing.T) {
 func TestRanksEndpointIdleConnectionsTakeNoSlot(t *testing.T) {
 	t.Parallel()
 	var hits atomic.Int64
-	var token atomic.Value
-	token.Store("")
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		countingHandler(token.Load().(string), &hits).ServeHTTP(w, r)
-	})
-	w := startWorkerEndpoint(t, h)
-	token.Store(w.local.Token)
+	w := startCounted(t, &hits)
 	for range 20 {
 		c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(w.port)), 5*time.Second)
 		if err != nil {
@@ -202,8 +185,8 @@ func TestRanksEndpointIdleConnectionsTakeNoSlot(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // the agent has taken them
 	start := time.Now()
 	code, body, err := w.post(w.local.Token, `{}`)
-	if err != nil || code != http.StatusOK || !bytes.Equal([]byte(body), []byte(`{}`)) {
-		t.Fatalf("the rank's request beside 20 idle connections: %d %q %v", code, body, err)
+	if err != nil || code != http.StatusOK || body != `{}` || hits.Load() != 1 {
+		t.Fatalf("the rank's request beside 20 idle connections: %d %q %v (%d reached the launcher)", code, body, err, hits.Load())
 	}
 	t.Logf("answered in %v", time.Since(start).Round(time.Millisecond))
 }

@@ -283,13 +283,13 @@ func TestConnSetupRunsOnceBeforeTheFirstSession(t *testing.T) {
 		t.Fatalf("first session: %+v", r)
 	}
 	var mu sync.Mutex
-	var prepared []string
-	sessionsAtPrep := -1
+	var setUp []string
+	sessionsAtSetup := -1
 	sh.pool.SetConnSetup(func(host string, c *ssh.Client) {
 		mu.Lock()
 		defer mu.Unlock()
-		prepared = append(prepared, host)
-		sessionsAtPrep = sh.pool.Sessions()
+		setUp = append(setUp, host)
+		sessionsAtSetup = sh.pool.Sessions()
 	})
 	// The held connection: set up before the next session on it.
 	if r := runRelay(t, sh, relayOpts{env: f.shareEnv()}, "-p", f.port(), "127.0.0.1", "echo up"); r.err != nil || r.code != 0 {
@@ -297,7 +297,7 @@ func TestConnSetupRunsOnceBeforeTheFirstSession(t *testing.T) {
 	}
 	sh.pool.Warm(4)() // already set up: nothing more
 	mu.Lock()
-	got, at := append([]string(nil), prepared...), sessionsAtPrep
+	got, at := append([]string(nil), setUp...), sessionsAtSetup
 	mu.Unlock()
 	if len(got) != 1 || got[0] != "127.0.0.1" || at != 1 {
 		t.Fatalf("set up %v (with %d sessions counted then), want once for 127.0.0.1 before its session opened (1 being opened)", got, at)
