@@ -56,6 +56,11 @@
 //     sessions of older instances' connections, on proof from this
 //     server's own clock (launcher.go). Connections that declare nothing
 //     are never ended that way.
+//   - The ranks' status endpoint, for the newest launcher instance that asks
+//     (statusfwd.RequestType): HTTPS on loopback in this pod with the run's
+//     certificate; each rank's request is checked here (path, method, size,
+//     bearer token) within bounds before it is carried to the launcher in a
+//     channel of its connection (rank_endpoint.go).
 //   - TCP_NODELAY and, during the handshake, TCP_QUICKACK after every read,
 //     which removes a ~40 ms Nagle/delayed-ACK stall per OpenSSH connection.
 //   - Key exchange, cipher and MAC lists are set explicitly (jobkey.KeyExchanges,
