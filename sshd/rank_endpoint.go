@@ -227,9 +227,8 @@ func (s *Server) openRankEndpoint(r statusfwd.Request) (*rankEndpoint, error) {
 		return nil, fmt.Errorf("listening on loopback: %w", err)
 	}
 	e.port = ln.Addr().(*net.TCPAddr).Port
-	e.ln = newReadingListener(ln, rankReadingMax)
+	e.ln = newReadingListener(ln, rankReadingMax, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}})
 	e.ctx, e.cancel = context.WithCancel(context.Background())
-	tlsCfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}
 	e.srv = &http.Server{
 		Handler:           http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { s.serveRank(e, w, req) }),
 		ReadHeaderTimeout: rankHeaderTimeout,
@@ -241,7 +240,6 @@ func (s *Server) openRankEndpoint(r statusfwd.Request) (*rankEndpoint, error) {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	e.srv.SetKeepAlivesEnabled(false)
-	e.ln.tls = tlsCfg
 	return e, nil
 }
 
@@ -459,8 +457,8 @@ type readingListener struct {
 	once    sync.Once
 }
 
-func newReadingListener(ln net.Listener, max int) *readingListener {
-	return &readingListener{Listener: ln, reading: make(chan struct{}, max), closed: make(chan struct{})}
+func newReadingListener(ln net.Listener, max int, cfg *tls.Config) *readingListener {
+	return &readingListener{Listener: ln, tls: cfg, reading: make(chan struct{}, max), closed: make(chan struct{})}
 }
 
 func (l *readingListener) Accept() (net.Conn, error) {
