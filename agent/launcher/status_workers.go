@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"crypto/tls"
 	"net"
 	"net/http"
 	"sync"
@@ -39,7 +40,11 @@ func (l *Launcher) endpointOnWorkers(srv *http.Server, local *trainerstatus.Loca
 	if l.pool == nil {
 		return func() {}
 	}
-	r, err := statusfwd.NewRequest(port, path, local.Dir, local.Token, local.CAPEM, local.TLSConfig().Certificates[0], trainerstatus.MaxBody)
+	var cert tls.Certificate // the local endpoint's, which the agents serve too
+	if certs := local.TLSConfig().Certificates; len(certs) > 0 {
+		cert = certs[0]
+	}
+	r, err := statusfwd.NewRequest(port, path, local.Dir, local.Token, local.CAPEM, cert, trainerstatus.MaxBody)
 	if err != nil {
 		l.log.Warn("the ranks on the workers cannot report to the TrainJob's status (the job goes on)", "err", err, "component", "trainer-status")
 		return func() {}
