@@ -503,3 +503,37 @@ func TestRanksEndpointBounds(t *testing.T) {
 		t.Errorf("the launcher held %d requests at once, over %d", m, rankCarriedMax)
 	}
 }
+
+// TestRanksEndpointPassesOverAStalledConnection: of the launcher's two
+// connections, the one that asked last never answers a channel open (its
+// end stalled); a rank's request goes back on the other one after
+// rankOpenTimeout, and gets its answer.
+func TestRanksEndpointPassesOverAStalledConnection(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, nil)
+	inst := launcherid.New("uid-a", "tj-launcher-0-0", time.Now())
+	run := newRun(t)
+	dir := filepath.Join(t.TempDir(), "status")
+	first := ts.dial(t)
+	ls := answerChannels(first)
+	stalled := ts.dial(t)
+	_ = stalled.HandleChannelOpen(statusfwd.ChannelType) // opens are never answered
+	var rep statusfwd.Reply
+	for _, c := range []*ssh.Client{first, stalled} {
+		if !declare(t, c, inst) {
+			t.Fatal("declaration refused")
+		}
+		var ok bool
+		if rep, ok = askEndpoint(t, c, statusRequest(t, run, dir, 0)); !ok {
+			t.Fatal("endpoint refused")
+		}
+	}
+	start := time.Now()
+	code, body, err := post(rankClient(run, 30*time.Second), "POST", int(rep.Port), statusPath, run.Token, "{}")
+	if err != nil || code != 200 || !strings.HasPrefix(body, "launcher got: ") || ls.took.Load() != 1 {
+		t.Fatalf("the rank's request: %d %q %v", code, body, err)
+	}
+	if waited := time.Since(start); waited < rankOpenTimeout {
+		t.Fatalf("answered after %v, before the stalled connection's %v were up: it was not tried first", waited, rankOpenTimeout)
+	}
+}
