@@ -432,9 +432,9 @@ func TestRanksEndpointNotHeldUpByAStalledConnection(t *testing.T) {
 // connections at once and ends one that sends nothing at
 // rankHeaderTimeout; a connection past the bound waits, unread, and is
 // served once room is made (not closed). Requests that passed the checks
-// wait for one of rankCarriedMax slots: 3 x rankCarriedMax ranks at once,
-// each answered slowly by the launcher, all get 200, and the launcher
-// never holds more than rankCarriedMax at once.
+// wait for one of rankCarriedMax slots: 3 x rankCarriedMax ranks within
+// half a second, each answered slowly by the launcher, all get 200, and
+// the launcher never holds more than rankCarriedMax at once.
 func TestRanksEndpointBounds(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, nil)
@@ -477,13 +477,17 @@ func TestRanksEndpointBounds(t *testing.T) {
 		}
 	}
 
-	// Three ranks per slot, at once.
+	// Three ranks per slot, within half a second (each held 300 ms by the
+	// launcher: the slots run out; the start is spread over a few ms so
+	// that the test's TLS handshakes, slow under -race on a busy machine,
+	// stay within the agent's header timeout).
 	before := ls.took.Load()
 	const ranks = 3 * rankCarriedMax
 	var wg sync.WaitGroup
 	errs := make(chan string, ranks)
 	for i := range ranks {
 		wg.Go(func() {
+			time.Sleep(time.Duration(i) * 10 * time.Millisecond)
 			b := fmt.Sprintf("rank %d", i)
 			code, body, err := post(rankClient(run, 20*time.Second), "POST", port, statusPath, run.Token, b)
 			if err != nil || code != 200 || !strings.HasSuffix(body, " "+b) {
