@@ -291,7 +291,7 @@ func TestProxyAnswersAtOnce(t *testing.T) {
 	run(t, rep)
 	local, ln, path := serveLocal(t, rep)
 	env := statusfwd.Env(ln.Addr().(*net.TCPAddr).Port, path, local.Dir)
-	u := strings.TrimPrefix(env[0], EnvURL+"=")
+	u := strings.TrimPrefix(env[0], statusfwd.EnvURL+"=")
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(local.CAPEM)
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 20 * time.Second}
