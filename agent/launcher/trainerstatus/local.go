@@ -4,7 +4,6 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -19,7 +18,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -154,7 +152,7 @@ func Proxy(rep *Reporter, path, token string) http.Handler {
 			w.Header().Set("Allow", http.MethodPost)
 			status(w, http.StatusMethodNotAllowed, metav1.StatusReasonMethodNotAllowed, "only POST")
 			return
-		case !bearer(r.Header.Get("Authorization"), token):
+		case !statusfwd.Bearer(r.Header.Get("Authorization"), token):
 			status(w, http.StatusForbidden, metav1.StatusReasonForbidden,
 				"forbidden: send the token in the file "+statusfwd.EnvToken+" names (podmpi's endpoint does not take Trainer's token)")
 			return
@@ -203,16 +201,6 @@ func reasonOf(code int) metav1.StatusReason {
 		return metav1.StatusReasonUnauthorized
 	}
 	return metav1.StatusReasonForbidden
-}
-
-// bearer reports whether header carries token as its one bearer
-// credential (compared in constant time).
-func bearer(header, token string) bool {
-	f := strings.Fields(header)
-	if len(f) != 2 || !strings.EqualFold(f[0], "Bearer") || token == "" {
-		return false
-	}
-	return subtle.ConstantTimeCompare([]byte(f[1]), []byte(token)) == 1
 }
 
 func status(w http.ResponseWriter, code int, reason metav1.StatusReason, msg string) {
