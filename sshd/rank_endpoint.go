@@ -96,13 +96,16 @@ type rankEndpoint struct {
 	// via are the connections of that instance that asked for it, the
 	// last asked last; requests go back on the last one that takes them.
 	// Guarded by Server.mu.
-	via     []endpointVia
-	ln      *readingListener
-	srv     *http.Server
-	port    int
-	path    string
-	dir     string
-	madeDir bool // the agent made dir: it is removed with the endpoint
+	via  []endpointVia
+	ln   *readingListener
+	srv  *http.Server
+	port int
+	path string
+	dir  string
+	// made are the directories the agent made for dir, dir first, then
+	// the parents it had to make, deepest first: they go with the
+	// endpoint, the parents only when empty.
+	made    []string
 	maxBody int64
 	slots   chan struct{}
 	// ctx is every request's context, cancelled when the endpoint ends.
@@ -213,7 +216,7 @@ func (s *Server) openRankEndpoint(r statusfwd.Request) (*rankEndpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.dir, e.madeDir = dir, made
+	e.dir, e.made = dir, made
 	if err := statusfwd.WriteFiles(dir, r.Token, []byte(r.CA)); err != nil {
 		e.removeDir()
 		return nil, fmt.Errorf("writing the endpoint's token and CA in %s: %w", dir, err)
@@ -243,33 +246,79 @@ func (s *Server) openRankEndpoint(r statusfwd.Request) (*rankEndpoint, error) {
 	return e, nil
 }
 
+// removeDir removes what the agent made for the endpoint's files: their
+// directory and, when empty, the parents it made for it (the launcher's
+// private directory, which a worker's TMPDIR does not have otherwise).
 func (e *rankEndpoint) removeDir() {
-	if e.madeDir {
-		os.RemoveAll(e.dir)
+	if len(e.made) == 0 {
+		return
+	}
+	os.RemoveAll(e.made[0])
+	removeEmptyDirs(e.made[1:])
+}
+
+// removeEmptyDirs removes each directory of dirs, in order, that is empty:
+// one that holds anything (someone else's) stays.
+func removeEmptyDirs(dirs []string) {
+	for _, d := range dirs {
+		_ = os.Remove(d)
 	}
 }
 
 // rankDir is the directory for the endpoint's files: want when it can be
 // made or is this process's own directory already (a pod that shares its
 // file system with the launcher's), else a new one under the temporary
-// directory. made says the agent made it.
-func rankDir(want string) (dir string, made bool, err error) {
+// directory. made lists what the agent made: the directory, then the
+// parents of want it made, deepest first; nil when it made nothing.
+func rankDir(want string) (dir string, made []string, err error) {
 	if fi, err := os.Lstat(want); err == nil {
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.IsDir() && int(st.Uid) == os.Getuid() && fi.Mode().Perm()&0o022 == 0 {
-			return want, false, nil
+			return want, nil, nil
 		}
 	} else if errors.Is(err, os.ErrNotExist) {
-		if err := os.MkdirAll(filepath.Dir(want), 0o755); err == nil {
+		if parents, err := mkdirParents(filepath.Dir(want)); err == nil {
 			if err := os.Mkdir(want, 0o700); err == nil {
-				return want, true, nil
+				return want, append([]string{want}, parents...), nil
 			}
+			removeEmptyDirs(parents)
 		}
 	}
 	dir, err = os.MkdirTemp("", "podmpi-trainer-status-")
 	if err != nil {
-		return "", false, fmt.Errorf("making a directory for the endpoint's token and CA: %w", err)
+		return "", nil, fmt.Errorf("making a directory for the endpoint's token and CA: %w", err)
 	}
-	return dir, true, nil
+	return dir, []string{dir}, nil
+}
+
+// mkdirParents makes dir and whichever of its parents do not exist (mode
+// 0755, as os.MkdirAll) and returns those it made, deepest first. A
+// directory that appears meanwhile (another process made it) is not
+// counted as made.
+func mkdirParents(dir string) ([]string, error) {
+	var missing []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil {
+			break
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+		missing = append(missing, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	var made []string
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := os.Mkdir(missing[i], 0o755); err != nil {
+			if errors.Is(err, os.ErrExist) {
+				continue
+			}
+			removeEmptyDirs(made)
+			return nil, err
+		}
+		made = append([]string{missing[i]}, made...)
+	}
+	return made, nil
 }
 
 // serveRank answers a rank's request: checked here, then carried to the

@@ -153,7 +153,9 @@ func TestRanksEndpoint(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, nil)
 	run := newRun(t)
-	dir := filepath.Join(t.TempDir(), "podmpi-1", "trainer-status")
+	// The launcher's private directory, which this pod does not have.
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "podmpi-1", "trainer-status")
 
 	// A connection that declared no launcher is refused.
 	u := ts.dial(t)
@@ -217,9 +219,12 @@ func TestRanksEndpoint(t *testing.T) {
 	// sessions get no variables.
 	a.Close()
 	waitFor(t, func() bool {
-		_, err := os.Stat(dir)
+		_, err := os.Stat(filepath.Dir(dir))
 		return os.IsNotExist(err)
-	}, "the endpoint's directory removed")
+	}, "the endpoint's directory removed with "+filepath.Dir(dir)+", which the agent made for it")
+	if _, err := os.Stat(tmp); err != nil {
+		t.Errorf("the temporary directory itself: %v", err)
+	}
 	waitFor(t, func() bool {
 		c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second)
 		if err == nil {
@@ -539,5 +544,48 @@ func TestRanksEndpointPassesOverAStalledConnection(t *testing.T) {
 	}
 	if waited := time.Since(start); waited < rankOpenTimeout {
 		t.Fatalf("answered after %v, before the stalled connection's %v were up: it was not tried first", waited, rankOpenTimeout)
+	}
+}
+
+// TestRankDirRemovesOnlyWhatItMade: the parents the agent made for the
+// endpoint's directory go with it when empty; one that holds someone
+// else's file stays, and so does what existed before.
+func TestRankDirRemovesOnlyWhatItMade(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	want := filepath.Join(tmp, "a", "b", "trainer-status")
+	dir, made, err := rankDir(want)
+	if err != nil || dir != want {
+		t.Fatalf("rankDir: %q %v", dir, err)
+	}
+	if wantMade := []string{want, filepath.Join(tmp, "a", "b"), filepath.Join(tmp, "a")}; strings.Join(made, " ") != strings.Join(wantMade, " ") {
+		t.Fatalf("made %q, want %q", made, wantMade)
+	}
+	// Someone else writes in a parent the agent made.
+	theirs := filepath.Join(tmp, "a", "theirs")
+	if err := os.WriteFile(theirs, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := &rankEndpoint{dir: dir, made: made}
+	e.removeDir()
+	for _, gone := range []string{want, filepath.Join(tmp, "a", "b")} {
+		if _, err := os.Stat(gone); !os.IsNotExist(err) {
+			t.Errorf("%s stays (%v)", gone, err)
+		}
+	}
+	for _, stays := range []string{theirs, tmp} {
+		if _, err := os.Stat(stays); err != nil {
+			t.Errorf("%s removed: %v", stays, err)
+		}
+	}
+
+	// A directory that exists already is the launcher's own (a pod that
+	// shares its file system): nothing is made, nothing removed.
+	own := filepath.Join(tmp, "own")
+	if err := os.Mkdir(own, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if dir, made, err := rankDir(own); err != nil || dir != own || made != nil {
+		t.Fatalf("rankDir(own): %q %q %v", dir, made, err)
 	}
 }
