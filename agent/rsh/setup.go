@@ -160,18 +160,19 @@ func OnPath(env []string, self string) ([]string, string, func(), error) {
 func onPath(path, self string) bool {
 	for _, n := range Names {
 		p := execpath.Look(n, path)
-		if p == "" || !isPodmpi(p, self) {
+		if p == "" || !IsClient(p, self) {
 			return false
 		}
 	}
 	return true
 }
 
-// isPodmpi reports whether the program at p is podmpi: self, or one of
-// podmpi's binaries in the directory self lives in (make build's bin/, the
-// images' /opt/podmpi/bin: ssh there is a link to the launcher while
-// worker-agent runs), symlinks followed.
-func isPodmpi(p, self string) bool {
+// IsClient reports whether the program at p, run under one of Names, is
+// podmpi's client: self, or one of podmpi's binaries in the directory self
+// lives in (make build's bin/, the images' /opt/podmpi/bin, where ssh links
+// to podmpi-rsh), symlinks followed. Each of them runs the client under
+// those names.
+func IsClient(p, self string) bool {
 	if execpath.SameFile(p, self) {
 		return true
 	}

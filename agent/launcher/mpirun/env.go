@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/podmpi/podmpi/agent/environ"
+	"github.com/podmpi/podmpi/agent/execpath"
 	"github.com/podmpi/podmpi/agent/rsh"
 	"github.com/podmpi/podmpi/mpi"
 )
@@ -152,8 +153,10 @@ func keepFQDNNote(name, v string) string {
 
 // params gives every launch parameter of w.Impl its value; a parameter
 // whose value is "" is not set (an interface include list with one NIC, tree
-// spawn left on, the allow-root switches when not root).
-func (w Wiring) params() []param {
+// spawn left on, the allow-root switches when not root). path is the PATH
+// mpirun runs with: a program the user names instead of podmpi-rsh is
+// looked up there, as the MPI does.
+func (w Wiring) params(path string) []param {
 	f := w.Impl.Flavour()
 	ifaceInclude := w.Iface
 	if ifaceInclude == "" {
@@ -165,12 +168,12 @@ func (w Wiring) params() []param {
 		switch p.Role {
 		case mpi.RshAgent:
 			q.value = w.rshAgent()
-			q.overrides = func(v string) bool { return !isRsh(firstAgent(v)) }
+			q.overrides = func(v string) bool { return !w.isClient(firstAgent(v), path) }
 			q.keptNote = func(_, v string) string {
-				if isRsh(firstAgent(v)) {
+				if w.isClient(firstAgent(v), path) {
 					return ""
 				}
-				return f.Program + " will not start its daemons through podmpi-rsh but through " + firstAgent(v)
+				return f.Program + " will not start its daemons through podmpi-rsh but through " + firstAgent(v) + w.foundAs(firstAgent(v), path)
 			}
 		case mpi.Bootstrap:
 			q.value = "ssh"
@@ -183,12 +186,12 @@ func (w Wiring) params() []param {
 			}
 		case mpi.BootstrapExec:
 			q.value = w.bootstrapExec(f)
-			q.overrides = func(v string) bool { return !isRsh(v) }
+			q.overrides = func(v string) bool { return !w.isClient(v, path) }
 			q.keptNote = func(_, v string) string {
-				if isRsh(v) {
+				if w.isClient(v, path) {
 					return ""
 				}
-				return f.Program + " will not start its proxies through podmpi-rsh but through " + v
+				return f.Program + " will not start its proxies through podmpi-rsh but through " + v + w.foundAs(v, path)
 			}
 		case mpi.KeepFQDN:
 			q.value, q.keptNote = "1", keepFQDNNote
@@ -241,7 +244,11 @@ func (w Wiring) params() []param {
 // launch without a known interface.
 func (w Wiring) Env(base []string) (env []string, report []Setting) {
 	e := newEnvEdit(base)
-	report = e.params(w.params())
+	path := e.user["PATH"]
+	if w.RshDir != "" {
+		path = rsh.PrependPath(w.RshDir, path)
+	}
+	report = e.params(w.params(path))
 
 	for _, ig := range w.Impl.Flavour().Ignored {
 		if v, ok := e.user[ig.Name]; ok {
@@ -274,9 +281,8 @@ func (w Wiring) Env(base []string) (env []string, report []Setting) {
 		report = append(report, Setting{Name: kv[0], Value: kv[1]})
 	}
 	if w.RshDir != "" {
-		v := rsh.PrependPath(w.RshDir, e.user["PATH"])
-		e.set("PATH", v)
-		report = append(report, Setting{Name: "PATH", Value: v})
+		e.set("PATH", path)
+		report = append(report, Setting{Name: "PATH", Value: path})
 	}
 	return e.apply(base), report
 }
@@ -294,7 +300,7 @@ func (w Wiring) Env(base []string) (env []string, report []Setting) {
 // user set is kept and reported, as Env keeps it.
 func DirectEnv(impl mpi.Implementation, base []string) (env []string, report []Setting) {
 	var ps []param
-	for _, p := range (Wiring{Impl: impl}).params() {
+	for _, p := range (Wiring{Impl: impl}).params("") {
 		if p.Role == mpi.KeepFQDN {
 			ps = append(ps, p)
 		}
@@ -405,6 +411,48 @@ func firstAgent(list string) string {
 
 // isRsh reports whether prog is podmpi-rsh (by name or path).
 func isRsh(prog string) bool { return filepath.Base(strings.TrimSpace(prog)) == rsh.Name }
+
+// isClient reports whether prog, an rsh agent or launcher program the
+// user set, is podmpi's own client as the MPI runs it: podmpi-rsh by
+// name, or a program that is one of podmpi's binaries once found (a bare
+// name on path, the PATH mpirun gets) and its links followed. The images
+// put /opt/podmpi/bin first on PATH, where ssh links to podmpi-rsh: a
+// user's plm_rsh_agent=ssh starts the daemons through podmpi all the same.
+func (w Wiring) isClient(prog, path string) bool {
+	if isRsh(prog) {
+		return true
+	}
+	p := lookProgram(prog, path)
+	return p != "" && w.RshPath != "" && rsh.IsClient(p, w.RshPath)
+}
+
+// foundAs is ", found at P on PATH" for a bare program name the MPI finds
+// at P on path, ", not found on PATH" for one it does not find, and ""
+// for a path.
+func (w Wiring) foundAs(prog, path string) string {
+	prog = strings.TrimSpace(prog)
+	if prog == "" || strings.Contains(prog, "/") {
+		return ""
+	}
+	if p := lookProgram(prog, path); p != "" {
+		return " (found at " + p + " on PATH)"
+	}
+	return " (not found on PATH)"
+}
+
+// lookProgram is the file the MPI runs for prog: prog itself when it is
+// an absolute path, a bare name looked up on path, "" otherwise or when
+// nothing is found.
+func lookProgram(prog, path string) string {
+	prog = strings.TrimSpace(prog)
+	switch {
+	case filepath.IsAbs(prog):
+		return prog
+	case prog != "" && !strings.Contains(prog, "/"):
+		return execpath.Look(prog, path)
+	}
+	return ""
+}
 
 // viaRsh reports whether a Hydra launcher kind starts its proxies with
 // the launcher program podmpi sets (HYDRA_LAUNCHER_EXEC): ssh and rsh do.

@@ -465,3 +465,70 @@ func TestDropHostfileVarsNaming(t *testing.T) {
 		t.Fatalf("empty path must drop nothing: %v %v", out, dropped)
 	}
 }
+
+// TestEnvSshOnPathIsPodmpis: a user's rsh agent or launcher program named
+// ssh is podmpi's own client when the ssh mpirun finds first on PATH is
+// (the images put /opt/podmpi/bin first, where ssh links to podmpi-rsh):
+// it does not take the launch away from podmpi's wiring. An ssh found
+// elsewhere first, or none at all, does, and the note says where it is.
+func TestEnvSshOnPathIsPodmpis(t *testing.T) {
+	root := t.TempDir()
+	bin := filepath.Join(root, "opt", "podmpi", "bin") // the images' /opt/podmpi/bin
+	other := filepath.Join(root, "usr", "bin")         // an OpenSSH client
+	private := filepath.Join(root, "tmp", "podmpi-1")  // Setup's directory
+	for _, d := range []string{bin, other, private} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{filepath.Join(bin, rsh.Name), filepath.Join(other, "ssh")} {
+		if err := os.WriteFile(f, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(rsh.Name, filepath.Join(bin, "ssh")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(bin, rsh.Name), filepath.Join(private, rsh.Name)); err != nil {
+		t.Fatal(err)
+	}
+	wiring := func(impl mpi.Implementation) Wiring {
+		w := baseWiring(impl)
+		w.RshPath, w.RshDir = filepath.Join(private, rsh.Name), private
+		return w
+	}
+	podmpiFirst := "PATH=" + bin + ":" + other
+	sshFirst := "PATH=" + other + ":" + bin
+	for _, tc := range []struct {
+		impl      mpi.Implementation
+		kv, path  string
+		overrides bool
+	}{
+		{mpi.OpenMPI4, "OMPI_MCA_plm_rsh_agent=ssh", podmpiFirst, false},
+		{mpi.OpenMPI4, "OMPI_MCA_plm_rsh_agent=ssh : rsh", podmpiFirst, false},
+		{mpi.OpenMPI4, "OMPI_MCA_plm_rsh_agent=" + filepath.Join(bin, "ssh"), sshFirst, false},
+		{mpi.OpenMPI5, "PRTE_MCA_plm_ssh_agent=ssh", podmpiFirst, false},
+		{mpi.OpenMPI5, "OMPI_MCA_plm_rsh_agent=ssh", podmpiFirst, false},
+		{mpi.MPICH, "HYDRA_LAUNCHER_EXEC=ssh", podmpiFirst, false},
+		{mpi.IntelMPI, "I_MPI_HYDRA_BOOTSTRAP_EXEC=ssh", podmpiFirst, false},
+		{mpi.OpenMPI4, "OMPI_MCA_plm_rsh_agent=ssh", sshFirst, true},
+		{mpi.OpenMPI5, "PRTE_MCA_plm_ssh_agent=ssh", sshFirst, true},
+		{mpi.MPICH, "HYDRA_LAUNCHER_EXEC=ssh", sshFirst, true},
+		{mpi.IntelMPI, "I_MPI_HYDRA_BOOTSTRAP_EXEC=ssh", sshFirst, true},
+		{mpi.OpenMPI4, "OMPI_MCA_plm_rsh_agent=" + filepath.Join(other, "ssh"), podmpiFirst, true},
+		{mpi.OpenMPI4, "OMPI_MCA_plm_rsh_agent=ssh", "PATH=" + root, true}, // no ssh at all
+	} {
+		_, rep := wiring(tc.impl).Env([]string{tc.path, tc.kv})
+		i := slices.IndexFunc(rep, func(s Setting) bool { return s.Kept && s.Overrides })
+		switch {
+		case !tc.overrides && i >= 0:
+			t.Errorf("%s %s with %s: reported as overriding the wiring: %+v", tc.impl, tc.kv, tc.path, rep[i])
+		case !tc.overrides && slices.ContainsFunc(rep, func(s Setting) bool { return s.Kept && strings.Contains(s.Note, "will not") }):
+			t.Errorf("%s %s with %s: a note says podmpi-rsh is not used: %+v", tc.impl, tc.kv, tc.path, rep)
+		case tc.overrides && i < 0:
+			t.Errorf("%s %s with %s: not reported as overriding the wiring: %+v", tc.impl, tc.kv, tc.path, rep)
+		case tc.overrides && strings.HasSuffix(tc.kv, "=ssh") && !strings.Contains(rep[i].Note, "on PATH"):
+			t.Errorf("%s %s with %s: the note does not say where ssh is: %q", tc.impl, tc.kv, tc.path, rep[i].Note)
+		}
+	}
+}
