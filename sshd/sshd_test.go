@@ -1038,7 +1038,14 @@ func TestSessionPreferredOOMVictim(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("oom_score_adj is Linux's")
 	}
-	own, err := readOOMScoreAdj("/proc/self/oom_score_adj")
+	// The agent's own score is raised while any session starts (the
+	// tests beside this one start theirs): read it between starts.
+	ownNow := func() (int, error) {
+		startMu.Lock()
+		defer startMu.Unlock()
+		return readOOMScoreAdj(selfOOMScoreAdj)
+	}
+	own, err := ownNow()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1053,7 +1060,7 @@ func TestSessionPreferredOOMVictim(t *testing.T) {
 	if want := min(own+sessionOOMBoost, 1000); got != want {
 		t.Errorf("a session's child has oom_score_adj %d, want %d (the agent's %d + %d)", got, want, own, sessionOOMBoost)
 	}
-	if after, _ := readOOMScoreAdj("/proc/self/oom_score_adj"); after != own {
+	if after, _ := ownNow(); after != own {
 		t.Errorf("the agent's own oom_score_adj changed from %d to %d", own, after)
 	}
 }
