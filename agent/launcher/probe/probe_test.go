@@ -120,6 +120,10 @@ func TestRunKeepsConnections(t *testing.T) {
 }
 
 // TestRunClassifiesEveryPhase provokes each failure for real on loopback.
+// Only the two targets that never answer (a connect that never completes,
+// a server that never speaks) are probed with short timeouts, which end
+// their attempts whatever the load; every target that answers gets the
+// default timeouts, so that a loaded machine still finds its answer.
 func TestRunClassifiesEveryPhase(t *testing.T) {
 	t.Parallel()
 	j := newJob(t)
@@ -132,36 +136,57 @@ func TestRunClassifiesEveryPhase(t *testing.T) {
 	t.Cleanup(httpSrv.Close)
 
 	cfg := j.cfg
-	cfg.ConnectTimeout = 400 * time.Millisecond
-	cfg.HandshakeTimeout = 400 * time.Millisecond
 	cfg.Resolver = sshtest.NXDomainResolver(t)
+	silent := cfg
+	silent.ConnectTimeout = 400 * time.Millisecond
+	silent.HandshakeTimeout = 400 * time.Millisecond
 
-	targets := []Target{
-		local(good.Port),
-		local(sshtest.FreePort(t)),
-		local(sshtest.FullBacklogPort(t)),
-		local(sshtest.SilentListener(t)),
-		local(httpSrv.Listener.Addr().(*net.TCPAddr).Port),
-		local(wrongHost.Port),
-		local(wrongClient.Port),
-		local(noDaemon.Port),
-		{Host: "tj-node-0-9.invalid", Port: 2222},
+	type probed struct {
+		target Target
+		silent bool            // never answers: probed with short timeouts
+		want   sshclient.Phase // "" for OK
 	}
-	want := []sshclient.Phase{"", sshclient.PhaseTCPRefused, sshclient.PhaseTCPTimeout, sshclient.PhaseHandshake,
-		sshclient.PhaseHandshake, sshclient.PhaseHostKey, sshclient.PhaseAuth, sshclient.PhaseRemoteCommand, sshclient.PhaseDNS}
-	res := Run(context.Background(), targets, Options{Client: cfg, Daemons: openMPIDaemons, Parallel: 4})
-	for i, r := range res {
-		if r.Target != targets[i] {
-			t.Fatalf("result %d is for %v, want %v", i, r.Target, targets[i])
+	cases := []probed{
+		{local(good.Port), false, ""},
+		{local(sshtest.FreePort(t)), false, sshclient.PhaseTCPRefused},
+		{local(sshtest.FullBacklogPort(t)), true, sshclient.PhaseTCPTimeout},
+		{local(sshtest.SilentListener(t)), true, sshclient.PhaseHandshake},
+		{local(httpSrv.Listener.Addr().(*net.TCPAddr).Port), false, sshclient.PhaseHandshake},
+		{local(wrongHost.Port), false, sshclient.PhaseHostKey},
+		{local(wrongClient.Port), false, sshclient.PhaseAuth},
+		{local(noDaemon.Port), false, sshclient.PhaseRemoteCommand},
+		{Target{Host: "tj-node-0-9.invalid", Port: 2222}, false, sshclient.PhaseDNS},
+	}
+	res := make([]Result, len(cases))
+	for _, quiet := range []bool{false, true} {
+		c := cfg
+		if quiet {
+			c = silent
 		}
-		if want[i] == "" {
+		var targets []Target
+		var at []int
+		for i, p := range cases {
+			if p.silent == quiet {
+				targets = append(targets, p.target)
+				at = append(at, i)
+			}
+		}
+		for k, r := range Run(context.Background(), targets, Options{Client: c, Daemons: openMPIDaemons, Parallel: 4}) {
+			res[at[k]] = r
+		}
+	}
+	for i, r := range res {
+		if r.Target != cases[i].target {
+			t.Fatalf("result %d is for %v, want %v", i, r.Target, cases[i].target)
+		}
+		if cases[i].want == "" {
 			if !r.OK {
 				t.Errorf("%v: %v", r.Target, r.Failure)
 			}
 			continue
 		}
-		if r.OK || r.Failure.Phase != want[i] {
-			t.Errorf("%v: got %+v, want phase %s", r.Target, r.Failure, want[i])
+		if r.OK || r.Failure.Phase != cases[i].want {
+			t.Errorf("%v: got %+v, want phase %s", r.Target, r.Failure, cases[i].want)
 		}
 		if r.Attempts != 1 {
 			t.Errorf("%v: %d attempts without a deadline", r.Target, r.Attempts)
@@ -175,29 +200,47 @@ func TestRunClassifiesEveryPhase(t *testing.T) {
 	var b bytes.Buffer
 	WriteReport(&b, res)
 	t.Log("\n" + b.String())
-	if n := strings.Count(b.String(), "; hint: "); n != len(targets)-1 {
-		t.Errorf("report has %d failure lines, want %d", n, len(targets)-1)
+	if n := strings.Count(b.String(), "; hint: "); n != len(cases)-1 {
+		t.Errorf("report has %d failure lines, want %d", n, len(cases)-1)
 	}
 }
 
+// TestRunBoundedParallel: with Parallel 3, three remote checks run at
+// once and never more. The server holds every command until three wait
+// together, so no timing decides whether they overlap.
 func TestRunBoundedParallel(t *testing.T) {
 	t.Parallel()
 	j := newJob(t)
-	srv := j.worker(t, "/usr/bin:/bin", 150*time.Millisecond)
+	gate := make(chan struct{})
+	srv := sshtest.Start(t, sshtest.Options{HostKey: j.key.Signer, Authorized: []ssh.PublicKey{j.key.Public()}, ExecGate: gate})
 	targets := make([]Target, 10)
 	for i := range targets {
 		targets[i] = local(srv.Port)
 	}
 	var mu sync.Mutex
 	attempts := 0
-	res := Run(context.Background(), targets, Options{Client: j.cfg, Daemons: []string{"sh"}, Parallel: 3,
-		OnAttempt: func(Attempt) { mu.Lock(); attempts++; mu.Unlock() }})
+	done := make(chan []Result, 1)
+	go func() {
+		done <- Run(context.Background(), targets, Options{Client: j.cfg, Daemons: []string{"sh"}, Parallel: 3,
+			CommandTimeout: time.Minute, // a hang guard: the commands wait at the gate
+			OnAttempt:      func(Attempt) { mu.Lock(); attempts++; mu.Unlock() }})
+	}()
+	sshtest.Eventually(t, time.Minute, "three remote checks waiting at once", func() bool { return srv.Running() == 3 })
+	close(gate)
+	var res []Result
+	select {
+	case res = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the probe did not end within a minute of the gate's opening")
+	}
 	if !AllOK(res) {
 		t.Fatalf("not all OK: %+v", res)
 	}
-	if m := srv.MaxExecs(); m > 3 || m < 2 {
-		t.Fatalf("max concurrent remote checks %d, want 2..3 (Parallel 3)", m)
+	if m := srv.MaxExecs(); m != 3 {
+		t.Fatalf("max concurrent remote checks %d, want 3 (Parallel 3)", m)
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if attempts != len(targets) {
 		t.Fatalf("OnAttempt called %d times", attempts)
 	}
@@ -206,16 +249,19 @@ func TestRunBoundedParallel(t *testing.T) {
 	}
 }
 
-// TestRunRetriesUntilListening: a worker whose agent starts listening after
-// one second is reported OK after several tcp-refused attempts.
+// TestRunRetriesUntilListening: a worker whose agent starts listening
+// after the probe's first attempts were refused is reported OK after
+// them.
 func TestRunRetriesUntilListening(t *testing.T) {
 	t.Parallel()
 	j := newJob(t)
 	port := sshtest.FreePort(t)
 	started := make(chan struct{})
+	refused := make(chan struct{})
+	var once sync.Once
 	go func() {
 		defer close(started)
-		time.Sleep(time.Second)
+		<-refused // the agent starts once the probe was refused
 		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
 			t.Errorf("port %d taken meanwhile: %v", port, err)
@@ -227,7 +273,7 @@ func TestRunRetriesUntilListening(t *testing.T) {
 	var mu sync.Mutex
 	var phases []sshclient.Phase
 	var logs bytes.Buffer
-	res := Run(context.Background(), []Target{local(port)}, Options{Client: j.cfg, Deadline: 10 * time.Second,
+	res := Run(context.Background(), []Target{local(port)}, Options{Client: j.cfg, Deadline: time.Minute, // a hang guard
 		InitialBackoff: 100 * time.Millisecond, MaxBackoff: 300 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		OnAttempt: func(a Attempt) {
@@ -238,6 +284,7 @@ func TestRunRetriesUntilListening(t *testing.T) {
 				if !a.Retry {
 					t.Errorf("attempt %d not retried: %v", a.N, a.Failure)
 				}
+				once.Do(func() { close(refused) })
 			}
 		}})
 	<-started
@@ -258,19 +305,41 @@ func TestRunRetriesUntilListening(t *testing.T) {
 	}
 }
 
+// TestRunGivesUpAtDeadline: a worker refused until the deadline is given
+// up on: the run ends (refused connections are retried for ever without
+// it), each attempt but the last says another follows, and the last
+// refusal is its failure.
 func TestRunGivesUpAtDeadline(t *testing.T) {
 	t.Parallel()
 	j := newJob(t)
-	start := time.Now()
-	res := Run(context.Background(), []Target{local(sshtest.FreePort(t))}, Options{Client: j.cfg, Deadline: time.Second,
-		InitialBackoff: 100 * time.Millisecond})
-	d := time.Since(start)
-	r := res[0]
-	if r.OK || r.Failure.Phase != sshclient.PhaseTCPRefused || r.Attempts < 3 {
-		t.Fatalf("result %+v", r)
+	var mu sync.Mutex
+	var got []Attempt
+	done := make(chan []Result, 1)
+	go func() {
+		done <- Run(context.Background(), []Target{local(sshtest.FreePort(t))}, Options{Client: j.cfg, Deadline: time.Second,
+			InitialBackoff: 100 * time.Millisecond,
+			OnAttempt: func(a Attempt) {
+				mu.Lock()
+				defer mu.Unlock()
+				got = append(got, a)
+			}})
+	}()
+	var res []Result
+	select {
+	case res = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the probe did not give up within a minute of its 1 s deadline")
 	}
-	if d > 2500*time.Millisecond {
-		t.Fatalf("ran %v past a 1 s deadline", d)
+	mu.Lock()
+	defer mu.Unlock()
+	r := res[0]
+	if r.OK || r.Failure.Phase != sshclient.PhaseTCPRefused || r.Attempts != len(got) {
+		t.Fatalf("result %+v after %d attempts reported", r, len(got))
+	}
+	for i, a := range got {
+		if last := i == len(got)-1; a.Retry == last || a.Failure == nil || a.Failure.Phase != sshclient.PhaseTCPRefused {
+			t.Errorf("attempt %d of %d: %+v", a.N, len(got), a)
+		}
 	}
 }
 
@@ -279,30 +348,42 @@ func TestRunDoesNotRetryPermanentFailures(t *testing.T) {
 	j := newJob(t)
 	other := sshtest.NewKey(t)
 	srv := sshtest.Start(t, sshtest.Options{HostKey: j.key.Signer, Authorized: []ssh.PublicKey{other.Public()}})
-	start := time.Now()
 	res := Run(context.Background(), []Target{local(srv.Port)}, Options{Client: j.cfg, Deadline: 10 * time.Second})
 	if r := res[0]; r.OK || r.Failure.Phase != sshclient.PhaseAuth || r.Attempts != 1 {
-		t.Fatalf("result %+v", r)
+		t.Fatalf("result %+v: a permanent failure was retried", r)
 	}
-	if time.Since(start) > 3*time.Second {
-		t.Fatal("permanent failure was retried")
+	if n := srv.Accepted(); n != 1 {
+		t.Fatalf("%d connections: a permanent failure was retried", n)
 	}
 }
 
+// TestRunCancelled: Run ends with its context, whatever its deadline and
+// timeouts (here far longer than the test's patience).
 func TestRunCancelled(t *testing.T) {
 	t.Parallel()
-	j := newJob(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	cfg := newJob(t).cfg
+	cfg.HandshakeTimeout = time.Hour
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	start := time.Now()
-	res := Run(ctx, []Target{local(sshtest.FreePort(t)), local(sshtest.SilentListener(t))}, Options{Client: j.cfg, Deadline: time.Minute})
-	if time.Since(start) > 3*time.Second {
-		t.Fatalf("Run ignored ctx: %v", time.Since(start))
-	}
-	for _, r := range res {
-		if r.OK || r.Failure == nil {
-			t.Fatalf("result %+v", r)
+	done := make(chan []Result, 1)
+	var attempts sync.WaitGroup
+	attempts.Add(1)
+	var once sync.Once
+	go func() {
+		done <- Run(ctx, []Target{local(sshtest.FreePort(t)), local(sshtest.SilentListener(t))}, Options{Client: cfg, Deadline: time.Hour,
+			Parallel: 2, OnAttempt: func(Attempt) { once.Do(attempts.Done) }})
+	}()
+	attempts.Wait() // the refused worker was tried once: the run is under way
+	cancel()
+	select {
+	case res := <-done:
+		for _, r := range res {
+			if r.OK || r.Failure == nil {
+				t.Fatalf("result %+v", r)
+			}
 		}
+	case <-time.After(time.Minute):
+		t.Fatal("Run ignored its context's end for a minute")
 	}
 }
 
@@ -418,6 +499,12 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	return s.w.Write(p)
 }
 
+func (s *syncWriter) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.String()
+}
+
 func TestRunNoTargets(t *testing.T) {
 	t.Parallel()
 	if res := Run(context.Background(), nil, Options{}); len(res) != 0 {
@@ -434,15 +521,18 @@ func TestRunNoTargets(t *testing.T) {
 // the probe deadline, even with a long per-attempt connect timeout.
 func TestRunDeadlineCutsHangingConnect(t *testing.T) {
 	cfg := newJob(t).cfg
-	cfg.ConnectTimeout = 30 * time.Second
-	start := time.Now()
-	res := Run(context.Background(), []Target{local(sshtest.FullBacklogPort(t))}, Options{Client: cfg, Deadline: 1500 * time.Millisecond})
-	took := time.Since(start)
-	if res[0].OK || res[0].Failure.Phase != sshclient.PhaseTCPTimeout {
-		t.Fatalf("want tcp-timeout, got %+v", res[0])
-	}
-	if took > 3*time.Second {
-		t.Fatalf("probe took %s with a 1.5s deadline", took)
+	cfg.ConnectTimeout = time.Hour
+	done := make(chan []Result, 1)
+	go func() {
+		done <- Run(context.Background(), []Target{local(sshtest.FullBacklogPort(t))}, Options{Client: cfg, Deadline: 1500 * time.Millisecond})
+	}()
+	select {
+	case res := <-done:
+		if res[0].OK || res[0].Failure.Phase != sshclient.PhaseTCPTimeout {
+			t.Fatalf("want tcp-timeout, got %+v", res[0])
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a connect that never completes outlived the probe's 1.5 s deadline by a minute (its connect timeout is an hour)")
 	}
 }
 
@@ -526,15 +616,30 @@ func TestRunProgressNamesTheAnswer(t *testing.T) {
 	j := newJob(t)
 	port := sshtest.FreePort(t)
 	var logs bytes.Buffer
-	res := Run(context.Background(), []Target{local(port)}, Options{Client: j.cfg, Deadline: 700 * time.Millisecond,
-		InitialBackoff: 50 * time.Millisecond, ProgressEvery: time.Hour,
-		Note:   func(h string) string { return "pod w-0-x is Running, not Ready" },
-		Logger: slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))})
-	if r := res[0]; r.OK || r.Failure.Phase != sshclient.PhaseTCPRefused {
+	logw := &syncWriter{w: &logs}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan []Result, 1)
+	go func() {
+		done <- Run(ctx, []Target{local(port)}, Options{Client: j.cfg, Deadline: time.Hour,
+			InitialBackoff: 50 * time.Millisecond, ProgressEvery: time.Hour,
+			Note:   func(h string) string { return "pod w-0-x is Running, not Ready" },
+			Logger: slog.New(slog.NewTextHandler(logw, nil))})
+	}()
+	// The wait's first line, then the end of the run (its context).
+	sshtest.Eventually(t, time.Minute, "the probe's first progress line", func() bool { return strings.Contains(logw.String(), `msg="probe: `) })
+	cancel()
+	var res []Result
+	select {
+	case res = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the probe did not end with its context")
+	}
+	if r := res[0]; r.OK || r.Failure == nil { // refused, or cut by the cancel
 		t.Fatalf("result %+v", r)
 	}
 	var lines []string
-	for _, l := range strings.Split(logs.String(), "\n") {
+	for _, l := range strings.Split(logw.String(), "\n") {
 		if strings.Contains(l, `msg="probe: `) {
 			lines = append(lines, l)
 		}

@@ -254,6 +254,10 @@ type Options struct {
 	// ExecDelay is slept before each command starts, to make sessions
 	// overlap in concurrency tests.
 	ExecDelay time.Duration
+	// ExecGate, when set, holds each command (counted in Running) until
+	// it is closed or the server closes: a concurrency test waits for the
+	// sessions it expects at once, with no timing involved.
+	ExecGate <-chan struct{}
 	// Addr to listen on; 127.0.0.1:0 when empty.
 	Addr string
 	// MaxSessions, when > 0, refuses a session channel beyond that many
@@ -286,6 +290,7 @@ type Server struct {
 	signals  []string
 	conns    map[net.Conn]bool
 	closed   bool
+	quit     chan struct{} // closed by Close
 }
 
 // Start starts a Server and registers its shutdown with t.Cleanup.
@@ -309,7 +314,7 @@ func Serve(ln net.Listener, opts Options) *Server {
 	if opts.Env == nil {
 		opts.Env = []string{"PATH=/usr/bin:/bin"}
 	}
-	s := &Server{opts: opts, ln: ln, Addr: ln.Addr().String(), conns: map[net.Conn]bool{}}
+	s := &Server{opts: opts, ln: ln, Addr: ln.Addr().String(), conns: map[net.Conn]bool{}, quit: make(chan struct{})}
 	s.Port = ln.Addr().(*net.TCPAddr).Port
 	s.cfg = &ssh.ServerConfig{
 		PublicKeyCallback: func(_ ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {
@@ -331,6 +336,9 @@ func Serve(ln net.Listener, opts Options) *Server {
 // handlers (and the commands they started) to finish.
 func (s *Server) Close() {
 	s.mu.Lock()
+	if !s.closed {
+		close(s.quit)
+	}
 	s.closed = true
 	for c := range s.conns {
 		c.Close()
@@ -481,6 +489,12 @@ func (s *Server) session(ch ssh.Channel, reqs <-chan *ssh.Request) {
 			raise(&s.maxExecs, s.execs.Add(1))
 			if s.opts.ExecDelay > 0 {
 				time.Sleep(s.opts.ExecDelay)
+			}
+			if s.opts.ExecGate != nil {
+				select {
+				case <-s.opts.ExecGate:
+				case <-s.quit:
+				}
 			}
 			c, err := s.start(ch, msg.Command)
 			if err != nil {
