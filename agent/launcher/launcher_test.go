@@ -386,27 +386,26 @@ func TestTerminationLogNamesRootCause(t *testing.T) {
 }
 
 // --slots auto with workers whose source gives no count and whose agent
-// never answers: exit 72 naming them, not a smaller world; with
-// --slots.allow-default, the default count.
+// gives none either: exit 72 naming them, not a smaller world; with
+// --slots.allow-default, the default count. What answers on the agent's
+// web port is no worker-agent (404 on /info), a final answer: the phase
+// ends on it, not on its deadline, which is only a bound here, so that
+// the probe after it has its time whatever the machine's load.
 func TestPrepareSlotsUnknown(t *testing.T) {
 	f := newFixture(t, true, fakeDaemonDir(t, "hydra_pmi_proxy")+":/usr/bin:/bin")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	notAgent := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(notAgent.Close)
 	cfg := baseConfig(f, "127.0.0.1")
-	cfg.WorkerWebPort = closed
-	cfg.ProbeTimeout = 500 * time.Millisecond
+	cfg.WorkerWebPort = notAgent.Listener.Addr().(*net.TCPAddr).Port
+	cfg.ProbeTimeout = 5 * time.Minute
 	cfg.HostfilePath = filepath.Join(t.TempDir(), "hostfile")
 	l, _ := New(cfg)
-	_, err = l.Prepare(context.Background(), true)
+	_, err := l.Prepare(context.Background(), true)
 	var fl *Failure
 	if !errors.As(err, &fl) || fl.Code != exitcode.SlotsUnknown || fl.Phase != PhaseSlots {
 		t.Fatalf("want slots-unknown failure, got %v", err)
 	}
-	for _, w := range []string{"slot count unknown for 1 of 1 workers", "\n127.0.0.1: GET http://127.0.0.1:", "connection refused", "--slots.allow-default", "--probe.timeout"} {
+	for _, w := range []string{"slot count unknown for 1 of 1 workers", "\n127.0.0.1: GET http://127.0.0.1:", "404 Not Found", "--slots.allow-default", "--probe.timeout"} {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("failure lacks %q:\n%v", w, err)
 		}
