@@ -22,7 +22,8 @@ func IsDaemon(name string) bool { return slices.Contains(AllDaemons(), name) }
 // start, a ';', '&', '|', '(' or newline, past VAR=value assignments,
 // options, and words such as exec, env or then that run what follows), its
 // quotes and directory dropped: an argument that merely names a daemon (git
-// clone ssh://h/orted, cat orted.log, sh -c orted) does not.
+// clone ssh://h/orted, cat orted.log, sh -c orted) does not, nor does a
+// lookup (command -v orted, the launcher's probe).
 func CommandDaemon(cmd string) string {
 	for prog := range programs(cmd) {
 		if base := filepath.Base(prog); IsDaemon(base) {
@@ -54,6 +55,7 @@ func programs(cmd string) func(yield func(string) bool) {
 	return func(yield func(string) bool) {
 		var word strings.Builder
 		inWord, start := false, true // start: the next word is in a program's place
+		prefix := ""                 // the last of commandPrefixes in the current simple command
 		// end finishes the current word; false stops the iteration.
 		end := func() bool {
 			if !inWord {
@@ -62,7 +64,16 @@ func programs(cmd string) func(yield func(string) bool) {
 			w := word.String()
 			word.Reset()
 			inWord = false
-			if !start || isAssignment(w) || strings.HasPrefix(w, "-") || slices.Contains(commandPrefixes, w) {
+			switch {
+			case !start:
+				return true
+			case prefix == "command" && strings.HasPrefix(w, "-") && strings.ContainsAny(w, "vV"):
+				start = false // command -v NAME looks NAME up: the builtin is the program
+				return yield(prefix)
+			case slices.Contains(commandPrefixes, w):
+				prefix = w
+				return true
+			case isAssignment(w) || strings.HasPrefix(w, "-"):
 				return true
 			}
 			start = false
@@ -89,7 +100,7 @@ func programs(cmd string) func(yield func(string) bool) {
 				if !end() {
 					return
 				}
-				start = true
+				start, prefix = true, ""
 			case r == ' ' || r == '\t' || r == '\r':
 				if !end() {
 					return

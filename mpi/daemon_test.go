@@ -30,8 +30,14 @@ func TestCommandDaemon(t *testing.T) {
 		`sh -c "hydra_pmi_proxy"`:        "",
 		`hostname`:                       "",
 		`/usr/local/bin/orted.wrapper x`: "",
-		``:                               "",
-		`;;;`:                            "",
+		// A lookup runs nothing (the launcher's probe); command alone runs.
+		`command -v 'orted' || command -v 'prted'`: "",
+		`command -V orted`:                         "",
+		`command -pv orted; hostname`:              "",
+		`command -p orted -mca x y`:                "orted",
+		`command -v orted && orted -mca x y`:       "orted",
+		``:                                         "",
+		`;;;`:                                      "",
 	} {
 		if got := CommandDaemon(cmd); got != want {
 			t.Errorf("CommandDaemon(%q) = %q, want %q", cmd, got, want)
@@ -46,12 +52,13 @@ func TestCommandName(t *testing.T) {
 		`PATH=/opt/ompi/bin:$PATH ; export PATH ; /opt/ompi/bin/prted --x y`: "prted",
 		"/usr/bin/hydra_pmi_proxy --control-port launcher:4000":              "hydra_pmi_proxy",
 		`FOO=1 "/opt/app/run.sh" x`:                                          "/opt/app/run.sh",
-		`git fetch origin`:                                                   "git",
-		`HOROVOD_RANK=0 "python3" train.py --token=abc`:                      "python3",
-		"SECRET=x /opt/app/train --key k":                                    "/opt/app/train",
-		"sorted-files --orted":                                               "sorted-files",
-		`X=1 Y=2`:                                                            "",
-		"":                                                                   "",
+		"command -v 'orted' || command -v 'prted'":                           "command",
+		`git fetch origin`: "git",
+		`HOROVOD_RANK=0 "python3" train.py --token=abc`: "python3",
+		"SECRET=x /opt/app/train --key k":               "/opt/app/train",
+		"sorted-files --orted":                          "sorted-files",
+		`X=1 Y=2`:                                       "",
+		"":                                              "",
 	} {
 		if got := CommandName(cmd); got != want {
 			t.Errorf("CommandName(%q) = %q, want %q", cmd, got, want)
