@@ -1,6 +1,7 @@
 package sshd
 
 import (
+	"cmp"
 	"slices"
 	"syscall"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/podmpi/podmpi/agent/launcherid"
+	"github.com/podmpi/podmpi/mpi"
 	"github.com/podmpi/podmpi/proc"
 )
 
@@ -61,6 +63,12 @@ import (
 //
 // Only what is open when the newer instance declares itself is ended; the
 // agent keeps the last maxLaunchers instances it heard of.
+//
+// What each instance started here is told too (LauncherSessions, the
+// agent's /events): a launcher that finds a worker-agent younger than its
+// run asks whether that agent runs its MPI daemon, which tells an agent
+// that restarted before the daemon reached it (the job goes on) from a
+// pod that lost the daemon.
 
 // declarationSlack widens each instance's start interval (see above).
 const declarationSlack = time.Second
@@ -91,6 +99,9 @@ type launcherRecord struct {
 	earliest, latest time.Time
 	// loggedLate: that it connected after a newer instance was logged.
 	loggedLate bool
+	// sessions counts the sessions its connections started here, daemons
+	// those whose command runs an MPI daemon (LauncherSessions).
+	sessions, daemons int
 }
 
 // newerThan reports whether r replaces o: heard of later, and provably
@@ -348,4 +359,51 @@ func reapAll(ps []proc.Stat) int {
 func same(p proc.Stat) bool {
 	st, err := proc.ReadStat(proc.DefaultRoot, p.PID)
 	return err == nil && st.Start == p.Start
+}
+
+// LauncherSessions is what one declared launcher instance started on this
+// server since it started.
+type LauncherSessions struct {
+	Instance launcherid.Instance
+	// Sessions is how many sessions its connections started, Daemons how
+	// many of those run an MPI daemon (mpi.CommandDaemon: orted, prted,
+	// hydra_pmi_proxy, ...), Open how many of them run now.
+	Sessions, Daemons, Open int
+}
+
+// LauncherSessions lists the declared launcher instances that started
+// sessions here, in the order the server first heard of them.
+func (s *Server) LauncherSessions() []LauncherSessions {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	open := map[*launcherRecord]int{}
+	for sess := range s.sessions {
+		if rec := sess.st.launcher; rec != nil && sess.running() {
+			open[rec]++
+		}
+	}
+	var out []LauncherSessions
+	for _, rec := range s.launchers {
+		if rec.sessions > 0 {
+			out = append(out, LauncherSessions{Instance: rec.inst, Sessions: rec.sessions, Daemons: rec.daemons, Open: open[rec]})
+		}
+	}
+	slices.SortFunc(out, func(a, b LauncherSessions) int {
+		return cmp.Compare(s.launchers[a.Instance.ID].seq, s.launchers[b.Instance.ID].seq)
+	})
+	return out
+}
+
+// sessionStarted counts a session that started cmdline on st's
+// connection for the instance it declared, if any.
+func (s *Server) sessionStarted(st *connState, cmdline string) {
+	daemon := mpi.CommandDaemon(cmdline) != ""
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rec := st.launcher; rec != nil {
+		rec.sessions++
+		if daemon {
+			rec.daemons++
+		}
+	}
 }

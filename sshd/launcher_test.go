@@ -4,6 +4,9 @@ package sshd
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -302,4 +305,47 @@ func TestSSHClientLauncherReplaces(t *testing.T) {
 	pids := startDaemon(t, dial(launcherid.New("", "tj-launcher-0-0", time.Now().Add(-time.Minute))))
 	dial(launcherid.New("", "tj-launcher-0-0", time.Now()))
 	waitGone(t, pids, 5*time.Second)
+}
+
+// TestLauncherSessionsCounted: what each declared launcher instance
+// started here is told (the agent's /events): its sessions, those that run
+// an MPI daemon and those running now. A connection that declared nothing
+// counts for no instance.
+func TestLauncherSessionsCounted(t *testing.T) {
+	t.Parallel()
+	bin := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(bin, "orted"), []byte("#!/bin/sh\nexec sleep 1000\n"), 0o755))
+	ts := startServer(t, func(c *Config) { c.Env = []string{"PATH=" + bin + ":/usr/bin:/bin"} })
+	if got := ts.LauncherSessions(); len(got) != 0 {
+		t.Fatalf("before any session: %+v", got)
+	}
+	inst := launcherid.New("uid-a", "tj-launcher-0-0", time.Now())
+	a := ts.dial(t)
+	if !declare(t, a, inst) {
+		t.Fatal("declaration refused")
+	}
+	if r := run(t, a, "command -v orted", nil); r.code != 0 {
+		t.Fatalf("command -v orted: %+v", r)
+	}
+	// The daemon as Open MPI starts it, running.
+	sess, err := a.NewSession()
+	must(t, err)
+	defer sess.Close()
+	must(t, sess.Start(`PATH=`+bin+`:$PATH ; export PATH ; "`+filepath.Join(bin, "orted")+`" -mca ess "env"`))
+	u := ts.dial(t) // declares nothing
+	if r := run(t, u, "true", nil); r.code != 0 {
+		t.Fatalf("true: %+v", r)
+	}
+	want := LauncherSessions{Instance: inst, Sessions: 2, Daemons: 1, Open: 1}
+	waitFor(t, func() bool {
+		got := ts.LauncherSessions()
+		return len(got) == 1 && got[0].Instance.ID == want.Instance.ID && got[0].Sessions == want.Sessions &&
+			got[0].Daemons == want.Daemons && got[0].Open == want.Open
+	}, fmt.Sprintf("the instance's two sessions, one daemon running (%+v)", ts.LauncherSessions()))
+	must(t, sess.Signal(ssh.SIGKILL))
+	_ = sess.Wait()
+	waitFor(t, func() bool {
+		got := ts.LauncherSessions()
+		return len(got) == 1 && got[0].Sessions == 2 && got[0].Daemons == 1 && got[0].Open == 0
+	}, "the daemon counted after it ended, none open")
 }

@@ -393,6 +393,7 @@ func (sess *session) start(shell bool, cmdline string) {
 	sess.pgid = cmd.Process.Pid // Setpgid/Setsid: the group id is the leader's pid
 	sess.mu.Unlock()
 	s.m.sessionStarted()
+	s.sessionStarted(sess.st, cmdline)
 	s.log.Info("ssh session started", append(attrs, "pid", cmd.Process.Pid)...)
 	go sess.wait(cmd, stdinW, parentR, time.Now(), logCmd, attrs)
 }
@@ -408,6 +409,14 @@ func (sess *session) exited(e SessionExit) {
 	default:
 	}
 	sess.s.cfg.OnSessionExit(e)
+}
+
+// running reports whether the session's command has started and its exit
+// status has not been sent yet.
+func (sess *session) running() bool {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	return sess.pgid > 0 && !sess.finished.Load()
 }
 
 // command is the session's command line as logged; "(not started)" before

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -91,6 +92,28 @@ func TestEventsEndpoint(t *testing.T) {
 	}
 	if code, body := get(t, w.Handler(), api.EventsPath+"?since=yesterday"); code != http.StatusBadRequest || !strings.Contains(body, "RFC 3339") {
 		t.Errorf("/events?since=yesterday = %d %q, want 400 naming the format", code, body)
+	}
+}
+
+// TestEventsTellTheLaunchers: /events carries the launcher instances that
+// started sessions on the SSH server, as they are now, whatever the query
+// asks of the events.
+func TestEventsTellTheLaunchers(t *testing.T) {
+	t.Parallel()
+	started := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	want := []api.LauncherSessions{{Launcher: api.Launcher{Instance: strings.Repeat("ab", 16), Hostname: "tj-launcher-0-0", Started: started},
+		Sessions: 3, Daemons: 1, Open: 1}}
+	w := newWorker(t, readySSH(), gpu.NewNull(""), func(c *Config) {
+		c.Account = newAccount(t)
+		c.Launchers = func() []api.LauncherSessions { return want }
+	})
+	code, body := get(t, w.Handler(), api.EventsPath+"?after=99")
+	ev, err := api.DecodeEvents(strings.NewReader(body))
+	if code != http.StatusOK || err != nil || !reflect.DeepEqual(ev.Launchers, want) {
+		t.Fatalf("/events = %d %s (%v), want launchers %+v", code, body, err, want)
+	}
+	if !strings.Contains(body, `"daemons": 1`) || !strings.Contains(body, `"instance": "abab`) {
+		t.Errorf("/events does not name the fields: %s", body)
 	}
 }
 

@@ -111,6 +111,9 @@ func (w *Worker) events(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	doc := w.cfg.Account.Snapshot(r.Context(), q)
+	if w.cfg.Launchers != nil {
+		doc.Launchers = w.cfg.Launchers()
+	}
 	rw.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(rw)
 	enc.SetIndent("", "  ")

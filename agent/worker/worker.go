@@ -53,6 +53,7 @@ import (
 
 	"github.com/podmpi/podmpi/agent/version"
 	"github.com/podmpi/podmpi/agent/worker/account"
+	"github.com/podmpi/podmpi/agent/worker/api"
 	"github.com/podmpi/podmpi/gpu"
 )
 
@@ -152,6 +153,9 @@ type Config struct {
 	// GPUEvents, when set, watches the detected GPUs for Xid and
 	// double-bit ECC errors into Account once detection found some.
 	GPUEvents gpu.EventWatcher
+	// Launchers, when set, lists the launcher instances that started
+	// sessions on the SSH server, for /events (api.Events.Launchers).
+	Launchers func() []api.LauncherSessions
 }
 
 // Worker is a running worker-agent: readiness state, /info and /metrics.

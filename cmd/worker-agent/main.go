@@ -30,6 +30,7 @@ import (
 	"github.com/podmpi/podmpi/agent/version"
 	"github.com/podmpi/podmpi/agent/worker"
 	"github.com/podmpi/podmpi/agent/worker/account"
+	"github.com/podmpi/podmpi/agent/worker/api"
 	"github.com/podmpi/podmpi/gpu"
 	"github.com/podmpi/podmpi/jobkey"
 	"github.com/podmpi/podmpi/sshd"
@@ -450,6 +451,7 @@ func (o *options) serve(ctx context.Context) error {
 		Logger:            log,
 		Account:           acct,
 		GPUEvents:         gpuEvents,
+		Launchers:         func() []api.LauncherSessions { return launcherSessions(srv.LauncherSessions()) },
 		Listening: func() {
 			held.release(true)
 			if os.Geteuid() == 0 {
@@ -505,6 +507,16 @@ func (o *options) sessionEnv(authDir string, log *slog.Logger) ([]string, func()
 		}
 	}
 	return env, cleanup, nil
+}
+
+// launcherSessions is what the SSH server tells of the launcher instances
+// that started sessions, as /events carries it.
+func launcherSessions(ls []sshd.LauncherSessions) []api.LauncherSessions {
+	out := make([]api.LauncherSessions, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, api.LauncherSessions{Launcher: api.LauncherOf(l.Instance), Sessions: l.Sessions, Daemons: l.Daemons, Open: l.Open})
+	}
+	return out
 }
 
 // keyFailure turns an auth dir or host key problem into a Config failure

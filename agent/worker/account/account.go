@@ -561,16 +561,12 @@ func (a *Account) LauncherReplaced(old, newer launcherid.Instance, commands []st
 		programs[i] = commandName(c)
 	}
 	ev := api.Event{Time: a.now(), Kind: api.KindLauncherReplaced, Rank: -1, ExitCode: -1,
-		Launchers: &api.LauncherChange{Old: apiLauncher(old), New: apiLauncher(newer), Programs: programs},
+		Launchers: &api.LauncherChange{Old: api.LauncherOf(old), New: api.LauncherOf(newer), Programs: programs},
 		Message: fmt.Sprintf("%s was replaced by %s: ended its %d session(s) (%s), which would otherwise have run on "+
 			"until TCP keepalive dropped the lost launcher's connection", old, newer, len(programs), strings.Join(programs, ", "))}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.record(ev, slog.LevelInfo)
-}
-
-func apiLauncher(i launcherid.Instance) api.Launcher {
-	return api.Launcher{Instance: i.ID, PodUID: i.PodUID, Hostname: i.Hostname, Started: i.Start}
 }
 
 // GPU records a GPU error.

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/podmpi/podmpi/agent/launcherid"
 )
 
 // EventsPath is where worker-agent serves its account of the pod: what
@@ -131,6 +133,11 @@ type Launcher struct {
 	Started time.Time `json:"started"`
 }
 
+// LauncherOf is the instance i as the agent tells it.
+func LauncherOf(i launcherid.Instance) Launcher {
+	return Launcher{Instance: i.ID, PodUID: i.PodUID, Hostname: i.Hostname, Started: i.Start}
+}
+
 // GPUEvent is the device and code of a GPU event.
 type GPUEvent struct {
 	Index int    `json:"index"`
@@ -170,6 +177,25 @@ type Events struct {
 	// window may be missing.
 	Dropped uint64  `json:"dropped"`
 	Events  []Event `json:"events"`
+	// Launchers are the launcher instances that declared themselves on
+	// this agent's SSH connections and started sessions here since it
+	// started, as they are now (neither After nor Since applies). A
+	// launcher that finds an agent younger than its run finds there
+	// whether that agent runs its MPI daemon: then the agent restarted
+	// before the daemon reached it, and nothing of the job was lost.
+	// Absent from agents older than the field.
+	Launchers []LauncherSessions `json:"launchers,omitempty"`
+}
+
+// LauncherSessions is what one launcher instance started on the agent.
+type LauncherSessions struct {
+	Launcher
+	// Sessions is how many sessions its connections started, Daemons how
+	// many of those run an MPI daemon (orted, prted, hydra_pmi_proxy,
+	// ...), Open how many of them run now.
+	Sessions int `json:"sessions"`
+	Daemons  int `json:"daemons"`
+	Open     int `json:"open"`
 }
 
 // Query parameters of a /events request.
