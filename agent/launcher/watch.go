@@ -93,6 +93,7 @@ type workerState struct {
 	events     *api.Events       // the account so far, events merged
 	seen       map[eventKey]bool // events already in it
 	lastSeq    uint64            // the highest Seq its agent had recorded at its last answer
+	pagedBy    time.Time         // the start of the agent whose numbers lastSeq is
 	err        error             // the last failure to answer
 	fails      int               // rounds in a row without an answer
 	nameGone   int               // rounds in a row its name did not exist (it was asked at the address the name had)
@@ -107,6 +108,16 @@ type workerState struct {
 	// (the launcher's clock): the pod that ran the job's daemon is gone
 	// and another answers under its name. Zero when not seen.
 	replacedAt time.Time
+	// daemonSeen: the agent followed (started) said it ran an MPI daemon
+	// of this launcher instance (api.Events.Launchers).
+	daemonSeen bool
+	// unsure is the start (the agent's clock) of an agent younger than
+	// the run, or other than the one followed, that runs no MPI daemon of
+	// this launcher yet while nothing says the one before it did: it may
+	// have restarted before the daemon reached it. Its answers wait until
+	// it runs one (it is then followed) or mpirun has ended (it is then a
+	// replacement). Zero when none.
+	unsure time.Time
 	// pod is its pod as the Kubernetes API last showed it: the one it
 	// first showed while mpirun ran (kube.go), the same uid; podListedAt
 	// is when the list that first showed it was made (the launcher's
@@ -241,6 +252,7 @@ type watch struct {
 	unwatchCtx func() bool
 
 	mu            sync.Mutex
+	ended         bool // mpirun has ended: an unsure agent is judged (counts)
 	workers       []*workerState
 	known         map[string][]string // each worker's addresses, last resolved
 	records       []rsh.FailureRecord
@@ -599,6 +611,16 @@ func (w *watch) allAnswered(t time.Time) bool {
 
 // ask asks one worker-agent, within timeout, and merges its answer.
 func (w *watch) ask(ctx context.Context, s *workerState, timeout time.Duration) {
+	end := time.Now().Add(timeout)
+	for range 2 { // the second time from the first event of an agent followed anew
+		if !w.askOnce(ctx, s, time.Until(end)) {
+			return
+		}
+	}
+}
+
+// askOnce is one question of ask; it reports whether to ask again.
+func (w *watch) askOnce(ctx context.Context, s *workerState, timeout time.Duration) (again bool) {
 	// What is new is what the agent recorded after its last answer, by
 	// its sequence numbers: an event may carry a time before that answer
 	// (an OOM kill is recorded when its victim is named). Since keeps out
@@ -641,10 +663,17 @@ func (w *watch) ask(ctx context.Context, s *workerState, timeout time.Duration) 
 		}
 		s.fails++
 		s.err = err
-	case w.replaced(s, ev, now, now.Sub(asked)):
-		// Another pod answers under the worker's name: what it says is
-		// not about this job. Keep what the first one said.
+	case !w.counts(s, ev, now, now.Sub(asked)):
+		// Another pod answers under the worker's name, or an agent that
+		// may be another: what it says is not about this job (yet). Keep
+		// what the one followed said.
 		s.fails, s.err = 0, nil
+	case q.After > 0 && !ev.Started.Equal(s.pagedBy):
+		// The agent followed from now on is not the one whose sequence
+		// numbers the question paged by: ask it again from its first.
+		s.fails, s.err = 0, nil
+		s.lastSeq = 0
+		return true
 	default:
 		if s.fails >= lostAfter && s.logged {
 			w.l.log.Info("a worker-agent answers again", "host", s.host, "after", now.Sub(s.lostAt).Round(time.Millisecond))
@@ -656,7 +685,7 @@ func (w *watch) ask(ctx context.Context, s *workerState, timeout time.Duration) 
 				"the job goes on", "host", s.host, "addrs", found.lastAddrs, "rounds", s.nameGone)
 		}
 		s.fails, s.err, s.lostAt, s.logged = 0, nil, time.Time{}, false
-		s.lastSeq = ev.LastSeq
+		s.lastSeq, s.pagedBy = ev.LastSeq, ev.Started
 		if s.events == nil {
 			s.seen = make(map[eventKey]bool)
 			s.events = &api.Events{Hostname: ev.Hostname, Since: w.since, Events: []api.Event{}}
@@ -678,34 +707,67 @@ func (w *watch) ask(ctx context.Context, s *workerState, timeout time.Duration) 
 			}
 		}
 	}
+	return false
 }
 
-// replaced reports (and records, logging it once) whether the agent that
-// answered at now, within took, is not the one that ran the job's daemon:
-// another than the one that answered first, or, at the first answer,
-// younger than the time since every agent was known to be up. Its uptime
-// (its own monotonic clock) is weighed against the launcher's, so the two
-// clocks need not agree; took bounds how stale its answer is. w.mu is
-// held.
-func (w *watch) replaced(s *workerState, ev api.Events, now time.Time, took time.Duration) bool {
+// counts reports whether the answer of the agent that answered at now,
+// within took, is about the job: it is the agent that ran (or runs) the
+// job's daemon. An agent older than the fields, the one that answered
+// first when it has been up since every agent was known to be up, and
+// one that runs an MPI daemon of this launcher instance (it restarted
+// before the daemon reached it) are followed. Another one, or one
+// younger than that, that runs none is a replacement (the pod that ran
+// the daemon is gone; recorded, logged once) when the one before it ran
+// this launcher's daemon or mpirun has ended; until then it may have
+// restarted before the daemon reached it, and its answer waits (unsure).
+// Its uptime (its own monotonic clock) is weighed against the
+// launcher's, so the two clocks need not agree; took bounds how stale
+// its answer is. w.mu is held.
+func (w *watch) counts(s *workerState, ev api.Events, now time.Time, took time.Duration) bool {
 	if !s.replacedAt.IsZero() {
-		return true
+		return false
 	}
 	if ev.Started.IsZero() || ev.UptimeSeconds <= 0 {
-		return false // an agent older than the fields
+		return true // an agent older than the fields
 	}
 	uptime := time.Duration(ev.UptimeSeconds * float64(time.Second))
+	ours := w.runsDaemon(ev)
 	switch {
-	case s.started.IsZero() && (w.upBefore.IsZero() || uptime+took+replacedMargin >= now.Sub(w.upBefore)):
+	case s.started.IsZero() && (w.upBefore.IsZero() || uptime+took+replacedMargin >= now.Sub(w.upBefore)),
+		ev.Started.Equal(s.started):
 		s.started = ev.Started
-		return false
-	case ev.Started.Equal(s.started):
+		s.daemonSeen = s.daemonSeen || ours
+		return true
+	case ours:
+		w.l.log.Info("a worker-agent younger than the run, or another than the one that answered before, runs this launcher's MPI daemon: "+
+			"it restarted before the daemon reached it, and the job goes on", "host", s.host, "agent_uptime", uptime.Round(time.Millisecond),
+			"mpirun_ran", now.Sub(w.since.Add(sinceSlack)).Round(time.Millisecond))
+		s.started, s.unsure, s.daemonSeen = ev.Started, time.Time{}, true
+		return true
+	case !s.daemonSeen && !w.ended:
+		if !s.unsure.Equal(ev.Started) {
+			s.unsure = ev.Started
+			w.l.log.Info("a worker-agent younger than the run, or another than the one that answered before, answers under a worker's name "+
+				"and runs no MPI daemon of this launcher yet: it may have restarted before the daemon reached it; the job goes on",
+				"host", s.host, "agent_uptime", uptime.Round(time.Millisecond), "mpirun_ran", now.Sub(w.since.Add(sinceSlack)).Round(time.Millisecond))
+		}
 		return false
 	}
 	s.replacedAt = now.Add(-uptime)
+	why := "the agent before it ran this launcher's MPI daemon, and this one runs none"
+	if !s.daemonSeen {
+		why = "mpirun has ended and this agent never ran its MPI daemon"
+	}
 	w.l.log.Error("another worker-agent answers under a worker's name: the pod that ran the job's daemon is gone (deleted, evicted or restarted)",
-		"host", s.host, "agent_uptime", uptime.Round(time.Millisecond), "mpirun_ran", now.Sub(w.since.Add(sinceSlack)).Round(time.Millisecond))
-	return true
+		"host", s.host, "why", why, "agent_uptime", uptime.Round(time.Millisecond), "mpirun_ran", now.Sub(w.since.Add(sinceSlack)).Round(time.Millisecond))
+	return false
+}
+
+// runsDaemon reports whether the agent's answer says that it started an
+// MPI daemon for this launcher instance.
+func (w *watch) runsDaemon(ev api.Events) bool {
+	id := w.l.instance.ID
+	return id != "" && slices.ContainsFunc(ev.Launchers, func(l api.LauncherSessions) bool { return l.Instance == id && l.Daemons > 0 })
 }
 
 // dial connects to a worker-agent. Its name is resolved anew, so that a
@@ -848,6 +910,9 @@ func (w *watch) diagnose(res mpirun.RunResult, program string) *postmortem.Diagn
 	}
 	timeout := w.l.cfg.DiagnosisTimeout
 	start := time.Now()
+	w.mu.Lock()
+	w.ended = true
+	w.mu.Unlock()
 	// The API's word on each worker's pod as it is now, not as the last
 	// poll saw it: a pod deleted a moment before mpirun failed is gone, not
 	// only silent. It runs beside the questions, within the same bound.

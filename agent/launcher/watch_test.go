@@ -26,6 +26,7 @@ import (
 	"github.com/podmpi/podmpi/agent/exitcode"
 	"github.com/podmpi/podmpi/agent/launcher/discovery"
 	"github.com/podmpi/podmpi/agent/launcher/postmortem"
+	"github.com/podmpi/podmpi/agent/launcherid"
 	"github.com/podmpi/podmpi/agent/rsh"
 	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
 	"github.com/podmpi/podmpi/agent/worker/api"
@@ -43,6 +44,13 @@ type fakeAgent struct {
 	started time.Time     // when "the agent" started
 	stall   time.Duration // how long the next request waits before its answer
 	filter  bool          // answer only what the query asks for (api.EventsQuery.Match)
+	// daemonOf is a file where the job's command (daemonScript) wrote the
+	// launcher instance its environment names; while runsDaemon, the agent
+	// says it runs an MPI daemon of that instance. daemonAnswers counts
+	// the answers that said so.
+	daemonOf      string
+	runsDaemon    bool
+	daemonAnswers atomic.Int32
 }
 
 // waitAsked waits until the agent has been asked at least once, or d
@@ -94,8 +102,17 @@ func startAgent(t *testing.T) *fakeAgent {
 				evs = append(evs, e)
 			}
 		}
+		var launchers []api.LauncherSessions
+		if a.runsDaemon && a.daemonOf != "" {
+			if b, err := os.ReadFile(a.daemonOf); err == nil {
+				if inst, err := launcherid.ParseValue(string(b)); err == nil {
+					launchers = append(launchers, api.LauncherSessions{Launcher: api.LauncherOf(inst), Sessions: 1, Daemons: 1, Open: 1})
+					a.daemonAnswers.Add(1)
+				}
+			}
+		}
 		_ = json.NewEncoder(w).Encode(api.Events{Hostname: "w", Started: a.started, UptimeSeconds: up, Now: time.Now(), Events: evs,
-			LastSeq: last, Memory: api.Memory{Version: 1, LimitBytes: 200 << 20}})
+			LastSeq: last, After: q.After, Memory: api.Memory{Version: 1, LimitBytes: 200 << 20}, Launchers: launchers})
 	})}
 	go func() { _ = a.srv.Serve(ln) }()
 	t.Cleanup(func() {
@@ -171,7 +188,59 @@ func (n *names) LookupAddr(_ context.Context, addr string) ([]string, error) {
 func (a *fakeAgent) restart() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.started, a.events = time.Now(), nil
+	a.started, a.events, a.runsDaemon = time.Now(), nil, false
+}
+
+// setDaemon says whether the agent runs the job's MPI daemon.
+func (a *fakeAgent) setDaemon(runs bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.runsDaemon = runs
+}
+
+// waitFor waits until cond holds, checking every 20 ms, or d passes; it
+// reports whether it held.
+func waitFor(d time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
+}
+
+// restartMidJob returns a job command (daemonScript) that runs until then
+// has returned, then runs last; meanwhile the agent, once asked, restarts
+// with no daemon, and then is called once the new agent has answered.
+// The job's wait is bounded (a minute: the test fails then).
+func (a *fakeAgent) restartMidJob(t *testing.T, last string, then func()) []string {
+	t.Helper()
+	dir := t.TempDir()
+	a.daemonOf = filepath.Join(dir, "instance")
+	done := filepath.Join(dir, "done")
+	go func() {
+		defer func() { _ = os.WriteFile(done, nil, 0o600) }() // the job ends either way
+		if !a.waitAsked(30 * time.Second) {
+			return
+		}
+		a.restart() // the agent that answered restarts, with no daemon yet
+		asked := a.asks.Load()
+		if waitFor(30*time.Second, func() bool { return a.asks.Load() > asked }) {
+			then()
+		}
+	}()
+	wait := `i=0; while [ ! -e ` + done + ` ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done`
+	if last != "" {
+		wait += "; " + last
+	}
+	return daemonScript(a.daemonOf, wait)
+}
+
+// daemonScript is a job command that writes the launcher instance of its
+// environment (the one the launcher gives mpirun) to file, for a
+// fakeAgent's daemonOf, then runs then.
+func daemonScript(file, then string) []string {
+	return []string{"sh", "-c", `printf %s "$` + launcherid.EnvName + `" > ` + file + "; " + then}
 }
 
 func (a *fakeAgent) set(evs ...api.Event) {
@@ -526,25 +595,75 @@ func TestNameGoneIsNotProof(t *testing.T) {
 
 // TestReplacedWorkerIsGone: another agent, younger than the run, answers
 // under the worker's name (the pod was deleted and recreated with the same
-// hostname, as both operators do): the worker that ran the daemon is gone.
+// hostname, as both operators do), and runs no MPI daemon of the launcher,
+// which the agent before it did: the worker that ran the daemon is gone.
 func TestReplacedWorkerIsGone(t *testing.T) {
 	a := startAgent(t)
 	a.set(api.Event{Seq: 1, Time: time.Now(), Kind: api.KindSessionExit, ExitCode: 0, Rank: -1, Message: "first agent's"})
+	a.daemonOf, a.runsDaemon = filepath.Join(t.TempDir(), "instance"), true
 	go func() {
-		if !a.waitAsked(30 * time.Second) {
-			return // the test fails on its own: nothing asked the agent
+		if !waitFor(30*time.Second, func() bool { return a.daemonAnswers.Load() > 0 }) {
+			return // the test fails on its own: the agent never said it ran the daemon
 		}
 		a.restart()
 	}()
-	code, _, logs, _, err := runJob(t, a.port, func(c *Config) { c.DiagnosisWatch = 200 * time.Millisecond }, "sleep", "30")
+	code, _, logs, _, err := runJob(t, a.port, func(c *Config) { c.DiagnosisWatch = 200 * time.Millisecond }, daemonScript(a.daemonOf, "sleep 30")...)
 	if code != exitcode.WorkerGone {
 		t.Fatalf("exit %d (%v), want %d", code, err, exitcode.WorkerGone)
 	}
 	if first := firstLine(code, err); !strings.HasPrefix(first, "root cause: worker 127.0.0.1 is gone: its pod was replaced while the job ran") {
 		t.Errorf("first line: %s", first)
 	}
-	if !strings.Contains(logs, "another worker-agent answers under a worker's name") {
-		t.Errorf("log lacks the replacement:\n%s", logs)
+	if !strings.Contains(logs, "another worker-agent answers under a worker's name") || !strings.Contains(logs, "the agent before it ran this launcher's MPI daemon") {
+		t.Errorf("log lacks the replacement and why:\n%s", logs)
+	}
+}
+
+// TestAgentRestartedBeforeTheDaemonIsNotReplaced: the worker-agent
+// restarts after mpirun started but before the job's daemon reached it;
+// the new agent, younger than the run, answers first without the daemon,
+// then runs it. Nothing was replaced: the job goes on and ends as mpirun
+// does (it was stopped as gone, exit 74).
+func TestAgentRestartedBeforeTheDaemonIsNotReplaced(t *testing.T) {
+	a := startAgent(t)
+	// The job ends when the new agent has said it runs the daemon.
+	command := a.restartMidJob(t, "", func() {
+		a.setDaemon(true) // the daemon reaches the new agent
+		waitFor(30*time.Second, func() bool { return a.daemonAnswers.Load() > 0 })
+	})
+	code, _, logs, _, err := runJob(t, a.port, func(c *Config) { c.DiagnosisWatch = 200 * time.Millisecond }, command...)
+	if code != 0 || err != nil {
+		t.Fatalf("exit %d (%v), want 0: the agent that runs the daemon was taken for a replacement", code, err)
+	}
+	if strings.Contains(logs, "another worker-agent answers under a worker's name") {
+		t.Errorf("a replacement was logged:\n%s", logs)
+	}
+	for _, want := range []string{"runs no MPI daemon of this launcher yet", "runs this launcher's MPI daemon: it restarted before the daemon reached it"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("log lacks %q:\n%s", want, logs)
+		}
+	}
+}
+
+// TestUnsureAgentIsReplacedWhenMPIRunEnds: an agent younger than the run
+// that never runs the launcher's daemon, while nothing says the one before
+// it did, does not stop mpirun; when mpirun fails, it is a replacement.
+func TestUnsureAgentIsReplacedWhenMPIRunEnds(t *testing.T) {
+	a := startAgent(t)
+	// The job fails after two more rounds of questions (it is not stopped).
+	command := a.restartMidJob(t, "exit 3", func() {
+		n := a.asks.Load()
+		waitFor(30*time.Second, func() bool { return a.asks.Load() > n+1 })
+	})
+	code, _, logs, _, err := runJob(t, a.port, func(c *Config) { c.DiagnosisWatch = 200 * time.Millisecond }, command...)
+	if code != 3 {
+		t.Fatalf("exit %d (%v), want mpirun's 3: an unsure agent stopped it", code, err)
+	}
+	if first := firstLine(code, err); !strings.HasPrefix(first, "root cause: worker 127.0.0.1 is gone: its pod was replaced while the job ran") {
+		t.Errorf("first line: %s", first)
+	}
+	if !strings.Contains(logs, "mpirun has ended and this agent never ran its MPI daemon") {
+		t.Errorf("log lacks why:\n%s", logs)
 	}
 }
 
@@ -750,23 +869,86 @@ func TestOtherCommandFailureDoesNotStop(t *testing.T) {
 	}
 }
 
-// TestReplacedAtFirstAnswer: an agent first asked after mpirun started is
-// a replacement when it is younger than the time since the probe reached
-// every agent; without a probe nothing says how old it must be.
+// TestReplacedAtFirstAnswer: an agent first asked after mpirun started,
+// younger than the time since the probe reached every agent, is followed
+// when it runs this launcher's MPI daemon (it restarted before the daemon
+// reached it); without it, it waits (unsure), and is a replacement once
+// mpirun has ended, or at once when the agent before it ran the daemon.
+// Without a probe nothing says how old it must be.
 func TestReplacedAtFirstAnswer(t *testing.T) {
 	now := time.Now()
-	l := &Launcher{log: slog.New(slog.DiscardHandler)}
+	l := &Launcher{log: slog.New(slog.DiscardHandler), instance: launcherid.New("", "tj-launcher-0-0", now.Add(-time.Minute))}
 	young := api.Events{Started: now.Add(-time.Second), UptimeSeconds: 1}
 	old := api.Events{Started: now.Add(-3 * time.Second), UptimeSeconds: 3}
-	probed := &watch{l: l, upBefore: now.Add(-3 * time.Second)}
-	if !probed.replaced(&workerState{}, young, now, 10*time.Millisecond) {
-		t.Errorf("an agent up 1s, 3s after the probe, is not taken for a replacement")
+	withDaemon := func(ev api.Events, id string) api.Events {
+		ev.Launchers = []api.LauncherSessions{{Launcher: api.Launcher{Instance: id}, Sessions: 2, Daemons: 1}}
+		return ev
 	}
-	if probed.replaced(&workerState{}, old, now, 10*time.Millisecond) {
-		t.Errorf("an agent up since the probe is taken for a replacement")
+	probed := func() *watch { return &watch{l: l, upBefore: now.Add(-3 * time.Second)} }
+
+	w, s := probed(), &workerState{}
+	if w.counts(s, young, now, 10*time.Millisecond) || !s.replacedAt.IsZero() || !s.unsure.Equal(young.Started) {
+		t.Errorf("an agent up 1s, 3s after the probe, without the daemon: replacedAt %v unsure %v, want unsure", s.replacedAt, s.unsure)
 	}
-	if (&watch{l: l}).replaced(&workerState{}, young, now, 10*time.Millisecond) {
-		t.Errorf("without a probe, a young agent is taken for a replacement")
+	if w.counts(s, withDaemon(young, "another-launcher"), now, 10*time.Millisecond) || !s.replacedAt.IsZero() {
+		t.Errorf("another launcher's daemon is taken for this one's")
+	}
+	if !w.counts(s, withDaemon(young, l.instance.ID), now, 10*time.Millisecond) || !s.replacedAt.IsZero() || !s.started.Equal(young.Started) || !s.unsure.IsZero() {
+		t.Errorf("an agent younger than the run that runs the daemon is not followed: %+v", s)
+	}
+	if !w.counts(s, young, now, 10*time.Millisecond) {
+		t.Errorf("the agent followed, asked again, does not count")
+	}
+
+	w, s = probed(), &workerState{}
+	w.counts(s, young, now, 10*time.Millisecond)
+	w.ended = true
+	if w.counts(s, young, now, 10*time.Millisecond) || s.replacedAt.IsZero() {
+		t.Errorf("an agent that never ran the daemon is not a replacement once mpirun has ended")
+	}
+
+	w, s = probed(), &workerState{}
+	if !w.counts(s, withDaemon(old, l.instance.ID), now, 10*time.Millisecond) || !s.daemonSeen {
+		t.Errorf("an agent up since the probe, with the daemon, is not followed")
+	}
+	if w.counts(s, young, now, 10*time.Millisecond) || s.replacedAt.IsZero() {
+		t.Errorf("another agent without the daemon that the one before ran is not a replacement")
+	}
+
+	if w, s := probed(), (&workerState{}); !w.counts(s, old, now, 10*time.Millisecond) || !s.started.Equal(old.Started) {
+		t.Errorf("an agent up since the probe is not followed")
+	}
+	if w, s := (&watch{l: l}), (&workerState{}); !w.counts(s, young, now, 10*time.Millisecond) || !s.unsure.IsZero() {
+		t.Errorf("without a probe, a young agent is not followed")
+	}
+}
+
+// TestAgentFollowedAnewIsAskedFromItsFirstEvent: the agent followed after
+// another answered before it numbers its events from 1: its first answer,
+// paged by the other's numbers, is asked again from its first event.
+func TestAgentFollowedAnewIsAskedFromItsFirstEvent(t *testing.T) {
+	a := startAgent(t)
+	a.filter = true
+	a.set(api.Event{Seq: 7, Time: time.Now(), Kind: api.KindSessionExit, Rank: -1, ExitCode: 0, Message: "the first agent's"})
+	w, s := dialWatch(t, a, "127.0.0.1", nil, func(context.Context, string) ([]string, error) { return []string{"127.0.0.1"}, nil })
+	w.l.instance = launcherid.New("", "tj-launcher-0-0", time.Now().Add(-time.Minute))
+	w.upBefore = time.Now().Add(-time.Second)
+	a.daemonOf = filepath.Join(t.TempDir(), "instance")
+	if err := os.WriteFile(a.daemonOf, []byte(w.l.instance.Value()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w.askAll(t.Context(), 5*time.Second, 5*time.Second, time.Time{})
+	if s.lastSeq != 7 || s.events == nil || len(s.events.Events) != 1 {
+		t.Fatalf("first agent: lastSeq %d events %+v", s.lastSeq, s.events)
+	}
+	// It restarts; the new agent runs the daemon and has recorded one
+	// rank's end, its event 1.
+	a.restart()
+	a.setDaemon(true)
+	a.set(api.Event{Seq: 1, Time: time.Now(), Kind: api.KindRankExit, Rank: 1, PID: 9, Comm: "train", ExitCode: -1, Signal: "SIGSEGV"})
+	w.askAll(t.Context(), 5*time.Second, 5*time.Second, time.Time{})
+	if !s.replacedAt.IsZero() || s.lastSeq != 1 || len(s.events.Events) != 2 || s.events.Events[1].Kind != api.KindRankExit {
+		t.Fatalf("after the agent followed anew: replacedAt %v lastSeq %d events %+v", s.replacedAt, s.lastSeq, s.events.Events)
 	}
 }
 
