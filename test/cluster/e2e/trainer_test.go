@@ -26,6 +26,7 @@ const (
 // returns them.
 func installRuntimes(t *testing.T, mutate func(mpi string, o *unstructured.Unstructured)) {
 	t.Helper()
+	var runtimes []string
 	for mpi, f := range cluster.RuntimeFiles {
 		objs := readObjects(t, f)
 		for _, o := range objs {
@@ -33,8 +34,53 @@ func installRuntimes(t *testing.T, mutate func(mpi string, o *unstructured.Unstr
 			if mutate != nil {
 				mutate(mpi, o)
 			}
+			if o.GetKind() == "ClusterTrainingRuntime" {
+				runtimes = append(runtimes, o.GetName())
+			}
 		}
 		apply(t, "", objs...)
+	}
+	waitRuntimesServed(t, runtimes...)
+}
+
+// runtimesServedWithin bounds waitRuntimesServed: after a switch of
+// controllers Trainer's new process serves its webhook before its
+// informers' caches hold every runtime (a TrainJob was refused with
+// "runtime 'podmpi-openmpi' not found" after apply's own 30 s of retries).
+const runtimesServedWithin = 3 * time.Minute
+
+// waitRuntimesServed waits until Trainer's TrainJob webhook takes a
+// TrainJob naming each of runtimes: a server-side dry run of trainJob(rt)
+// is no longer refused because it does not see the runtime yet, nor fails
+// to reach the webhook. Any other answer is final; so is the bound.
+func waitRuntimesServed(t *testing.T, runtimes ...string) {
+	t.Helper()
+	ctx := ctxT(t, runtimesServedWithin+time.Minute)
+	start := time.Now()
+	for _, rt := range runtimes {
+		tj := trainJob(t, rt)
+		tj.SetNamespace(metav1.NamespaceDefault)
+		for {
+			_, err := e.dyn.Resource(trainJobGVR).Namespace(metav1.NamespaceDefault).Create(ctx, tj,
+				metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: "podmpi-cluster-test"})
+			if err == nil {
+				break
+			}
+			if !runtimeNotCachedYet(err) && !strings.Contains(err.Error(), "failed calling webhook") {
+				t.Fatalf("a dry-run TrainJob on runtime %s: %v", rt, err)
+			}
+			if time.Since(start) > runtimesServedWithin {
+				t.Fatalf("Trainer's webhook does not take a TrainJob on runtime %s %s after the runtimes were applied: %v", rt, runtimesServedWithin, err)
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("waiting for Trainer to serve runtime %s: %v (last: %v)", rt, ctx.Err(), err)
+			case <-time.After(time.Second):
+			}
+		}
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Logf("Trainer took %s to serve the runtimes %v", d.Round(100*time.Millisecond), runtimes)
 	}
 }
 
