@@ -165,7 +165,10 @@ type Flavour struct {
 	// only for entries equal to gethostname(), one of its addresses or
 	// localhost (Hydra's MPL_host_is_local compares strings); an entry such
 	// as tj-launcher-0-0.tj would go through podmpi-rsh to a pod where no
-	// worker-agent listens. Open MPI resolves names and needs no help.
+	// worker-agent listens. Open MPI 5's PRRTE compares strings too: it
+	// resolves a name only with prte_do_not_resolve off, which is on by
+	// default (PRRTE 3.0, Debian trixie's Open MPI 5.0). Open MPI 4's ORTE
+	// resolves names and needs no help.
 	SelfByHostname bool
 	// BootstrapExecByName: the launcher program hands its bootstrap program
 	// (BootstrapExec) down to the proxies it starts on the workers, and
@@ -199,7 +202,8 @@ var table = []Flavour{
 	},
 	{
 		Impl: OpenMPI5, Title: "Open MPI 5 (PRRTE)", Program: "mpirun", Hostfile: hostfile.OpenMPI,
-		Daemons: []string{"prted"},
+		Daemons:        []string{"prted"},
+		SelfByHostname: true,
 		Params: []Param{
 			{RshAgent, []string{"PRTE_MCA_plm_ssh_agent", "OMPI_MCA_plm_rsh_agent"}, []string{"OMPI_MCA_plm_ssh_agent", "PRTE_MCA_plm_rsh_agent", "OMPI_MCA_orte_rsh_agent"}},
 			{KeepFQDN, []string{"PRTE_MCA_prte_keep_fqdn_hostnames", "OMPI_MCA_orte_keep_fqdn_hostnames"}, []string{"OMPI_MCA_prte_keep_fqdn_hostnames"}},
