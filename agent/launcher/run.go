@@ -168,6 +168,14 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 		}
 		argv = injected
 	}
+	// Where each rank started, or how every process ended, in the MPI's own
+	// words: what a failed run's diagnosis names the rank's host from.
+	argv, env, asked := mpirun.AskReports(p.Impl, argv, env)
+	pm.collector.Expect(p.Impl, postmortem.Asked{Bindings: asked.Bindings, ExitCodes: asked.ExitCodes})
+	if asked.Bindings || asked.ExitCodes {
+		l.log.Info("asking the MPI to report where each rank starts or how each process ends, for the diagnosis of a failure; "+
+			"those lines are left out of its output", "bindings", asked.Bindings, "exit_codes", asked.ExitCodes)
+	}
 
 	init := time.Since(l.start)
 	l.m.InitDuration.Set(init.Seconds())
@@ -193,7 +201,6 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 			Hint: "install the MPI in the launcher image: podmpi's own " + argv[0] + " runs the real one it finds after it on PATH"}
 	}
 	argv = programArgv0(argv, prog, p.Impl)
-	pm.setup.RankHosts = mpirun.RankHosts(p.Impl, argv, env, p.Hostfile, p.Hosts)
 	var res mpirun.RunResult
 	runErr := l.phase(PhaseMPIRun, func() error {
 		var err error

@@ -235,8 +235,8 @@ type watch struct {
 	self string
 	own  *account.Account
 
-	// setup is what exec knows of how it started mpirun (the ranks'
-	// hosts by its default mapping, settings that override the wiring).
+	// setup is what exec knows of how it started mpirun (settings that
+	// override the wiring).
 	setup postmortem.Setup
 
 	// upBefore is a time every worker-agent is known to have been up at:
@@ -932,6 +932,7 @@ func (w *watch) diagnose(res mpirun.RunResult, program string) *postmortem.Diagn
 		Outcome: postmortem.Outcome{Program: program, ExitCode: res.ExitCode, TimedOut: res.TimedOut, LaunchStopped: w.launchStopped,
 			WebPort: w.l.cfg.WorkerWebPort, Started: w.since.Add(sinceSlack)},
 		Reports:  w.collector.Reports(),
+		Placed:   w.collector.Placed(),
 		Launches: append([]rsh.FailureRecord(nil), w.records...),
 		Self:     w.self,
 		Setup:    w.setup,

@@ -43,9 +43,15 @@
 // launcher stopped by SIGTERM names that as the cause unless one of rules
 // 1-4 found something.
 //
-// A rank mpirun names without its host is placed by the worker-agent that
-// saw it end, else by mpirun's default mapping of the hostfile when the
-// launcher knows it (Setup.RankHosts).
+// A rank's host comes from what saw it run, never from a model of how the
+// MPI maps ranks to hosts: the MPI's own words (Open MPI's report of each
+// rank's binding, written by the daemon that starts it on its host; the
+// host in a message about the rank), or the worker-agent that saw the rank
+// end. Where nothing names the host, the diagnosis says so. Hydra's list of
+// exit codes names the host of every process that failed but not its rank;
+// when one exited with a status, the SIGKILLs beside it are Hydra's own
+// cleanup of the others (MPICH's block even names such a victim when a rank
+// exits without MPI_Finalize).
 //
 // Times come from two kinds of clock. The launcher's own: when it read
 // mpirun's line (Report.Time), when podmpi-rsh wrote its record (it runs
@@ -197,6 +203,9 @@ type Input struct {
 	Workers  []Worker
 	Reports  []Report
 	Launches []rsh.FailureRecord
+	// Placed is the hosts each rank was reported starting on, by rank, in
+	// the MPI's own words (Collector.Placed).
+	Placed map[int][]string
 	// Self is the launcher's own hostfile entry when it runs ranks too
 	// (Trainer's runLauncherAsNode, mpi-operator's runLauncherAsWorker);
 	// "" when it runs none. SelfEvents is the launcher's own account of its
@@ -211,10 +220,6 @@ type Input struct {
 // Setup is what the launcher knows of how it started mpirun, besides its
 // outcome.
 type Setup struct {
-	// RankHosts is the hostfile's host of each rank, indexed by rank,
-	// where mpirun's default mapping puts it (mpirun.RankHosts); nil when
-	// that is not known for sure (another mapping, another MPI).
-	RankHosts []string
 	// Overrides are the MPI settings of mpirun's environment that take its
 	// daemons' launch away from podmpi's wiring (mpirun.Setting.Overrides).
 	Overrides []Override
@@ -251,16 +256,20 @@ type Finding struct {
 	Hint     string
 
 	tier   int
-	self   bool   // Host is the launcher's own pod
-	mapped bool   // Host is where mpirun's default mapping puts its rank
-	source string // "agent", "mpirun", "rsh", "launcher"
-	comm   string // the process's command name, when the agent saw it
-	rss    uint64 // its resident memory when last seen
-	phase  string // a podmpi-rsh record's phase
-	cause  string // ... and its cause
-	port   int    // the port a gone worker did not answer on
-	daemon string // the command of a session that ended (orted, ...)
-	report string // the kind of mpirun's message (Report.Kind)
+	self   bool // Host is the launcher's own pod
+	listed bool // an entry of Hydra's list of exit codes (no rank, no PID)
+	hydra  bool // Hydra's words
+	// unplaced says why the host of a rank mpirun named without one is
+	// not known.
+	unplaced string
+	source   string // "agent", "mpirun", "rsh", "launcher"
+	comm     string // the process's command name, when the agent saw it
+	rss      uint64 // its resident memory when last seen
+	phase    string // a podmpi-rsh record's phase
+	cause    string // ... and its cause
+	port     int    // the port a gone worker did not answer on
+	daemon   string // the command of a session that ended (orted, ...)
+	report   string // the kind of mpirun's message (Report.Kind)
 
 	// launcherAt is when a source on the launcher's clock saw it (mpirun's
 	// line, a podmpi-rsh record, the launcher's questions, its own
@@ -355,8 +364,9 @@ func Decide(in Input) Diagnosis {
 			fs = append(fs, f)
 		}
 	}
-	fs = placeRanks(fs, in.Outcome.Started, in.Setup, in.Self)
+	fs = placeRanks(fs, in.Outcome.Started, in.Placed, hosts, in.Self, in.Outcome.Program)
 	fs = merge(fs)
+	fs = hydraCleanup(fs)
 	fs = foldLaunches(fs)
 	fs = daemonsAtStart(fs, in.Outcome.Program)
 	fs = orderAgainstFailures(fs)
@@ -424,13 +434,16 @@ func Decide(in Input) Diagnosis {
 		}
 	}
 	if d.Root == nil {
-		// Nothing but the first rank to end, whose status nobody saw.
+		// Nothing but the first rank an agent saw end, whose status nobody
+		// saw: not necessarily the first to end (one that ended within
+		// moments of its start is gone before its agent looks).
 		for i := range fs {
 			if fs[i].tier == tierInfo && fs[i].Rank >= 0 {
 				f := fs[i]
-				f.Sentence = "the first rank to end was " + f.Sentence
+				f.Sentence = "the first rank a worker-agent saw end was " + f.Sentence
 				f.Hint = orMPIRun(in.Outcome.Program) + " exited with " + strconv.Itoa(in.Outcome.ExitCode) +
-					" and printed no rank's failure; read that rank's last output above (a Python exception, an MPI error)"
+					" and printed no rank's failure, and a rank that ends within moments of its start is gone before its agent looks: " +
+					"this rank may have been ended by another's failure; read the ranks' last output above (a Python exception, an MPI error)"
 				d.Root = &f
 				break
 			}
@@ -954,13 +967,13 @@ func afterFailure(t time.Time, f Finding) bool {
 func fromReport(r Report, hosts []string, self, program string) (Finding, bool) {
 	host := matchHost(r.Host, hosts)
 	f := Finding{Time: r.Time, launcherAt: r.Time, Host: host, self: host != "" && host == self, Rank: r.Rank, PID: r.PID, ExitCode: r.ExitCode,
-		source: "mpirun"}
+		CoreDumped: r.CoreDumped, source: "mpirun", hydra: r.Hydra, listed: r.Listed}
 	switch r.Kind {
 	case ReportSignal:
 		f.Signal = signals.Name(syscall.Signal(r.Signal))
 		f.ExitCode = -1
-		if r.PID == 0 || r.Rank >= 0 {
-			f.PID = 0 // Open MPI prints PID 0
+		if !r.Hydra && (r.PID == 0 || r.Rank >= 0) {
+			f.PID = 0 // Open MPI prints PID 0, or its daemon's
 		}
 		return rankEnd(f), true
 	case ReportExit:
@@ -986,33 +999,37 @@ func fromReport(r Report, hosts []string, self, program string) (Finding, bool) 
 // says so, since it runs no worker-agent.
 func (f Finding) where() string {
 	switch {
+	case f.Host == "" && f.unplaced != "":
+		return "an unknown host (" + f.unplaced + ")"
 	case f.Host == "":
 		return "an unknown host"
-	case f.self && f.mapped:
-		return f.Host + " (the launcher's own pod, by mpirun's default mapping)"
 	case f.self:
 		return f.Host + " (the launcher's own pod)"
-	case f.mapped:
-		return f.Host + " (by mpirun's default mapping)"
 	}
 	return f.Host
 }
 
 // placeRanks gives a rank mpirun named without its host (Open MPI's
-// "Process name: [[j,1],R] Exit code: C") the host whose account saw rank
-// R end, when exactly one did: ranks are numbered across the job, so
-// that is where it ran, the launcher's own pod included. When several
-// did, one of them an earlier run's (the accounts are asked from a little
-// before mpirun started, for clocks that do not quite agree), the hosts
-// that saw it end only before started are left out. When none did (a rank
-// that ended within moments is gone before its agent looks) or several
-// still did, the host mpirun's default mapping of the hostfile gives it
-// (Setup.RankHosts) places it, if that is known and, with several, one of
-// them.
-func placeRanks(fs []Finding, started time.Time, setup Setup, self string) []Finding {
+// "Process name: [[j,1],R] Exit code: C") its host from evidence: the
+// MPI's report of where rank R started (placed: one host, from this run's
+// output), else the host whose account saw rank R end, when exactly one
+// did (ranks are numbered across the job, so that is where it ran, the
+// launcher's own pod included). When several accounts did, one of them an
+// earlier run's (the accounts are asked from a little before mpirun
+// started, for clocks that do not quite agree), the hosts that saw it end
+// only before started are left out. A rank that ended within moments is
+// gone before its agent looks: without the MPI's report too, its host
+// stays unknown, and the finding says why.
+func placeRanks(fs []Finding, started time.Time, placed map[int][]string, all []string, self, program string) []Finding {
 	for i := range fs {
 		f := &fs[i]
 		if f.source != "mpirun" || f.Host != "" || f.Rank < 0 {
+			continue
+		}
+		if hs := placed[f.Rank]; len(hs) == 1 {
+			f.Host = matchHost(hs[0], all)
+			f.self = f.Host == self
+			*f = rankEnd(*f)
 			continue
 		}
 		type seen struct {
@@ -1041,11 +1058,32 @@ func placeRanks(fs []Finding, started time.Time, setup Setup, self string) []Fin
 		case len(hosts) == 1:
 			at := byHost[hosts[0]].at
 			f.Host, f.self = at.Host, at.self
-			*f = rankEnd(*f)
-		case f.Rank < len(setup.RankHosts) && (len(hosts) == 0 || slices.Contains(hosts, setup.RankHosts[f.Rank])):
-			f.Host, f.mapped = setup.RankHosts[f.Rank], true
-			f.self = f.Host == self
-			*f = rankEnd(*f)
+		case len(placed[f.Rank]) > 1:
+			f.unplaced = "the MPI reported it starting on " + strings.Join(placed[f.Rank], " and ")
+		case len(hosts) > 1:
+			f.unplaced = "the accounts of " + strings.Join(hosts, " and ") + " each saw a rank " + strconv.Itoa(f.Rank) + " end"
+		default:
+			f.unplaced = orMPIRun(program) + " named none, and neither a report of where the rank started nor a worker-agent's account places it"
+		}
+		*f = rankEnd(*f)
+	}
+	return fs
+}
+
+// hydraCleanup names Hydra's SIGKILLs for the cleanup they are when one of
+// its processes exited with a status (its list of exit codes says so):
+// Hydra then kills the others with SIGKILL (MPICH when a rank exits
+// without MPI_Finalize, Intel MPI when any rank fails), and its block
+// names one of those it saw end (MPICH: "EXIT CODE: 9", the first process
+// a signal ended). The process that exited is the failure.
+func hydraCleanup(fs []Finding) []Finding {
+	if !slices.ContainsFunc(fs, func(f Finding) bool { return f.hydra && f.Cause == CauseExit }) {
+		return fs
+	}
+	for i := range fs {
+		if f := &fs[i]; f.hydra && f.Cause == CauseKilled {
+			f.Cause, f.tier, f.Hint = CauseCascade, tierCascade, ""
+			f.Sentence += " (Hydra kills the other processes when one fails)"
 		}
 	}
 	return fs
@@ -1120,6 +1158,9 @@ func sameProcess(a, b Finding) bool {
 		return a.PID == b.PID
 	case a.Rank >= 0 && b.Rank >= 0:
 		return a.Rank == b.Rank
+	case a.listed != b.listed && (a.source == "agent" || b.source == "agent"):
+		// Hydra's list names a process by its host and status alone.
+		return a.Cause == b.Cause && a.ExitCode == b.ExitCode && a.Signal == b.Signal
 	}
 	return false
 }
@@ -1138,6 +1179,7 @@ func combine(a, b Finding) Finding {
 		keep.PID = other.PID
 	}
 	keep.CoreDumped = keep.CoreDumped || other.CoreDumped
+	keep.hydra = keep.hydra || other.hydra
 	if keep.comm == "" {
 		keep.comm, keep.rss = other.comm, max(keep.rss, other.rss)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/podmpi/podmpi/agent/rsh"
 	"github.com/podmpi/podmpi/agent/worker/api"
+	"github.com/podmpi/podmpi/mpi"
 )
 
 var t0 = time.Date(2025, 3, 4, 5, 6, 7, 0, time.UTC)
@@ -302,10 +303,13 @@ func TestNonZeroExitAndFirstToEnd(t *testing.T) {
 		Reports: []Report{{Time: at(3), Kind: ReportExit, Rank: 3, ExitCode: 3}},
 	})
 	wantRoot(t, d, CauseExit, "rank 3 on "+hostA+" (train) exited with status 3", "Python exception")
-	// MPICH says nothing about a rank's exit status: the first rank to end.
+	// mpirun names no rank's failure (a script that runs MPICH's Hydra,
+	// which prints nothing of an exit status without its list): the first
+	// rank an agent saw end, for what it is.
 	d = Decide(Input{Outcome: Outcome{Program: "mpiexec", ExitCode: 3},
 		Workers: []Worker{answered(hostA, rankExit(5, 0, 10, "", -1)), answered(hostB, rankExit(2, 1, 11, "", -1))}})
-	wantRoot(t, d, CauseCascade, "the first rank to end was rank 1 on "+hostB, "mpiexec exited with 3")
+	wantRoot(t, d, CauseCascade, "the first rank a worker-agent saw end was rank 1 on "+hostB, "mpiexec exited with 3",
+		"may have been ended by another's failure")
 	d = Decide(Input{Workers: []Worker{answered(hostA)}})
 	if d.Root != nil {
 		t.Fatalf("root = %+v from nothing", d.Root)
@@ -345,7 +349,7 @@ func TestRankOnTheLauncherPod(t *testing.T) {
 	// A rank two hosts saw end in this run is another world's: not placed.
 	twice := Input{Workers: []Worker{answered(hostA, rankExit(1, 1, 5, "", -1)), answered(hostB, rankExit(3, 1, 6, "", -1))},
 		Reports: []Report{{Time: at(4), Kind: ReportExit, Rank: 1, ExitCode: 2}}}
-	wantRoot(t, Decide(twice), CauseExit, "rank 1 on an unknown host exited with status 2")
+	wantRoot(t, Decide(twice), CauseExit, "rank 1 on an unknown host (the accounts of "+hostA+" and "+hostB+" each saw a rank 1 end) exited with status 2")
 	// One of them saw it end before mpirun started: an earlier run's.
 	twice.Outcome.Started = at(2)
 	wantRoot(t, Decide(twice), CauseExit, "rank 1 on "+hostB+" (train) exited with status 2")
@@ -512,12 +516,8 @@ func TestShellReportsItsChildsSignal(t *testing.T) {
 	wantRoot(t, d, CauseExit, "exited with status 139")
 }
 
-// The 4 worker pods of 2 slots of TestDiagnosisNamesTheHost, and where
-// Open MPI's default mapping of their hostfile puts each rank.
-var (
-	dhHosts     = []string{"dh-node-0-0.dh", "dh-node-0-1.dh", "dh-node-0-2.dh", "dh-node-0-3.dh"}
-	dhRankHosts = []string{dhHosts[0], dhHosts[0], dhHosts[1], dhHosts[1], dhHosts[2], dhHosts[2], dhHosts[3], dhHosts[3]}
-)
+// The 4 worker pods of 2 slots of TestDiagnosisNamesTheHost.
+var dhHosts = []string{"dh-node-0-0.dh", "dh-node-0-1.dh", "dh-node-0-2.dh", "dh-node-0-3.dh"}
 
 func dhAnswered(evs map[string][]api.Event) []Worker {
 	var ws []Worker
@@ -530,30 +530,106 @@ func dhAnswered(evs map[string][]api.Event) []Worker {
 // TestEveryRankExits7NamesTheHost (issue 10): every rank runs `exit 7`;
 // Open MPI 4 names the first one without its host ("Process name:
 // [[18970,1],4] Exit code: 7", real output in testdata), and each lived
-// too briefly for its agent to see it. mpirun's default mapping of the
-// launcher's hostfile places it; an agent that did see it places it
-// first; without either the host stays unknown.
+// too briefly for its agent to see it. Without a report of where the rank
+// started, the host is unknown and the diagnosis says why; an agent that
+// saw it end places it.
 func TestEveryRankExits7NamesTheHost(t *testing.T) {
 	reports := reportsOf(t, "ompi4-every-rank-exit7.txt", at(3))
-	in := Input{Outcome: Outcome{Program: "mpirun.openmpi", ExitCode: 7}, Workers: dhAnswered(nil), Reports: reports,
-		Setup: Setup{RankHosts: dhRankHosts}}
-	wantRoot(t, Decide(in), CauseExit, "rank 4 on dh-node-0-2.dh (by mpirun's default mapping) exited with status 7")
+	in := Input{Outcome: Outcome{Program: "mpirun.openmpi", ExitCode: 7}, Workers: dhAnswered(nil), Reports: reports}
+	wantRoot(t, Decide(in), CauseExit, "rank 4 on an unknown host (mpirun.openmpi named none, and neither a report of where the rank started "+
+		"nor a worker-agent's account places it) exited with status 7")
 
-	// The agent of node 3 saw rank 4 end (the map is wrong, say, for a
-	// setting the launcher cannot see): the account wins.
 	in.Workers = dhAnswered(map[string][]api.Event{dhHosts[3]: {rankExit(2, 4, 90, "", -1)}})
 	wantRoot(t, Decide(in), CauseExit, "rank 4 on dh-node-0-3.dh (train) exited with status 7")
+}
 
-	// With the launcher's pod first in the hostfile (runLauncherAsNode).
-	in.Workers, in.Self = dhAnswered(nil), "dh-launcher-0-0.dh"
-	in.Setup.RankHosts = append([]string{in.Self, in.Self}, dhRankHosts[:6]...)
-	wantRoot(t, Decide(in), CauseExit, "rank 4 on dh-node-0-1.dh (by mpirun's default mapping)")
-	in.Reports = []Report{{Time: at(3), Kind: ReportExit, Rank: 1, ExitCode: 7}}
-	wantRoot(t, Decide(in), CauseExit, "rank 1 on dh-launcher-0-0.dh (the launcher's own pod, by mpirun's default mapping) exited with status 7")
+// TestHostFromTheMPIsReportOfWhereRanksStarted (issue 36): Trainer's
+// runLauncherAsNode hostfile (xp-node-0-0, xp-node-0-1, then the
+// launcher's own entry, 1 slot each); rank 1 exited with status 5 at once.
+// Open MPI 4 put mpirun's own node first (rank 0 on the launcher's pod,
+// rank 1 on xp-node-0-0), not the hostfile's order, which a model of the
+// mapping took for granted (and named xp-node-0-1). The daemons' reports of
+// each rank's binding, real output in testdata, say where each rank
+// started; so do Open MPI 5's (PRRTE 3.0) in its own words.
+func TestHostFromTheMPIsReportOfWhereRanksStarted(t *testing.T) {
+	for _, tc := range []struct {
+		file, program, self, want string
+	}{
+		{"ompi4.1-launcher-as-node-rank1-exit5.txt", "mpirun.openmpi", "xp-launcher-0-0.xp", "rank 1 on xp-node-0-0.xp exited with status 5"},
+		{"ompi4.1-tag-output-rank1-exit5.txt", "mpirun.openmpi", "xp-launcher-0-0.xp", "rank 1 on xp-node-0-0.xp exited with status 5"},
+		{"ompi5.0-launcher-as-node-rank1-exit5.txt", "mpirun", "x5-launcher-0-0.x5", "rank 1 on x5-node-0-0.x5 exited with status 5"},
+	} {
+		job := strings.SplitN(tc.self, ".", 2)[1]
+		reports, placed := collectedOf(t, tc.file, "", at(3))
+		in := Input{Outcome: Outcome{Program: tc.program, ExitCode: 5}, Self: tc.self, Reports: reports, Placed: placed,
+			Workers: []Worker{answered(job[:2] + "-node-0-0." + job), answered(job[:2] + "-node-0-1." + job)}}
+		wantRoot(t, Decide(in), CauseExit, tc.want)
+		// The same rank on the launcher's own pod: its report names it.
+		in.Reports = append(in.Reports[:len(in.Reports):len(in.Reports)], Report{Time: at(4), Kind: ReportExit, Rank: 0, ExitCode: 3})
+		for i := range in.Reports {
+			if in.Reports[i].Kind == ReportExit && in.Reports[i].Rank == 1 {
+				in.Reports[i].Rank = 0
+			}
+		}
+		wantRoot(t, Decide(in), CauseExit, "rank 0 on "+tc.self+" (the launcher's own pod) exited with status")
+	}
+	// Two reports that disagree place nothing.
+	in := Input{Placed: map[int][]string{2: {hostA, hostB}}, Reports: []Report{{Time: at(2), Kind: ReportExit, Rank: 2, ExitCode: 1}},
+		Workers: []Worker{answered(hostA), answered(hostB)}}
+	wantRoot(t, Decide(in), CauseExit, "rank 2 on an unknown host (the MPI reported it starting on "+hostA+" and "+hostB+")")
+}
 
-	// The placement unknown (another mapping): nobody knows.
-	in.Reports, in.Self, in.Setup.RankHosts = reports, "", nil
-	wantRoot(t, Decide(in), CauseExit, "rank 4 on an unknown host exited with status 7")
+// TestHydraNamesTheHostOfAFastExit (issue 36): MPICH's Hydra prints no
+// word of a rank that exits with a status; its list of exit codes
+// (-print-all-exitcodes, which the launcher asks for) names the host of
+// every process that failed, the launcher's own pod included (real output
+// of MPICH 4.0 in testdata).
+func TestHydraNamesTheHostOfAFastExit(t *testing.T) {
+	for _, tc := range []struct{ file, want string }{
+		{"mpich4.0-launcher-as-node-rank1-exit5.txt", "a rank on xp-node-0-1.xp exited with status 5"},
+		{"mpich4.0-launcher-as-node-rank2-exit5.txt", "a rank on xp-launcher-0-0.xp (the launcher's own pod) exited with status 5"},
+	} {
+		in := Input{Outcome: Outcome{Program: "/usr/bin/mpiexec.hydra", ExitCode: 5}, Self: "xp-launcher-0-0.xp",
+			Reports: reportsOfMPI(t, tc.file, mpi.MPICH, at(3)), Workers: []Worker{answered("xp-node-0-0.xp"), answered("xp-node-0-1.xp")}}
+		wantRoot(t, Decide(in), CauseExit, tc.want)
+	}
+}
+
+// TestHydraCodesReadRight (issue 36): MPICH's "EXIT CODE: 9" is the wait
+// status of a process SIGKILL ended, never exit(9) (MPICH 3.2 and later
+// print the block for signals only), and a SIGKILL beside a process that
+// exited with a status is Hydra's cleanup: MPICH 4.0's block named a rank
+// Hydra killed after rank 1 called exit(5) without MPI_Finalize, and Intel
+// MPI printed a block for each rank it killed (real output in testdata).
+func TestHydraCodesReadRight(t *testing.T) {
+	for _, tc := range []struct {
+		file   string
+		impl   mpi.Implementation
+		cause  string
+		want   string
+		others []string
+	}{
+		{"mpich4.0-mpi-rank1-exit5-cleanup.txt", mpi.MPICH, CauseExit, "a rank on vm exited with status 5",
+			[]string{"process 20041 on vm died of signal 9 (SIGKILL, killed) (Hydra kills the other processes when one fails)"}},
+		{"intelmpi2021.19-mpi-rank1-exit5.txt", mpi.IntelMPI, CauseExit, "a rank on vm exited with status 5",
+			[]string{"rank 0 on vm died of signal 9 (SIGKILL, killed) (Hydra kills", "rank 2 on vm died of signal 9"}},
+		{"mpich4.0-rank1-sigkill.txt", mpi.MPICH, CauseKilled, "process 780 on xp-node-0-1.xp died of signal 9 (SIGKILL, killed)", nil},
+		{"mpich4.0-rank1-sigsegv.txt", mpi.MPICH, CauseCrash, "process 861 on xp-node-0-1.xp died of signal 11 (SIGSEGV", nil},
+	} {
+		in := Input{Outcome: Outcome{Program: "mpiexec.hydra", ExitCode: 9}, Reports: reportsOfMPI(t, tc.file, tc.impl, at(3)),
+			Workers: []Worker{answered("xp-node-0-0.xp"), answered("xp-node-0-1.xp")}}
+		d := Decide(in)
+		wantRoot(t, d, tc.cause, tc.want)
+		lines := strings.Join(d.Lines(), "\n")
+		for _, o := range tc.others {
+			if !strings.Contains(lines, o) {
+				t.Errorf("%s: the others lack %q:\n%s", tc.file, o, lines)
+			}
+		}
+		if strings.Contains(lines, "exited with status 9") || strings.Count(d.Summary()+lines, "SIGSEGV") > 1 {
+			t.Errorf("%s: a wait status read as an exit status, or one process named twice:\n%s\n%s", tc.file, d.Summary(), lines)
+		}
+	}
 }
 
 // orted's session as the worker-agent of dh-node-0-2 recorded it in
@@ -589,7 +665,7 @@ func TestDaemonThatFailsAtStart(t *testing.T) {
 	// A session that ended with status 1 while mpirun tore the job down
 	// after a rank's failure is the cascade, as before.
 	in = Input{Workers: dhAnswered(map[string][]api.Event{dhHosts[1]: {ortedSession(3, 1)}}),
-		Reports: []Report{{Time: at(2), Kind: ReportExit, Rank: 0, ExitCode: 3}}, Setup: Setup{RankHosts: dhRankHosts}}
+		Placed: map[int][]string{0: {"dh-node-0-0"}}, Reports: []Report{{Time: at(2), Kind: ReportExit, Rank: 0, ExitCode: 3}}}
 	wantRoot(t, Decide(in), CauseExit, "rank 0 on dh-node-0-0.dh")
 }
 
