@@ -344,42 +344,15 @@ func TestAdoptionOpenMPI5(t *testing.T) {
 		t.Skipf("Open MPI 5: no trixie root in %s (make e2e-ompi5 builds it)", root)
 	}
 	ctx := testCtx(t, 5*time.Minute)
-	static := filepath.Join(work, "bin-static")
-	sbin, err := Build(ctx, mustModuleRoot(t), static, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(static, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	sbin, wrap := trixieSetup(t, ctx)
+	static := filepath.Dir(sbin.Launcher)
 	if err := LinkNames(ctx, static); err != nil {
 		t.Fatal(err)
 	}
-	wrapper := filepath.Join(work, "chroot-run")
-	if err := os.WriteFile(wrapper, []byte(chrootWrapper), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	wrap := []string{wrapper, root, work}
 	path := static + ":/usr/sbin:/usr/bin:/sbin:/bin" // the wrapper needs chroot from sbin
 
 	f := newFixture(t, "a5", 3)
-	for pod := 1; pod <= 3; pod++ {
-		home := filepath.Join(work, "home-"+f.c.Pod(pod).Hostname)
-		if err := MakeDir(home); err != nil {
-			t.Fatal(err)
-		}
-		p, err := StartAgent(context.Background(), f.c, pod, sbin, AgentOptions{AuthDir: authDir, Home: home, Wrap: wrap, Slots: 1,
-			Env: []string{"PATH=" + path}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.agents[pod] = p
-	}
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := WaitReady(rctx, f.c, f.agents); err != nil {
-		t.Fatal(err)
-	}
+	f.startTrixieAgents(t, ctx, sbin, wrap, AgentOptions{Slots: 1, Env: []string{"PATH=" + path}}, 1, 2, 3)
 	hf := writeHostfile(t, f, "sdk5", 1, 1, 2, 3)
 	fn := `echo "sdk-rank $OMPI_COMM_WORLD_RANK of $OMPI_COMM_WORLD_SIZE on $(hostname)"`
 	sdk := SDKCommand(hf, "$HOME/fn.sh", "sh", fn)

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"os"
@@ -119,11 +118,11 @@ func TestDiagnosisNamesTheHost(t *testing.T) {
 // that host.
 //
 // The MPI does not always say which rank failed: Open MPI 4 and 5 may end
-// without their "exited with non-zero status" block when the rank that
-// failed at once ran next to mpirun (measured with the rank on the
-// launcher's pod: Open MPI 4.1 left it out now and then, PRRTE 3.0 in 5 of
-// 6 runs), and Intel MPI's mpiexec sometimes ends with a proxy's SIGPIPE
-// (status 141) and no list. Such a run is run again, up to 3 times; when
+// without their "exited with non-zero status" block when a rank failed at
+// once (measured most with the rank next to mpirun, on the launcher's pod:
+// Open MPI 4.1 left it out now and then, PRRTE 3.0 in 5 of 6 runs; PRRTE
+// now and then for a worker's rank too), and Intel MPI's mpiexec sometimes
+// ends with a proxy's SIGPIPE (status 141) and no list. Such a run is run again, up to 3 times; when
 // the MPI never speaks, the diagnosis must not name another host for the
 // failure, and the test says so in its log.
 //
@@ -203,36 +202,8 @@ func TestDiagnosisHostFromEvidence(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(root, "usr/bin/prted")); err != nil {
 			t.Skipf("Open MPI 5: no trixie root in %s (make e2e-ompi5 builds it)", root)
 		}
-		static := filepath.Join(work, "bin-static")
-		sbin, err := Build(ctx, mustModuleRoot(t), static, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(static, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		wrapper := filepath.Join(work, "chroot-run")
-		if err := os.WriteFile(wrapper, []byte(chrootWrapper), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		wrap := []string{wrapper, root, work}
-		for pod := 1; pod <= 2; pod++ {
-			f.stopAgent(t, pod)
-			home := filepath.Join(work, "home5-"+f.c.Pod(pod).Hostname)
-			if err := MakeDir(home); err != nil {
-				t.Fatal(err)
-			}
-			p, err := StartAgent(context.Background(), f.c, pod, sbin, AgentOptions{AuthDir: authDir, Home: home, Wrap: wrap, Slots: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			f.agents[pod] = p
-		}
-		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		if err := WaitReady(rctx, f.c, f.agents); err != nil {
-			t.Fatal(err)
-		}
+		sbin, wrap := trixieSetup(t, ctx)
+		f.startTrixieAgents(t, ctx, sbin, wrap, AgentOptions{Slots: 1}, 1, 2)
 		each(t, []string{"mpirun"}, "OMPI_COMM_WORLD_RANK", func(t *testing.T, name string, flags, cmd []string) (result, string) {
 			run := f.nextRunDir()
 			p, err := StartLauncher(ctx, f.c, 0, sbin, LauncherOptions{AuthDir: authDir, RunDir: run, Wrap: wrap, Flags: flags, Command: cmd,

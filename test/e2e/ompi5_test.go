@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/podmpi/podmpi/test/harness"
 )
 
 // trixieRoot is the cached Debian trixie root with Open MPI 5.0 (PRRTE)
@@ -67,21 +69,8 @@ func TestOpenMPI5(t *testing.T) {
 		}
 	}
 	ctx := testCtx(t, 5*time.Minute)
-
-	// Static binaries: the trixie root has its own libc.
-	static := filepath.Join(work, "bin-static")
-	sbin, err := Build(ctx, mustModuleRoot(t), static, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(static, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	wrapper := filepath.Join(work, "chroot-run")
-	if err := os.WriteFile(wrapper, []byte(chrootWrapper), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	wrap := []string{wrapper, root, work}
+	sbin, wrap := trixieSetup(t, ctx)
+	wrapper := wrap[0]
 
 	f := newFixture(t, "o5", 3)
 
@@ -107,22 +96,7 @@ func TestOpenMPI5(t *testing.T) {
 	o, e, _, _ = f.c.Run(ctx, 0, -1, -1, []string{"HOME=" + out5}, wrapper, root, work, "mpirun", "--version")
 	t.Logf("trixie root: %s", strings.SplitN(strings.TrimSpace(o+e), "\n", 2)[0])
 
-	for pod := 1; pod <= 3; pod++ {
-		home := filepath.Join(work, "home5-"+f.c.Pod(pod).Hostname)
-		if err := MakeDir(home); err != nil {
-			t.Fatal(err)
-		}
-		p, err := StartAgent(context.Background(), f.c, pod, sbin, AgentOptions{AuthDir: authDir, Home: home, Wrap: wrap})
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.agents[pod] = p
-	}
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := WaitReady(rctx, f.c, f.agents); err != nil {
-		t.Fatal(err)
-	}
+	f.startTrixieAgents(t, ctx, sbin, wrap, AgentOptions{}, 1, 2, 3)
 
 	run := filepath.Join(work, "run-o5")
 	start := time.Now()
@@ -143,6 +117,55 @@ func TestOpenMPI5(t *testing.T) {
 		t.Errorf("the probe table does not show prted (Open MPI 5 detected?); output:\n%s", r.out)
 	}
 	f.noLeftovers(t, 5*time.Second)
+}
+
+// trixieSetup builds the launcher and worker-agent static (the trixie root
+// has its own libc) into work/bin-static and writes the chroot wrapper: the
+// binaries to run in the root, and the Wrap that runs them there.
+func trixieSetup(t *testing.T, ctx context.Context) (Binaries, []string) {
+	t.Helper()
+	static := filepath.Join(work, "bin-static")
+	sbin, err := Build(ctx, mustModuleRoot(t), static, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(static, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	wrapper := filepath.Join(work, "chroot-run")
+	if err := os.WriteFile(wrapper, []byte(chrootWrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return sbin, []string{wrapper, trixieRoot(), work}
+}
+
+// startTrixieAgents (re)starts the worker-agent of each pod chrooted into
+// the trixie root (sbin, wrap: trixieSetup) with o, a home of its own
+// unless o names one, and waits until they are ready.
+func (f *fixture) startTrixieAgents(t *testing.T, ctx context.Context, sbin Binaries, wrap []string, o AgentOptions, pods ...int) {
+	t.Helper()
+	o.AuthDir, o.Wrap = authDir, wrap
+	started := map[int]*harness.Proc{}
+	for _, pod := range pods {
+		f.stopAgent(t, pod)
+		po := o
+		if po.Home == "" {
+			po.Home = filepath.Join(work, "home5-"+f.c.Pod(pod).Hostname)
+		}
+		if err := MakeDir(po.Home); err != nil {
+			t.Fatal(err)
+		}
+		p, err := StartAgent(context.Background(), f.c, pod, sbin, po)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.agents[pod], started[pod] = p, p
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := WaitReady(rctx, f.c, started); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func mustModuleRoot(t *testing.T) string {
