@@ -229,10 +229,10 @@ func (c *Collector) add(r Report) {
 // complete lines for mpirun's failure messages and its reports of where
 // ranks run. Use one per stream: each keeps its own partial line. Until
 // Expect says the launcher asked mpirun for lines of its own, every byte
-// passes at once (one Write to w per Write); after, a line that may be one
-// of them is held until it is known (a few dozen bytes at most for a
-// binding report, the whole line for Hydra's list of exit codes), and
-// dropped if it is.
+// passes at once (one Write to w per Write); after, a line that may be one of
+// them is held until it is known (for a binding report, once
+// its first words are read; for Hydra's list of exit codes, at its end),
+// and dropped if it is: any other line passes as soon as it differs.
 func (c *Collector) Writer(w io.Writer) io.Writer {
 	return &scanWriter{w: w, c: c}
 }
