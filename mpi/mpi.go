@@ -60,9 +60,21 @@ const (
 	Bootstrap
 	// BootstrapExec is Hydra's launcher program (the rsh program's path).
 	BootstrapExec
-	// KeepFQDN keeps the domain of hostfile names (Open MPI strips it by
-	// default, and the short name does not resolve on Kubernetes).
+	// KeepFQDN keeps the domain of hostfile names (Open MPI 4 strips it by
+	// default and starts its daemons on the short name, which does not
+	// resolve on Kubernetes).
 	KeepFQDN
+	// ShortNodeNames is Open MPI 5's (PRRTE's) keep_fqdn_hostnames, which
+	// podmpi sets to false, PRRTE's own default and the value Kubeflow
+	// Trainer v2.4 sets: PRRTE then names each node by its first label,
+	// takes the launcher's own hostfile entry (<pod>.<subdomain>) for the
+	// node it runs on and starts that entry's ranks itself, and still
+	// starts the other daemons over ssh on the hostfile's full names (seen
+	// with PRRTE 3.0 of Open MPI 5.0.7: podmpi-rsh gets <pod>.<subdomain>).
+	// With true it compares whole names, takes that entry for another
+	// host and starts a daemon on the launcher's own pod over ssh, where
+	// no worker-agent listens.
+	ShortNodeNames
 	// DefaultHostfile is the hostfile mpirun reads when the command names
 	// none.
 	DefaultHostfile
@@ -87,6 +99,19 @@ const (
 	FabricIface
 	// NoTreeSpawn makes mpirun start every remote daemon itself.
 	NoTreeSpawn
+	// NoSingleCopy turns off Open MPI's single-copy shared memory (CMA,
+	// process_vm_readv), which needs ptrace rights over the peer rank: a
+	// container without CAP_SYS_PTRACE on a node with Yama's ptrace_scope
+	// 1 (Ubuntu's default) has none, and ranks on one pod then fail on
+	// their first large message. podmpi's images set it in their ENV; the
+	// launcher sets it for images that do not. Open MPI forwards it to the
+	// ranks on every node.
+	NoSingleCopy
+	// ShmByName makes UCX (MPICH's ch4:ucx) map a peer rank's shared
+	// memory segment by its name under /dev/shm instead of through the
+	// peer's /proc/<pid>/fd, which needs ptrace read access; Hydra passes
+	// the launcher's environment to every rank.
+	ShmByName
 	// AllowRoot lets Open MPI run as uid 0.
 	AllowRoot
 )
@@ -163,12 +188,11 @@ type Flavour struct {
 	// runLauncherAsWorker) must be written as its host name, because the
 	// launcher starts processes on its own host without the rsh program
 	// only for entries equal to gethostname(), one of its addresses or
-	// localhost (Hydra's MPL_host_is_local compares strings); an entry such
-	// as tj-launcher-0-0.tj would go through podmpi-rsh to a pod where no
-	// worker-agent listens. Open MPI 5's PRRTE compares strings too: it
-	// resolves a name only with prte_do_not_resolve off, which is on by
-	// default (PRRTE 3.0, Debian trixie's Open MPI 5.0). Open MPI 4's ORTE
-	// resolves names and needs no help.
+	// localhost (Hydra's MPL_host_is_local compares strings; so does
+	// PRRTE, with the domain stripped unless keep_fqdn_hostnames is true,
+	// which a user may set: see ShortNodeNames); an entry such as
+	// tj-launcher-0-0.tj would go through podmpi-rsh to a pod where no
+	// worker-agent listens. Open MPI 4 resolves names and needs no help.
 	SelfByHostname bool
 	// BootstrapExecByName: the launcher program hands its bootstrap program
 	// (BootstrapExec) down to the proxies it starts on the workers, and
@@ -195,6 +219,7 @@ var table = []Flavour{
 			{IfaceInclude, []string{"OMPI_MCA_oob_tcp_if_include"}, []string{"OMPI_MCA_oob_tcp_if_exclude"}},
 			{IfaceInclude, []string{"OMPI_MCA_btl_tcp_if_include"}, []string{"OMPI_MCA_btl_tcp_if_exclude"}},
 			{NoTreeSpawn, []string{"OMPI_MCA_plm_rsh_no_tree_spawn"}, nil},
+			{NoSingleCopy, []string{"OMPI_MCA_btl_vader_single_copy_mechanism"}, nil},
 			{AllowRoot, []string{"OMPI_ALLOW_RUN_AS_ROOT"}, nil},
 			{AllowRoot, []string{"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"}, nil},
 		},
@@ -206,13 +231,17 @@ var table = []Flavour{
 		SelfByHostname: true,
 		Params: []Param{
 			{RshAgent, []string{"PRTE_MCA_plm_ssh_agent", "OMPI_MCA_plm_rsh_agent"}, []string{"OMPI_MCA_plm_ssh_agent", "PRTE_MCA_plm_rsh_agent", "OMPI_MCA_orte_rsh_agent"}},
-			{KeepFQDN, []string{"PRTE_MCA_prte_keep_fqdn_hostnames", "OMPI_MCA_orte_keep_fqdn_hostnames"}, []string{"OMPI_MCA_prte_keep_fqdn_hostnames"}},
+			// Not OMPI_MCA_orte_keep_fqdn_hostnames, which Trainer and
+			// mpi-operator set for Open MPI 4: Open MPI 5 does not read it.
+			{ShortNodeNames, []string{"PRTE_MCA_prte_keep_fqdn_hostnames"}, []string{"OMPI_MCA_prte_keep_fqdn_hostnames"}},
 			{DefaultHostfile, []string{"PRTE_MCA_prte_default_hostfile", "OMPI_MCA_orte_default_hostfile"}, []string{"OMPI_MCA_prte_default_hostfile"}},
 			{DefaultSlots, []string{"PRTE_MCA_prte_set_default_slots", "OMPI_MCA_orte_set_default_slots"}, []string{"OMPI_MCA_prte_set_default_slots"}},
 			{IfaceInclude, []string{"PRTE_MCA_oob_tcp_if_include", "OMPI_MCA_oob_tcp_if_include"}, []string{"PRTE_MCA_oob_tcp_if_exclude", "OMPI_MCA_oob_tcp_if_exclude"}},
 			// btl is a framework of the MPI library, not of PRRTE: OMPI_MCA_ only.
 			{IfaceInclude, []string{"OMPI_MCA_btl_tcp_if_include"}, []string{"OMPI_MCA_btl_tcp_if_exclude"}},
 			{NoTreeSpawn, []string{"PRTE_MCA_plm_ssh_no_tree_spawn", "OMPI_MCA_plm_rsh_no_tree_spawn"}, nil},
+			// Open MPI 5 renamed the vader BTL sm and keeps vader's names as synonyms.
+			{NoSingleCopy, []string{"OMPI_MCA_btl_sm_single_copy_mechanism"}, []string{"OMPI_MCA_btl_vader_single_copy_mechanism"}},
 			{AllowRoot, []string{"OMPI_ALLOW_RUN_AS_ROOT", "PRTE_ALLOW_RUN_AS_ROOT"}, nil},
 			{AllowRoot, []string{"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "PRTE_ALLOW_RUN_AS_ROOT_CONFIRM"}, nil},
 		},
@@ -227,6 +256,7 @@ var table = []Flavour{
 			{BootstrapExec, []string{"HYDRA_LAUNCHER_EXEC"}, []string{"HYDRA_BOOTSTRAP_EXEC"}},
 			{DefaultHostfile, []string{"HYDRA_HOST_FILE"}, nil},
 			{Iface, []string{"HYDRA_IFACE"}, nil},
+			{ShmByName, []string{"UCX_POSIX_USE_PROC_LINK"}, nil},
 		},
 		Ignored: []Ignored{{
 			Name: "HYDRA_LAUNCH_EXTRA_ARGS", Use: "HYDRA_LAUNCHER_EXTRA_ARGS",

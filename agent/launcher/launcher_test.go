@@ -581,10 +581,10 @@ func TestPrepareRefusedPeerIsExplained(t *testing.T) {
 	}
 }
 
-// Hydra and Open MPI 5's PRRTE start ranks on the launcher's own host
-// without ssh only for an entry equal to its host name: the launcher writes
-// its own entry so. Open MPI 4 resolves the name.
-func TestHydraSelfEntryIsHostName(t *testing.T) {
+// Hydra, and PRRTE under keep_fqdn_hostnames=true, start ranks on the
+// launcher's own host without ssh only for an entry equal to its host
+// name: the launcher writes its own entry so.
+func TestSelfEntryIsHostName(t *testing.T) {
 	host, err := os.Hostname()
 	if err != nil {
 		t.Skip(err)

@@ -61,9 +61,10 @@ var execve = syscall.Exec
 //     hosts itself (-H, --host, -hosts), or nothing names any worker (no
 //     hostfile option, no PODMPI_WORKERS/HOSTFILE/DISCOVERY_* setting, no
 //     MPI default-hostfile variable, no /etc/mpi/hostfile): a local run.
-//     The one setting it still gets is Open MPI's keep_fqdn_hostnames,
-//     unless the user set it (mpirun.DirectEnv): horovodrun's
-//     `mpirun -H w-0.job:1,...` fails without it. Trainer's status
+//     The one setting it still gets is Open MPI's keep_fqdn_hostnames
+//     (true for Open MPI 4, PRRTE's false for Open MPI 5), unless the user
+//     set it (mpirun.DirectEnv): horovodrun's `mpirun -H w-0.job:1,...`
+//     fails without it under Open MPI 4. Trainer's status
 //     variables are removed: nothing of podmpi's serves these ranks an
 //     endpoint, and Trainer's token must not reach them;
 //   - or runs the job as RunJob does, with the real program as the command.

@@ -315,7 +315,7 @@ func TestRunShimDirectKeepsFQDN(t *testing.T) {
 	}{
 		{name: "open mpi 4", beside: "orted", want: []string{"OMPI_MCA_orte_keep_fqdn_hostnames=1"}},
 		{name: "open mpi 5", beside: "prted",
-			want: []string{"PRTE_MCA_prte_keep_fqdn_hostnames=1", "OMPI_MCA_orte_keep_fqdn_hostnames=1"}},
+			want: []string{"PRTE_MCA_prte_keep_fqdn_hostnames=false"}, absent: []string{"OMPI_MCA_orte_keep_fqdn_hostnames=1"}},
 		{name: "user's value kept", beside: "orted", user: []string{"OMPI_MCA_orte_keep_fqdn_hostnames=0"},
 			want: []string{"OMPI_MCA_orte_keep_fqdn_hostnames=0"}, absent: []string{"OMPI_MCA_orte_keep_fqdn_hostnames=1"}},
 		{name: "mpich", beside: "hydra_pmi_proxy", absent: []string{"OMPI_MCA_orte_keep_fqdn_hostnames=1"}},

@@ -144,11 +144,32 @@ func (w Wiring) bootstrapExec(f mpi.Flavour) string {
 }
 
 func keepFQDNNote(name, v string) string {
-	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "0", "false", "no", "f", "n":
+	if b, ok := mcaBool(v); ok && !b {
 		return name + "=" + v + " makes Open MPI strip the domain from hostfile names (job-node-0-1.job becomes job-node-0-1), which does not resolve on Kubernetes; unset it"
 	}
 	return ""
+}
+
+// shortNodeNamesNote explains a user's PRRTE keep_fqdn_hostnames=true
+// (mpi.ShortNodeNames), which podmpi keeps.
+func shortNodeNamesNote(name, v string) string {
+	if b, ok := mcaBool(v); !ok || !b {
+		return ""
+	}
+	return name + "=" + v + " makes PRRTE compare hostfile names whole: the launcher's own entry (<pod>.<subdomain>, Trainer's runLauncherAsNode) " +
+		"would read as another host and get a daemon over ssh, so the launcher writes that entry as this pod's host name; unset it unless you need it"
+}
+
+// mcaBool reads an MCA boolean value as Open MPI does (1, true, yes, on
+// and their opposites, case-insensitively).
+func mcaBool(v string) (value, ok bool) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "1", "true", "yes", "y", "t", "on":
+		return true, true
+	case "0", "false", "no", "n", "f", "off":
+		return false, true
+	}
+	return false, false
 }
 
 // params gives every launch parameter of w.Impl its value; a parameter
@@ -195,6 +216,8 @@ func (w Wiring) params(path string) []param {
 			}
 		case mpi.KeepFQDN:
 			q.value, q.keptNote = "1", keepFQDNNote
+		case mpi.ShortNodeNames:
+			q.value, q.keptNote = "false", shortNodeNamesNote
 		case mpi.DefaultHostfile:
 			q.value = w.Hostfile
 		case mpi.DefaultSlots:
@@ -211,6 +234,10 @@ func (w Wiring) params(path string) []param {
 			if w.MultiNIC {
 				q.value = w.Iface
 			}
+		case mpi.NoSingleCopy:
+			q.value = "none"
+		case mpi.ShmByName:
+			q.value = "n"
 		case mpi.NoTreeSpawn:
 			if w.NoTreeSpawn {
 				q.value = "1"
@@ -296,12 +323,14 @@ func (w Wiring) Env(base []string) (env []string, report []Setting) {
 // keep_fqdn_hostnames: without it Open MPI 4 strips the subdomain from
 // `-H tj-node-0-1.tj` and starts its daemon on tj-node-0-1, a name that
 // does not resolve in a pod (Trainer and mpi-operator set it in the
-// launcher pod; docker-compose and hand-written pods do not). A value the
-// user set is kept and reported, as Env keeps it.
+// launcher pod; docker-compose and hand-written pods do not); Open MPI 5
+// gets PRRTE's false (mpi.ShortNodeNames), with which it still starts its
+// daemons on the full names given. A value the user set is kept and
+// reported, as Env keeps it.
 func DirectEnv(impl mpi.Implementation, base []string) (env []string, report []Setting) {
 	var ps []param
 	for _, p := range (Wiring{Impl: impl}).params("") {
-		if p.Role == mpi.KeepFQDN {
+		if p.Role == mpi.KeepFQDN || p.Role == mpi.ShortNodeNames {
 			ps = append(ps, p)
 		}
 	}

@@ -157,7 +157,6 @@ func TestEnvOpenMPI5SetsBothNamings(t *testing.T) {
 	m := envMap(first(baseWiring(mpi.OpenMPI5).Env(nil)))
 	pairs := [][2]string{
 		{"PRTE_MCA_plm_ssh_agent", "OMPI_MCA_plm_rsh_agent"},
-		{"PRTE_MCA_prte_keep_fqdn_hostnames", "OMPI_MCA_orte_keep_fqdn_hostnames"},
 		{"PRTE_MCA_prte_default_hostfile", "OMPI_MCA_orte_default_hostfile"},
 		{"PRTE_MCA_prte_set_default_slots", "OMPI_MCA_orte_set_default_slots"},
 		{"PRTE_MCA_oob_tcp_if_include", "OMPI_MCA_oob_tcp_if_include"},
@@ -232,7 +231,7 @@ func TestEnvUserValueKeptAndReported(t *testing.T) {
 		}
 		if impl == mpi.OpenMPI5 {
 			// The other naming is not set either: PRRTE would prefer it.
-			for _, k := range []string{"PRTE_MCA_prte_default_hostfile", "PRTE_MCA_prte_set_default_slots", "PRTE_MCA_prte_keep_fqdn_hostnames"} {
+			for _, k := range []string{"PRTE_MCA_prte_default_hostfile", "PRTE_MCA_prte_set_default_slots"} {
 				if v, ok := m[k]; ok {
 					t.Errorf("OpenMPI5: %s=%q set although the user set its OMPI_MCA_ twin", k, v)
 				}
@@ -529,6 +528,116 @@ func TestEnvSshOnPathIsPodmpis(t *testing.T) {
 			t.Errorf("%s %s with %s: not reported as overriding the wiring: %+v", tc.impl, tc.kv, tc.path, rep)
 		case tc.overrides && strings.HasSuffix(tc.kv, "=ssh") && !strings.Contains(rep[i].Note, "on PATH"):
 			t.Errorf("%s %s with %s: the note does not say where ssh is: %q", tc.impl, tc.kv, tc.path, rep[i].Note)
+		}
+	}
+}
+
+// The variables the operators set in the launcher for Open MPI, as the
+// launcher sees them after dropping the default-hostfile variables that
+// name the hostfile it read (DropHostfileVarsNaming).
+var (
+	// mpiOperatorEnv is mpi-operator v0.8.2's (v2beta1 MPIJob).
+	mpiOperatorEnv = []string{
+		"OMPI_MCA_orte_keep_fqdn_hostnames=true",
+		"OMPI_MCA_orte_set_default_slots=2",
+		"OMPI_MCA_plm_rsh_args=-o ConnectionAttempts=10",
+	}
+	// trainerORTEEnv is Trainer v2's before v2.4: the ORTE four.
+	trainerORTEEnv = mpiOperatorEnv
+	// trainerPRTEEnv are the four PRTE values Trainer v2.4 adds.
+	trainerPRTEEnv = []string{
+		"PRTE_MCA_prte_keep_fqdn_hostnames=false",
+		"PRTE_MCA_prte_set_default_slots=2",
+		"PRTE_MCA_plm_ssh_args=-o ConnectionAttempts=10",
+	}
+)
+
+// TestEnvOpenMPI5TrainerValues: under Open MPI 5 (PRRTE) podmpi sets
+// PRRTE's keep_fqdn_hostnames to false (never 1: with true and the
+// launcher's own entry in the hostfile, PRRTE starts a daemon on the
+// launcher's own pod over ssh), keeps Trainer v2.4's PRTE values and
+// mpi-operator's, and replaces only the hostfile (dropped before Env when
+// it names the file the launcher read).
+func TestEnvOpenMPI5TrainerValues(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		base []string
+		// keep is PRTE_MCA_prte_keep_fqdn_hostnames in the result; kept
+		// says the user's value stands.
+		keep string
+		kept bool
+		note string // in the keep_fqdn setting's note
+	}{
+		{name: "no operator values", keep: "false"},
+		{name: "mpi-operator v0.8.2", base: mpiOperatorEnv, keep: "false"},
+		{name: "trainer before v2.4", base: trainerORTEEnv, keep: "false"},
+		{name: "trainer v2.4", base: append(slices.Clone(trainerORTEEnv), trainerPRTEEnv...), keep: "false", kept: true},
+		{name: "user forces true", base: []string{"PRTE_MCA_prte_keep_fqdn_hostnames=true"}, keep: "true", kept: true,
+			note: "writes that entry as this pod's host name"},
+		{name: "user forces true, OMPI_ spelling", base: []string{"OMPI_MCA_prte_keep_fqdn_hostnames=1"}, kept: true,
+			note: "writes that entry as this pod's host name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env, rep := baseWiring(mpi.OpenMPI5).Env(tc.base)
+			m := envMap(env)
+			if m["PRTE_MCA_prte_keep_fqdn_hostnames"] != tc.keep {
+				t.Errorf("PRTE_MCA_prte_keep_fqdn_hostnames=%q, want %q", m["PRTE_MCA_prte_keep_fqdn_hostnames"], tc.keep)
+			}
+			i := slices.IndexFunc(rep, func(s Setting) bool { return s.Name == "PRTE_MCA_prte_keep_fqdn_hostnames" })
+			if i < 0 || rep[i].Kept != tc.kept || rep[i].Value != "false" || !strings.Contains(rep[i].Note, tc.note) || (tc.note == "" && rep[i].Note != "") {
+				t.Errorf("keep_fqdn report %+v, want kept=%v note %q", rep, tc.kept, tc.note)
+			}
+			if v, ok := m["OMPI_MCA_orte_keep_fqdn_hostnames"]; ok && !slices.Contains(tc.base, "OMPI_MCA_orte_keep_fqdn_hostnames="+v) {
+				t.Errorf("podmpi set OMPI_MCA_orte_keep_fqdn_hostnames=%s, which Open MPI 5 does not read", v)
+			}
+			// The hostfile is the launcher's, under both names; the
+			// operators' slots, ssh arguments and ORTE values stand.
+			for _, k := range []string{"PRTE_MCA_prte_default_hostfile", "OMPI_MCA_orte_default_hostfile"} {
+				if m[k] != "/tmp/podmpi-123/hostfile" {
+					t.Errorf("%s=%q, want the launcher's hostfile", k, m[k])
+				}
+			}
+			for _, kv := range tc.base {
+				k, v, _ := strings.Cut(kv, "=")
+				if m[k] != v {
+					t.Errorf("the operator's %s changed to %q", kv, m[k])
+				}
+			}
+			for _, kv := range env {
+				if strings.HasPrefix(kv, "PRTE_MCA_plm_ssh_args=") && !slices.Contains(tc.base, kv) {
+					t.Errorf("podmpi set %s", kv)
+				}
+			}
+		})
+	}
+}
+
+// TestEnvContainerDefaults: the settings a pod without ptrace rights needs
+// for shared memory between ranks, which podmpi's images set in their ENV
+// and a user's image lacks, are set when unset and kept when set.
+func TestEnvContainerDefaults(t *testing.T) {
+	for impl, kv := range map[mpi.Implementation]string{
+		mpi.OpenMPI4: "OMPI_MCA_btl_vader_single_copy_mechanism=none",
+		mpi.OpenMPI5: "OMPI_MCA_btl_sm_single_copy_mechanism=none",
+		mpi.MPICH:    "UCX_POSIX_USE_PROC_LINK=n",
+	} {
+		k, v, _ := strings.Cut(kv, "=")
+		if got := envMap(first(baseWiring(impl).Env(goldenBase)))[k]; got != v {
+			t.Errorf("%s: %s=%q, want %q", impl, k, got, v)
+		}
+		if got := envMap(first(baseWiring(impl).Env([]string{k + "=cma"})))[k]; got != "cma" {
+			t.Errorf("%s: the user's %s=cma became %q", impl, k, got)
+		}
+	}
+	// Open MPI 5 reads the old vader name as a synonym: a user's value
+	// under it stops podmpi's.
+	m := envMap(first(baseWiring(mpi.OpenMPI5).Env([]string{"OMPI_MCA_btl_vader_single_copy_mechanism=cma"})))
+	if _, ok := m["OMPI_MCA_btl_sm_single_copy_mechanism"]; ok {
+		t.Error("OMPI_MCA_btl_sm_single_copy_mechanism set although the user set its vader synonym")
+	}
+	for _, kv := range first(baseWiring(mpi.IntelMPI).Env(goldenBase)) {
+		if strings.HasPrefix(kv, "UCX_") || strings.Contains(kv, "single_copy") {
+			t.Errorf("Intel MPI env has %s", kv)
 		}
 	}
 }
