@@ -43,7 +43,9 @@
 // the wait, never lengthen it: at most N attempts, and at most N x S in all
 // (see runner.retry). PODMPI_SSH_WAIT=0 turns waiting off: ConnectionAttempts
 // attempts one second apart, as OpenSSH. Permanent failures (auth, host key,
-// handshake with something that is not worker-agent) end at once.
+// handshake with something that is not worker-agent) end at once, and so
+// does, on the launcher's own pod, a connection refused by an address of
+// that pod: no worker-agent runs there (phase not-worker-agent, naming it).
 //
 // # Configuration
 //
@@ -534,6 +536,9 @@ func (r *runner) dial(ctx context.Context, opts Options, port int, cfg sshclient
 	n, f := rt.Do(ctx, func(actx context.Context) *sshclient.Failure {
 		c, f := sshclient.Dial(actx, opts.Host, port, cfg)
 		client = c
+		if ip := refusedHere(f); ip != nil && !cfg.Launcher.IsZero() {
+			return launcherPodFailure(f, ip, cfg.Launcher.Hostname)
+		}
 		return f
 	})
 	if f != nil && n > 1 {
