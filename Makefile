@@ -151,4 +151,4 @@ clean-stale:
 	$(GO) run ./test/harness/cmd/harness-cleanup
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) $(BIN)/../libexec

@@ -13,8 +13,11 @@
 #                        VM without CAP_SYS_RESOURCE refuses)
 
 # The binaries of /opt/podmpi/bin, as scripts/build.sh (make build) makes
-# them; every other name there is a link to one of them.
-podmpi_binaries=(launcher podmpi-rsh worker-agent)
+# them; every other name there is a link to one of them (worker-agent to
+# the launcher, which runs the real one of podmpi_libexec).
+podmpi_binaries=(launcher podmpi-rsh)
+# The binaries of /opt/podmpi/libexec, make build's ../libexec next to bin.
+podmpi_libexec=(worker-agent)
 
 die() { echo "error: $*" >&2; exit 1; }
 note() { echo "== $*" >&2; }

@@ -4,8 +4,18 @@
 #
 #   COPY --from=ghcr.io/podmpi/podmpi:v0.1.0 /opt/podmpi /opt/podmpi
 #
-#   /opt/podmpi/bin/worker-agent     the worker container's command (cgo, NVML
-#                                    through dlopen); needs glibc 2.28 or later
+# or, for an image you do not rebuild, an init container that copies the
+# tree into an emptyDir the launcher and worker containers mount at
+# /opt/podmpi (the image has no shell and no cp; the static launcher copies):
+#
+#   command: [/opt/podmpi/bin/launcher, install, /podmpi]
+#
+#   /opt/podmpi/bin/worker-agent     the worker container's command: -> launcher,
+#                                    which checks that the image can run the
+#                                    real one (exit 75 naming what is missing)
+#                                    and runs it
+#   /opt/podmpi/libexec/worker-agent the real worker-agent (cgo, NVML through
+#                                    dlopen); needs glibc 2.28 or later
 #   /opt/podmpi/bin/launcher         the launcher container's command (static)
 #   /opt/podmpi/bin/podmpi-rsh       the ssh-compatible client (static): a
 #                                    relay of the launcher's shared
@@ -19,9 +29,9 @@
 #   /opt/podmpi/sbom/<binary>.go-version-m.txt   "go version -m" of each
 #   /opt/podmpi/LICENSE, /opt/podmpi/NOTICE
 #
-# bin/ is laid out exactly as "make build" lays out ./bin (scripts/build.sh
-# makes both); images/layout.sh writes the rest, here and for images/build.sh
-# with PODMPI_PREBUILT. Putting /opt/podmpi/bin first on PATH is the whole
+# bin/ and libexec/ are laid out exactly as "make build" lays out ./bin and
+# ./libexec (scripts/build.sh makes both); images/layout.sh writes the rest,
+# here and for images/build.sh with PODMPI_PREBUILT. Putting /opt/podmpi/bin first on PATH is the whole
 # integration:
 #
 #   ENV PATH=/opt/podmpi/bin:$PATH

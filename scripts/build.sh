@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# make build: podmpi's binaries in OUTDIR (default bin), laid out exactly
-# as /opt/podmpi/bin of the binaries-only image (images/podmpi.Dockerfile):
+# make build: podmpi's binaries in OUTDIR (default bin) and OUTDIR/../libexec,
+# laid out exactly as /opt/podmpi/bin and /opt/podmpi/libexec of the
+# binaries-only image (images/podmpi.Dockerfile):
 #
 #   launcher       static (CGO_ENABLED=0): starts on any Linux
 #   podmpi-rsh     static: the ssh program mpirun starts once per worker, a
 #                  small relay of the launcher's shared connections that runs
 #                  the launcher's full client where no launcher shares
 #                  (cmd/launcher/podmpi-rsh)
-#   worker-agent   cgo (NVML through dlopen), linked against Debian bullseye's
-#                  glibc 2.31 as the C compiler's sysroot, so that it asks for
-#                  no glibc symbol newer than PODMPI_GLIBC_MAX (2.28) and
-#                  starts on UBI 8, Debian 11, Ubuntu 20.04 and later
+#   worker-agent   relative symlink to launcher, which checks that the image
+#                  can run the real one (glibc's loader and libc of the
+#                  versions it needs; exit 75 naming what is missing) and
+#                  runs ../libexec/worker-agent
+#   ../libexec/worker-agent
+#                  the real worker-agent: cgo (NVML through dlopen), linked
+#                  against Debian bullseye's glibc 2.31 as the C compiler's
+#                  sysroot, so that it asks for no glibc symbol newer than
+#                  PODMPI_GLIBC_MAX (2.28) and starts on UBI 8, Debian 11,
+#                  Ubuntu 20.04 and later
 #   ssh            relative symlink to podmpi-rsh
 #   mpirun, mpiexec, mpiexec.hydra
 #                  relative symlinks to launcher (`launcher names` lists
@@ -44,7 +51,8 @@ max=${PODMPI_GLIBC_MAX:-2.28}
 version=${VERSION:-devel}
 commit=${COMMIT:-unknown}
 ldflags="-s -w -X github.com/podmpi/podmpi/agent/version.Version=$version -X github.com/podmpi/podmpi/agent/version.Commit=$commit"
-mkdir -p "$out"
+mkdir -p "$out" "$out/../libexec"
+libexec=$(cd "$out/../libexec" && pwd)
 cd "$root"
 
 goarch=${GOARCH:-$("$go" env GOARCH)}
@@ -66,6 +74,9 @@ if [ "$goarch" = "$hostarch" ]; then
   links=$("$out/launcher" names)
 else
   links=$(GOARCH="$hostarch" CGO_ENABLED=0 "$go" run ./cmd/launcher names)
+fi
+if [ -f "$out/worker-agent" ] && [ ! -L "$out/worker-agent" ]; then
+  rm -f "$out/worker-agent" # the real one, from a build before it moved to libexec/
 fi
 while read -r n target; do
   [ -n "$n" ] || continue
@@ -112,36 +123,37 @@ else
     desc="this machine's glibc ($(ldd --version 2>/dev/null | sed -n 1p))"
   fi
 fi
-echo "CGO_ENABLED=1 CC=\"$ccline\" $go build -o $out/worker-agent ./cmd/worker-agent  ($goarch)"
+agent=$libexec/worker-agent
+echo "CGO_ENABLED=1 CC=\"$ccline\" $go build -o $agent ./cmd/worker-agent  ($goarch)"
 # go-nvml's header marks functions deprecated that it still wraps: those
 # warnings are not ours to fix.
 CGO_ENABLED=1 CC="$ccline" CGO_CFLAGS="${CGO_CFLAGS:--O2 -g -Wno-deprecated-declarations}" \
-  "$go" build -trimpath -ldflags "$ldflags" -o "$out/worker-agent" ./cmd/worker-agent
+  "$go" build -trimpath -ldflags "$ldflags" -o "$agent" ./cmd/worker-agent
 
 # The newest glibc symbol version worker-agent asks for.
 if command -v objdump >/dev/null; then
-  syms=$(objdump -T "$out/worker-agent")
+  syms=$(objdump -T "$agent")
 elif command -v readelf >/dev/null; then
-  syms=$(readelf --dyn-syms -W "$out/worker-agent")
+  syms=$(readelf --dyn-syms -W "$agent")
 else
-  echo "build: neither objdump nor readelf (binutils) to check $out/worker-agent's glibc versions" >&2; exit 1
+  echo "build: neither objdump nor readelf (binutils) to check $agent's glibc versions" >&2; exit 1
 fi
 need=$(grep -o 'GLIBC_[0-9.]*' <<<"$syms" | sed 's/GLIBC_//' | sort -V | tail -1)
 need=${need:-none}
 newest=$(printf '%s\n%s\n' "$need" "$max" | sort -V | tail -1)
 if [ "$need" = none ] || [ "$newest" = "$max" ]; then
-  echo "$out/worker-agent: needs glibc >= $need (linked against $desc); starts on glibc $max and later"
+  echo "$agent: needs glibc >= $need (linked against $desc); starts on glibc $max and later"
   exit 0
 fi
 if [ -n "$fallback" ]; then
   {
     echo "################################################################################"
-    echo "WARNING: $out/worker-agent needs glibc >= $need: linked against $desc."
+    echo "WARNING: $agent needs glibc >= $need: linked against $desc."
     echo "  It will not start on bases with an older glibc (UBI 8: 2.28, Debian 11: 2.31,"
     echo "  Ubuntu 20.04: 2.31). Cause: $fallback."
     echo "################################################################################"
   } >&2
   exit 0
 fi
-echo "build: $out/worker-agent needs glibc >= $need although it was linked against $desc; want $max at most" >&2
+echo "build: $agent needs glibc >= $need although it was linked against $desc; want $max at most" >&2
 exit 1

@@ -54,6 +54,14 @@ const (
 	// can vanish without closing mpirun's connections); the launcher
 	// stopped it. An mpirun that exits on its own keeps its code.
 	WorkerGone Code = 74
+	// ImageUnsupported: the image cannot run podmpi's part in it: the real
+	// worker-agent (cgo) needs glibc's dynamic loader and libraries of the
+	// symbol versions it was linked against (glibc 2.28 or later; a musl
+	// image such as Alpine has none), or the podmpi tree is incomplete (an
+	// install that did not finish, no libexec/worker-agent). Checked
+	// before anything of the image runs, instead of the kernel's "no such
+	// file or directory" or the loader's "GLIBC_2.28 not found".
+	ImageUnsupported Code = 75
 	// RemoteShell: the rsh client could not run the remote command (DNS, TCP,
 	// handshake, host key or authentication failure). Same value as OpenSSH's
 	// ssh(1) uses, which Open MPI and Hydra already understand.
@@ -87,6 +95,7 @@ var Table = []Entry{
 	{SlotsUnknown, "slots-unknown", "launcher", "with --slots auto, some workers' worker-agent gave no slot count before --probe.timeout and the discovery source gives none (never a smaller world in silence)", "the message names each worker and why: start worker-agent there, let the launcher reach --worker.web-port, raise --probe.timeout for slow starts, or give counts (name=N, slots=N in the hostfile, --slots N, --slots.allow-default)"},
 	{LaunchFailed, "launch-failed", "launcher", "podmpi-rsh could not start an MPI daemon after mpirun started and mpirun did not exit on its own within --diagnosis.launch-grace; the launcher stopped it (the termination message names host, port and phase)", "read the podmpi-rsh diagnosis first in the termination message: usually a worker whose worker-agent is not running or not reachable on its SSH port"},
 	{WorkerGone, "worker-gone", "launcher", "after mpirun started, a worker's pod was gone (deleted, evicted, restarted, its node lost) and mpirun did not exit on its own within --diagnosis.launch-grace; the launcher stopped it (the termination message names the worker)", "kubectl get events and kubectl describe pod for the named worker; an MPI job cannot go on without its ranks: run it again (from a checkpoint)"},
+	{ImageUnsupported, "image-unsupported", "worker-agent", "the image cannot run worker-agent: no glibc loader or libc of the versions it needs (a musl image, glibc older than 2.28), or an incomplete /opt/podmpi copy, which the launcher refuses too (the message names what is missing and what the image has)", "run the worker pods on an image with glibc 2.28 or later (Debian 10+, Ubuntu 20.04+, UBI 8+, CUDA/NGC images); let the init container's launcher install finish"},
 	{CommandNotFound, "remote-command-not-found", "worker-agent session", "the remote shell could not find the command (for example orted not on PATH)", "put the MPI daemon on the worker-agent's PATH"},
 	{RemoteShell, "remote-shell", "rsh", "the rsh client could not run the remote command: dns, tcp, handshake, host key or auth failure (one stderr line names host and phase)", "read the phase and hint on stderr"},
 }

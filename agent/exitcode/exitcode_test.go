@@ -13,7 +13,7 @@ func TestTableIsUniqueAndComplete(t *testing.T) {
 			t.Errorf("code %d is not fully documented: %+v", e.Code, e)
 		}
 	}
-	for _, c := range []Code{OK, Usage, Config, DiscoveryTimeout, ProbeFailed, MPIRunNotFound, MPIRunTimeout, Listen, Internal, SlotsUnknown, RemoteShell, CommandNotFound} {
+	for _, c := range []Code{OK, Usage, Config, DiscoveryTimeout, ProbeFailed, MPIRunNotFound, MPIRunTimeout, Listen, Internal, SlotsUnknown, LaunchFailed, WorkerGone, ImageUnsupported, RemoteShell, CommandNotFound} {
 		if _, ok := seen[c]; !ok {
 			t.Errorf("code %d missing from Table", c)
 		}

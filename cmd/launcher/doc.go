@@ -6,6 +6,8 @@
 //	launcher probe                                      (diagnose only)
 //	launcher hostfile                                   (print the hostfile it would write)
 //	launcher discover-hosts                             (Horovod --host-discovery-script)
+//	launcher install <dir>                              (copy podmpi's tree into <dir>: the init container's command)
+//	worker-agent [flags]                                (started as worker-agent: check the image, run the real one)
 //	launcher version
 //
 // It discovers the workers (flag, hostfile, headless-service DNS or a name
@@ -99,6 +101,25 @@
 // set in the command's environment), for --version/--help, when the command
 // names its hosts with -H, and when nothing names any worker.
 //
+// Images without podmpi get it from the binaries-only image's init
+// container, whose `launcher install <dir>` copies the tree this binary
+// belongs to (/opt/podmpi: bin/, libexec/, sbom/) into an emptyDir the
+// launcher and worker containers mount at /opt/podmpi: files with their
+// modes, links as links, a marker written last (a copy that stopped half
+// way is refused, exit 75), into an empty folder or an earlier install
+// only. bin/worker-agent is a link to this binary: started as
+// worker-agent it reads the ELF headers of the real one
+// (libexec/worker-agent, cgo) and of the image's libraries, and exits 75
+// naming what is missing (glibc's loader, a musl image, a glibc older than
+// the symbol versions it was linked against), what the image has and the
+// fix, on stderr and in the termination message; else it runs it with the
+// same arguments. Before its phases the launcher checks its own tree, and
+// when PATH finds no MPI launcher besides podmpi's (a pod spec's PATH
+// replaces the image's) it appends the folders where the image has one
+// (I_MPI_ROOT, OPAL_PREFIX, MPI_HOME, VIRTUAL_ENV or CONDA_PREFIX's bin,
+// /usr/local/mpi/bin, /opt/hpcx/ompi/bin, ...: imagecheck.ExtendPath), and
+// says so.
+//
 // Every flag's range is checked before anything starts (exit 64 naming the
 // flag). A panic ends in exit 71 with the panic in the termination message;
 // started as podmpi-rsh (or ssh, or launcher rsh) it first closes every
@@ -116,6 +137,8 @@
 // Exit codes: mpirun's own; 64 usage; 65 config; 66 discovery timeout; 67
 // probe failed; 68 command not found; 69 mpirun timeout; 71 internal; 72
 // slots unknown; 73 launch failed (a daemon could not be started and mpirun
-// did not exit on its own); 255 rsh could not reach the worker; 128+N when
-// ended by signal N.
+// did not exit on its own); 74 worker gone; 75 image unsupported (started
+// as worker-agent in an image that cannot run it, or a podmpi tree that was
+// not copied whole); 255 rsh could not reach the worker; 128+N when ended
+// by signal N.
 package main

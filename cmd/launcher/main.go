@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -17,6 +18,7 @@ import (
 	"github.com/podmpi/podmpi/agent/cli"
 	"github.com/podmpi/podmpi/agent/exitcode"
 	"github.com/podmpi/podmpi/agent/launcher"
+	"github.com/podmpi/podmpi/agent/layout"
 	"github.com/podmpi/podmpi/agent/rsh"
 	"github.com/podmpi/podmpi/agent/rsh/relay"
 	"github.com/podmpi/podmpi/agent/version"
@@ -62,6 +64,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}()
 	if len(args) > 0 && rsh.IsName(args[0]) {
 		return exitcode.Code(rsh.Main(ctx, args[1:], os.LookupEnv, stdin, stdout, stderr))
+	}
+	if len(args) > 0 && filepath.Base(args[0]) == layout.WorkerAgent {
+		return workerAgent(args, stderr)
 	}
 	if len(args) > 0 && launcher.IsShimName(args[0]) {
 		return a.shim(ctx, args, launcher.RunShim)
@@ -141,7 +146,8 @@ worker and names the cause of each failure, then runs the command after "--"
 
 Exit codes: mpirun's own, or 64 usage, 65 config, 66 discovery timeout,
 67 probe failed, 68 command not found, 69 mpirun timeout, 71 internal,
-72 slots unknown, 73 launch failed, 128+N killed by signal N. See
+72 slots unknown, 73 launch failed, 74 worker gone, 75 image unsupported
+(an incomplete podmpi copy), 128+N killed by signal N. See
 docs/troubleshooting.md.`,
 		Version:       version.Get().String(),
 		SilenceErrors: true,
@@ -163,7 +169,7 @@ docs/troubleshooting.md.`,
 		case "rsh":
 			a.rsh = true
 			return nil // it reads only its own arguments and variables
-		case "version", "names":
+		case "version", "names", "install":
 			return nil
 		}
 		return a.prepare(cmd)
@@ -173,6 +179,7 @@ docs/troubleshooting.md.`,
 		newJobCmd(a, "probe", "Discover and probe every worker over SSH, print the diagnosis, run nothing", cmds.probe),
 		newJobCmd(a, "hostfile", "Print the hostfile the launcher would write (waits for DNS, asks worker-agents for slots)", cmds.hostfile),
 		newJobCmd(a, "discover-hosts", "Print host:slots for every worker that resolves now (Horovod --host-discovery-script)", cmds.discoverHosts),
+		newInstallCmd(a),
 		&cobra.Command{
 			Use:    "names",
 			Short:  "Print every link make build lays out next to the binaries, one \"name target\" per line",
@@ -199,8 +206,10 @@ docs/troubleshooting.md.`,
 // links are the symlinks make build lays out in bin/ (the images'
 // /opt/podmpi/bin), each {name, target}: the client names other than the
 // relay binary's own (rsh.Name, cmd/launcher/podmpi-rsh) link to it, the
-// MPI launcher names to the launcher. The launcher binary answers to all of
-// them too (a launcher copied alone still works as ssh and mpirun).
+// MPI launcher names and worker-agent (which checks the image, then runs
+// the real one in libexec/: see image.go) to the launcher. The launcher
+// binary answers to all of them too (a launcher copied alone still works
+// as ssh and mpirun).
 func links() [][2]string {
 	var out [][2]string
 	for _, n := range rsh.Names {
@@ -208,8 +217,8 @@ func links() [][2]string {
 			out = append(out, [2]string{n, rsh.Name})
 		}
 	}
-	for _, n := range launcher.ShimNames {
-		out = append(out, [2]string{n, "launcher"})
+	for _, n := range append(slices.Clone(launcher.ShimNames), layout.WorkerAgent) {
+		out = append(out, [2]string{n, layout.Launcher})
 	}
 	return out
 }
@@ -236,7 +245,23 @@ func (a *app) prepare(cmd *cobra.Command) error {
 	if err := a.cfg.Validate(); err != nil {
 		return err
 	}
-	return a.wire(cmd.Name() == "launcher")
+	if err := a.wire(cmd.Name() == "launcher"); err != nil {
+		return err
+	}
+	return a.checkImage()
+}
+
+// checkImage runs before the launcher's phases: the podmpi tree it runs
+// from is whole (exit 75 naming it, in the termination message too), and
+// the image's MPI is found even where the pod spec's PATH does not name it.
+func (a *app) checkImage() error {
+	if err := launcherTreeCheck(); err != nil {
+		f := &launcher.Failure{Phase: "image", Code: exitcode.ImageUnsupported, Err: err}
+		writeTermination(a.cfg.TerminationLog, launcher.TerminationMessage(f.Code, f))
+		return f
+	}
+	extendPath(a)
+	return nil
 }
 
 // wire builds the logger and hands it, the streams and the crash output to
@@ -313,6 +338,10 @@ func (a *app) shim(ctx context.Context, args []string, run shimFunc) exitcode.Co
 	}
 	if err := a.wire(true); err != nil {
 		return usage(err)
+	}
+	if err := a.checkImage(); err != nil {
+		a.fail("podmpi "+name, exitcode.ImageUnsupported, err)
+		return exitcode.ImageUnsupported
 	}
 	injectTestPanic()
 	ctx, cancel := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)

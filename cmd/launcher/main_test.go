@@ -35,8 +35,14 @@ func TestMain(m *testing.M) {
 	launcherBin = filepath.Join(dir, "launcher")
 	agentBin = filepath.Join(dir, "worker-agent")
 	relayBin = filepath.Join(dir, "podmpi-rsh")
+	// The launcher and the relay static, as make build makes them (the
+	// launcher started as worker-agent runs in images without glibc).
 	for bin, pkg := range map[string]string{launcherBin: ".", agentBin: "../worker-agent", relayBin: "./podmpi-rsh"} {
-		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+		cmd := exec.Command("go", "build", "-o", bin, pkg)
+		if bin != agentBin {
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		}
+		if out, err := cmd.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, out)
 			os.RemoveAll(dir)
 			os.Exit(1)

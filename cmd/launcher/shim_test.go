@@ -46,6 +46,7 @@ func binDir(t *testing.T) string {
 	for _, n := range launcher.ShimNames {
 		want = append(want, n+" launcher")
 	}
+	want = append(want, "worker-agent launcher")
 	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		got = append(got, l)
 		n, target, _ := strings.Cut(l, " ")

@@ -4,7 +4,9 @@
 // asks for no glibc symbol version newer than GLIBC_2.28 (from the ELF
 // version references, and with objdump -T when binutils is installed) and
 // that the launcher is static, then runs both inside the bullseye root
-// (chroot): --help, and a real SSH session from the host, on loopback, to
+// (chroot), worker-agent as the images hold it (bin/worker-agent, a link to
+// the launcher, which checks the image and runs libexec/worker-agent):
+// --help, and a real SSH session from the host, on loopback, to
 // worker-agent serving in the root as an arbitrary UID in group 0, with a
 // second session from the launcher's own ssh client inside the root.
 //

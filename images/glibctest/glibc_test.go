@@ -60,7 +60,7 @@ func TestBinariesStartOnOldGlibc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	build := exec.CommandContext(ctx, filepath.Join(mod, "scripts", "build.sh"), out)
+	build := exec.CommandContext(ctx, filepath.Join(mod, "scripts", "build.sh"), filepath.Join(out, "bin"))
 	build.Dir = mod
 	build.Env = append(os.Environ(), "PODMPI_SYSROOT="+root, "VERSION=glibctest", "GOARCH="+runtime.GOARCH)
 	bout, err := build.CombinedOutput()
@@ -68,7 +68,12 @@ func TestBinariesStartOnOldGlibc(t *testing.T) {
 	if err != nil {
 		t.Fatalf("scripts/build.sh: %v", err)
 	}
-	agentBin, launcherBin := filepath.Join(out, "worker-agent"), filepath.Join(out, "launcher")
+	// bin/worker-agent is a link to the launcher, which checks the image
+	// and runs the real one, libexec/worker-agent.
+	agentBin, launcherBin := filepath.Join(out, "libexec", "worker-agent"), filepath.Join(out, "bin", "launcher")
+	if target, err := os.Readlink(filepath.Join(out, "bin", "worker-agent")); err != nil || target != "launcher" {
+		t.Errorf("bin/worker-agent -> %q (%v), want a link to launcher", target, err)
+	}
 
 	// worker-agent: no symbol version newer than 2.28.
 	agent, err := ReadBinary(agentBin)
@@ -116,10 +121,19 @@ func TestBinariesStartOnOldGlibc(t *testing.T) {
 		t.Fatal(err)
 	}
 	inRoot := func(p string) string { return "/" + strings.TrimPrefix(strings.TrimPrefix(p, root), "/") }
-	for _, b := range []string{agentBin, launcherBin} {
-		copyFile(t, b, filepath.Join(work, filepath.Base(b)), 0o755)
+	// The tree as the images hold it: the link runs the check, in the
+	// root, and then the real worker-agent.
+	for _, d := range []string{"bin", "libexec"} {
+		if err := os.Mkdir(filepath.Join(work, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
-	rootAgent, rootLauncher := inRoot(filepath.Join(work, "worker-agent")), inRoot(filepath.Join(work, "launcher"))
+	copyFile(t, agentBin, filepath.Join(work, "libexec", "worker-agent"), 0o755)
+	copyFile(t, launcherBin, filepath.Join(work, "bin", "launcher"), 0o755)
+	if err := os.Symlink("launcher", filepath.Join(work, "bin", "worker-agent")); err != nil {
+		t.Fatal(err)
+	}
+	rootAgent, rootLauncher := inRoot(filepath.Join(work, "bin", "worker-agent")), inRoot(filepath.Join(work, "bin", "launcher"))
 	// HOME and TMPDIR of the processes: writable by any UID, as a pod's
 	// emptyDir on /tmp is.
 	scratch := filepath.Join(work, "tmp")

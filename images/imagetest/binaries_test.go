@@ -22,11 +22,14 @@ import (
 // binariesContent is everything the binaries-only image may hold.
 var binariesContent = []string{
 	"opt", "opt/podmpi", "opt/podmpi/LICENSE", "opt/podmpi/NOTICE",
-	"opt/podmpi/bin", "opt/podmpi/bin/launcher", "opt/podmpi/bin/worker-agent", "opt/podmpi/bin/podmpi-rsh",
+	"opt/podmpi/bin", "opt/podmpi/bin/launcher", "opt/podmpi/bin/podmpi-rsh",
 	// The relative links make build lays out: ssh to podmpi-rsh, the MPI
-	// launcher names to the launcher.
+	// launcher names and worker-agent to the launcher.
 	"opt/podmpi/bin/ssh", "opt/podmpi/bin/mpirun", "opt/podmpi/bin/mpiexec",
-	"opt/podmpi/bin/mpiexec.hydra",
+	"opt/podmpi/bin/mpiexec.hydra", "opt/podmpi/bin/worker-agent",
+	// The real worker-agent, which bin/worker-agent runs once the image
+	// can run it.
+	"opt/podmpi/libexec", "opt/podmpi/libexec/worker-agent",
 	"opt/podmpi/sbom", "opt/podmpi/sbom/launcher.go-version-m.txt", "opt/podmpi/sbom/podmpi-rsh.go-version-m.txt",
 	"opt/podmpi/sbom/podmpi.spdx.json", "opt/podmpi/sbom/worker-agent.go-version-m.txt",
 }
@@ -122,7 +125,7 @@ func TestBinariesImage(t *testing.T) {
 			})
 			dir := strings.TrimSpace(mnt)
 			sums[arch] = checkOpt(t, ref, dir, arch)
-			agent := readBinary(t, filepath.Join(dir, "opt", "podmpi", "bin", "worker-agent"))
+			agent := readBinary(t, filepath.Join(dir, "opt", "podmpi", "libexec", "worker-agent"))
 			if glibc := agent.Newest(); glibc == "" || glibctest.VersionLess(glibctest.MaxGLIBC, glibc) {
 				t.Errorf("%s: worker-agent needs GLIBC_%s; want at most GLIBC_%s", ref, glibc, glibctest.MaxGLIBC)
 			} else {
@@ -175,14 +178,14 @@ func TestBinariesImage(t *testing.T) {
 	for _, mpi := range []string{"openmpi", "mpich", "intelmpi", "horovod"} {
 		ref := imagePrefix() + "/" + mpi + ":" + tag
 		args := append(append([]string{"run", "--rm", "--network=none"}, pm.ulimits...), ref, "sh", "-c",
-			"sha256sum /opt/podmpi/bin/worker-agent /opt/podmpi/bin/launcher /opt/podmpi/bin/"+rsh.Name+"; for n in worker-agent launcher "+
+			"sha256sum /opt/podmpi/libexec/worker-agent /opt/podmpi/bin/launcher /opt/podmpi/bin/"+rsh.Name+"; for n in worker-agent launcher "+
 				strings.Join(append(slices.Clone(rsh.Names), launcher.ShimNames...), " ")+"; do echo \"$n=$(command -v $n)\"; done")
 		out, err := pm.run(ctx, args...)
 		if err != nil {
 			t.Errorf("%s: %v\n%s", ref, err, out)
 			continue
 		}
-		wants := []string{sums[host]["worker-agent"] + "  /opt/podmpi/bin/worker-agent", sums[host]["launcher"] + "  /opt/podmpi/bin/launcher",
+		wants := []string{sums[host]["worker-agent"] + "  /opt/podmpi/libexec/worker-agent", sums[host]["launcher"] + "  /opt/podmpi/bin/launcher",
 			sums[host][rsh.Name] + "  /opt/podmpi/bin/" + rsh.Name}
 		for _, n := range append([]string{"worker-agent", "launcher"}, append(slices.Clone(rsh.Names), launcher.ShimNames...)...) {
 			wants = append(wants, n+"=/opt/podmpi/bin/"+n+"\n")

@@ -51,6 +51,7 @@ func checkOpt(t *testing.T, what, root, arch string) map[string]string {
 	for _, n := range launcher.ShimNames {
 		links[n] = "launcher"
 	}
+	links["worker-agent"] = "launcher"
 	for n, want := range links {
 		if target, err := os.Readlink(filepath.Join(bin, n)); err != nil || target != want {
 			t.Errorf("%s: /opt/podmpi/bin/%s -> %q (%v), want a relative link to %s", what, n, target, err, want)
@@ -61,11 +62,12 @@ func checkOpt(t *testing.T, what, root, arch string) map[string]string {
 			t.Errorf("%s: %s: machine %v dynamic %t; want %v, static", what, name, b.Machine, b.Dynamic, elfMachine[arch])
 		}
 	}
-	if a := readBinary(t, filepath.Join(bin, "worker-agent")); !a.Dynamic || a.Machine != elfMachine[arch] {
-		t.Errorf("%s: worker-agent: machine %v dynamic %t; want %v, dynamic (cgo, NVML)", what, a.Machine, a.Dynamic, elfMachine[arch])
+	agent := filepath.Join(root, "opt", "podmpi", "libexec", "worker-agent")
+	if a := readBinary(t, agent); !a.Dynamic || a.Machine != elfMachine[arch] {
+		t.Errorf("%s: libexec/worker-agent: machine %v dynamic %t; want %v, dynamic (cgo, NVML)", what, a.Machine, a.Dynamic, elfMachine[arch])
 	}
-	sums := map[string]string{}
-	for _, name := range []string{"worker-agent", "launcher", rsh.Name} {
+	sums := map[string]string{"worker-agent": fileSHA256(t, agent)}
+	for _, name := range []string{"launcher", rsh.Name} {
 		sums[name] = fileSHA256(t, filepath.Join(bin, name))
 	}
 	raw, err := os.ReadFile(filepath.Join(root, "opt", "podmpi", "sbom", "podmpi.spdx.json"))
@@ -124,10 +126,11 @@ func goBuild(t *testing.T, out, pkg string, cgo bool) {
 
 // TestLayout: images/layout.sh makes from a make build folder the
 // /opt/podmpi the binaries image holds (the podmpi image of images/build.sh
-// with PODMPI_PREBUILT is that folder as it is): the three binaries, the
-// links, the SBOM and "go version -m" of all three, and nothing else the
-// folder holds. A folder from a build that made podmpi-rsh a link to the
-// launcher is refused, naming it.
+// with PODMPI_PREBUILT is that folder as it is): the three binaries (the
+// real worker-agent from ../libexec), the links, the SBOM and "go version
+// -m" of all three, and nothing else the folder holds. A folder from a
+// build that made podmpi-rsh a link to the launcher, or that has no
+// ../libexec/worker-agent, is refused, naming it.
 func TestLayout(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: builds the three binaries")
@@ -135,10 +138,12 @@ func TestLayout(t *testing.T) {
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Skip("no gcc: worker-agent is built with cgo (apt-get install -y gcc)")
 	}
-	bin := t.TempDir()
+	build := t.TempDir()
+	bin := filepath.Join(build, "bin")
+	agent := filepath.Join(build, "libexec", "worker-agent")
 	goBuild(t, filepath.Join(bin, "launcher"), "cmd/launcher", false)
 	goBuild(t, filepath.Join(bin, rsh.Name), "cmd/launcher/podmpi-rsh", false)
-	goBuild(t, filepath.Join(bin, "worker-agent"), "cmd/worker-agent", true)
+	goBuild(t, agent, "cmd/worker-agent", true)
 	for _, n := range rsh.Names {
 		if n != rsh.Name {
 			if err := os.Symlink(rsh.Name, filepath.Join(bin, n)); err != nil {
@@ -146,7 +151,7 @@ func TestLayout(t *testing.T) {
 			}
 		}
 	}
-	for _, n := range launcher.ShimNames {
+	for _, n := range append(slices.Clone(launcher.ShimNames), "worker-agent") {
 		if err := os.Symlink("launcher", filepath.Join(bin, n)); err != nil {
 			t.Fatal(err)
 		}
@@ -175,5 +180,12 @@ func TestLayout(t *testing.T) {
 	out, err := layout(bin, filepath.Join(t.TempDir(), "opt", "podmpi"))
 	if err == nil || !strings.Contains(out, old+" is not an executable file") || !strings.Contains(out, "run make build BIN=") {
 		t.Errorf("a folder with podmpi-rsh a link to the launcher: %v\n%s", err, out)
+	}
+	if err := os.RemoveAll(filepath.Dir(agent)); err != nil {
+		t.Fatal(err)
+	}
+	out, err = layout(bin, filepath.Join(t.TempDir(), "opt", "podmpi"))
+	if err == nil || !strings.Contains(out, "libexec: no folder") {
+		t.Errorf("a folder without ../libexec: %v\n%s", err, out)
 	}
 }

@@ -92,8 +92,9 @@ func goTool() string {
 	return "/usr/local/go/bin/go"
 }
 
-// Binaries are the binaries under test: the launcher, worker-agent, and the
-// relay podmpi-rsh that make build installs next to the launcher.
+// Binaries are the binaries under test: the launcher, the real
+// worker-agent, and the relay podmpi-rsh that make build installs next to
+// the launcher.
 type Binaries struct {
 	Launcher    string
 	WorkerAgent string
@@ -101,15 +102,22 @@ type Binaries struct {
 }
 
 // Build compiles cmd/launcher, cmd/launcher/podmpi-rsh and cmd/worker-agent
-// of the module at root into dir (static, CGO_ENABLED=0, when static is
-// set), bounded by ctx.
+// of the module at root, bounded by ctx, laid out as make build lays them
+// out: the launcher and the relay in dir, static (CGO_ENABLED=0) as make
+// build makes them, and the real worker-agent in dir/../libexec (LinkNames
+// links dir/worker-agent to the launcher, which runs it), with cgo unless
+// static is set.
 func Build(ctx context.Context, root, dir string, static bool) (Binaries, error) {
-	b := Binaries{Launcher: filepath.Join(dir, "launcher"), WorkerAgent: filepath.Join(dir, "worker-agent"), Relay: filepath.Join(dir, "podmpi-rsh")}
+	b := Binaries{Launcher: filepath.Join(dir, "launcher"), WorkerAgent: filepath.Join(filepath.Dir(dir), "libexec", "worker-agent"),
+		Relay: filepath.Join(dir, "podmpi-rsh")}
 	for _, t := range []struct{ out, pkg string }{{b.WorkerAgent, "./cmd/worker-agent"}, {b.Launcher, "./cmd/launcher"}, {b.Relay, "./cmd/launcher/podmpi-rsh"}} {
+		if err := os.MkdirAll(filepath.Dir(t.out), 0o755); err != nil {
+			return b, err
+		}
 		cmd := exec.CommandContext(ctx, goTool(), "build", "-o", t.out, t.pkg)
 		cmd.Dir = root
 		cmd.Env = os.Environ()
-		if static {
+		if static || t.out != b.WorkerAgent {
 			cmd.Env = append(cmd.Env, "CGO_ENABLED=0")
 		}
 		cmd.WaitDelay = time.Second
@@ -456,7 +464,7 @@ func TrainerLauncherEnv(hostfile string, slotsPerNode int) []string {
 // LinkNames lays out dir the way make build lays out bin/: next to the
 // launcher and the relay podmpi-rsh in dir, every relative symlink
 // `launcher names` lists ("name target": ssh to podmpi-rsh; mpirun,
-// mpiexec, mpiexec.hydra to the launcher).
+// mpiexec, mpiexec.hydra and worker-agent to the launcher).
 func LinkNames(ctx context.Context, dir string) error {
 	out, err := exec.CommandContext(ctx, filepath.Join(dir, "launcher"), "names").Output()
 	if err != nil {

@@ -73,8 +73,10 @@ func setup() error {
 	if bin, err = Build(ctx, root, filepath.Join(work, "bin"), false); err != nil {
 		return err
 	}
-	if err := os.Chmod(filepath.Join(work, "bin"), 0o755); err != nil {
-		return err
+	for _, d := range []string{"bin", "libexec"} {
+		if err := os.Chmod(filepath.Join(work, d), 0o755); err != nil {
+			return err
+		}
 	}
 	// bin/ as make build lays it out: ssh, podmpi-rsh, mpirun, mpiexec and
 	// mpiexec.hydra linked to the launcher (the adoption tests put it first

@@ -157,9 +157,8 @@ type ompi5 struct {
 }
 
 // setupOMPI5 skips t when the trixie root is missing (make e2e-ompi5
-// builds it), and else lays out the static binaries with their links (as
-// make build lays out bin/: the shim's mpirun) and compiles the allreduce
-// in the root, in pod 0 of f.
+// builds it), and else builds the static binaries (trixieSetup) and
+// compiles the allreduce in the root, in pod 0 of f.
 func setupOMPI5(t *testing.T, ctx context.Context, f *fixture) ompi5 {
 	t.Helper()
 	root := trixieRoot()
@@ -168,11 +167,7 @@ func setupOMPI5(t *testing.T, ctx context.Context, f *fixture) ompi5 {
 	}
 	var o ompi5
 	o.bin, o.wrap = trixieSetup(t, ctx)
-	static := filepath.Dir(o.bin.Launcher)
-	if err := LinkNames(ctx, static); err != nil {
-		t.Fatal(err)
-	}
-	o.path = static + ":/usr/sbin:/usr/bin:/sbin:/bin"
+	o.path = filepath.Dir(o.bin.Launcher) + ":/usr/sbin:/usr/bin:/sbin:/bin"
 	out := filepath.Join(work, "ompi5-"+f.job)
 	if err := MakeDir(out); err != nil {
 		t.Fatal(err)

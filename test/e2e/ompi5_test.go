@@ -120,16 +120,22 @@ func TestOpenMPI5(t *testing.T) {
 }
 
 // trixieSetup builds the launcher and worker-agent static (the trixie root
-// has its own libc) into work/bin-static and writes the chroot wrapper: the
+// has its own libc) into work/static, laid out as make build lays out bin/
+// (the links too), and writes the chroot wrapper: the
 // binaries to run in the root, and the Wrap that runs them there.
 func trixieSetup(t *testing.T, ctx context.Context) (Binaries, []string) {
 	t.Helper()
-	static := filepath.Join(work, "bin-static")
+	static := filepath.Join(work, "static", "bin") // the real worker-agent in static/libexec
 	sbin, err := Build(ctx, mustModuleRoot(t), static, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(static, 0o755); err != nil {
+	for _, d := range []string{filepath.Dir(static), static, filepath.Dir(sbin.WorkerAgent)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := LinkNames(ctx, static); err != nil {
 		t.Fatal(err)
 	}
 	wrapper := filepath.Join(work, "chroot-run")

@@ -72,7 +72,13 @@ func newEnv(ctx context.Context, binDir string) (*env, error) {
 	if err != nil {
 		return e, err
 	}
-	e.launcher, e.agent, e.self = filepath.Join(bin, "launcher"), filepath.Join(bin, "worker-agent"), filepath.Join(bin, "podmpi-bench")
+	libexec, err := mk("libexec", false)
+	if err != nil {
+		return e, err
+	}
+	// The real worker-agent, as make build lays it out (bin/worker-agent
+	// is a link to the launcher, which checks the image and runs it).
+	e.launcher, e.agent, e.self = filepath.Join(bin, "launcher"), filepath.Join(libexec, "worker-agent"), filepath.Join(bin, "podmpi-bench")
 	self, err := os.Executable()
 	if err != nil {
 		return e, fmt.Errorf("locate this binary: %w", err)
@@ -80,7 +86,7 @@ func newEnv(ctx context.Context, binDir string) (*env, error) {
 	for _, c := range []struct{ src, dst string }{
 		{filepath.Join(binDir, "launcher"), e.launcher},
 		{filepath.Join(binDir, "podmpi-rsh"), filepath.Join(bin, "podmpi-rsh")},
-		{filepath.Join(binDir, "worker-agent"), e.agent},
+		{filepath.Join(binDir, "..", "libexec", "worker-agent"), e.agent},
 		{self, e.self},
 	} {
 		if err := copyFile(c.src, c.dst, 0o755); err != nil {
