@@ -131,13 +131,20 @@ type identity struct {
 }
 
 // lookupIdentity resolves the passwd entry of the current uid, if any, and
-// the home directory: the passwd home when it exists, else $HOME from base
-// when that is a directory, else /tmp.
+// the home directory: the passwd home when the agent can write there, else
+// $HOME from base when that is a directory (worker-agent makes it a
+// writable one when its own is not: environ.EnsureHome), else /tmp. A
+// passwd home under a read-only root would fail every client that writes
+// to ~ (horovodrun's ~/.horovod).
 func lookupIdentity(base []string) identity {
+	return lookupIdentityWith(base, user.LookupId)
+}
+
+func lookupIdentityWith(base []string, lookupID func(string) (*user.User, error)) identity {
 	var id identity
-	if u, err := user.LookupId(strconv.Itoa(os.Getuid())); err == nil {
+	if u, err := lookupID(strconv.Itoa(os.Getuid())); err == nil {
 		id.passwdName = u.Username
-		if isDir(u.HomeDir) {
+		if environ.Usable(u.HomeDir) {
 			id.home = u.HomeDir
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/user"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -960,6 +961,23 @@ func TestSessionEnvWithoutPasswdEntry(t *testing.T) {
 	dir := t.TempDir()
 	if id := lookupIdentity([]string{"HOME=" + dir}); id.passwdName == "" && id.home != dir {
 		t.Errorf("home %q, want %q", id.home, dir)
+	}
+	// A passwd home the agent cannot write (a read-only root) gives way to
+	// the agent's $HOME; a writable one is kept.
+	notDir := filepath.Join(dir, "file")
+	if err := os.WriteFile(notDir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for passwdHome, want := range map[string]string{notDir: dir, "/no/such/home": dir, t.TempDir(): ""} {
+		id := lookupIdentityWith([]string{"HOME=" + dir}, func(string) (*user.User, error) {
+			return &user.User{Username: "mpiuser", HomeDir: passwdHome}, nil
+		})
+		if want == "" {
+			want = passwdHome
+		}
+		if id.home != want || id.passwdName != "mpiuser" {
+			t.Errorf("passwd home %s: home %q (user %q), want %q", passwdHome, id.home, id.passwdName, want)
+		}
 	}
 }
 

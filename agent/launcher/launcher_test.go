@@ -427,32 +427,49 @@ func TestPrepareSlotsUnknown(t *testing.T) {
 }
 
 // mpirun gets a private HOME when the launcher has none (Open MPI 4 exits
-// 139 without one under a UID with no passwd entry).
+// 139 without one under a UID with no passwd entry) or one it cannot write
+// (HOME=/ under a read-only root: horovodrun fails creating ~/.horovod),
+// and one INFO line names the old and the new.
 func TestRunGivesMPIRunAHome(t *testing.T) {
-	f := newFixture(t, true, "/usr/bin:/bin")
-	t.Setenv("HOME", "")
-	os.Unsetenv("HOME")
-	cfg := baseConfig(f, "127.0.0.1=1")
-	cfg.SkipProbe = true
-	cfg.Slots = 1
-	cfg.HostfilePath = filepath.Join(t.TempDir(), "hostfile")
-	cfg.TempDir = t.TempDir()
-	cfg.Executable = "/bin/true"
-	cfg.Command = []string{"sh", "-c", `echo "HOME=[$HOME]"; test -d "$HOME" && test -w "$HOME" && echo usable`}
-	var out, logs bytes.Buffer
-	cfg.Stdout, cfg.Stderr = &out, &out
-	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-	l, _ := New(cfg)
-	code, err := l.Run(context.Background())
-	if code != exitcode.OK || err != nil {
-		t.Fatalf("code %d, %v\n%s", code, err, out.String())
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
-	want := "HOME=[" + cfg.TempDir + "/podmpi-"
-	if !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "/home]\nusable\n") {
-		t.Fatalf("mpirun saw %q, want %s.../home] and a usable dir", out.String(), want)
-	}
-	if !strings.Contains(logs.String(), "level=INFO msg=\"HOME is not set") {
-		t.Errorf("no INFO line about HOME:\n%s", logs.String())
+	for name, home := range map[string]string{"unset": "", "not-a-folder": notDir} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, true, "/usr/bin:/bin")
+			t.Setenv("HOME", home)
+			if home == "" {
+				os.Unsetenv("HOME")
+			}
+			cfg := baseConfig(f, "127.0.0.1=1")
+			cfg.SkipProbe = true
+			cfg.Slots = 1
+			cfg.HostfilePath = filepath.Join(t.TempDir(), "hostfile")
+			cfg.TempDir = t.TempDir()
+			cfg.Executable = "/bin/true"
+			cfg.Command = []string{"sh", "-c", `echo "HOME=[$HOME]"; test -d "$HOME" && test -w "$HOME" && echo usable`}
+			var out, logs bytes.Buffer
+			cfg.Stdout, cfg.Stderr = &out, &out
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			l, _ := New(cfg)
+			code, err := l.Run(context.Background())
+			if code != exitcode.OK || err != nil {
+				t.Fatalf("code %d, %v\n%s", code, err, out.String())
+			}
+			want := "HOME=[" + cfg.TempDir + "/podmpi-"
+			if !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "/home]\nusable\n") {
+				t.Fatalf("mpirun saw %q, want %s.../home] and a usable dir", out.String(), want)
+			}
+			line := "level=INFO msg=\"HOME is unset or not writable"
+			old := "old=" + home // slog quotes an empty value only
+			if home == "" {
+				old = `old=""`
+			}
+			if !strings.Contains(logs.String(), line) || !strings.Contains(logs.String(), old) || !strings.Contains(logs.String(), "HOME="+cfg.TempDir+"/podmpi-") {
+				t.Errorf("no INFO line about HOME naming old %q and the new:\n%s", home, logs.String())
+			}
+		})
 	}
 }
 

@@ -138,14 +138,16 @@ func (l *Launcher) exec(ctx context.Context, p *Prepared) (exitcode.Code, error)
 		}
 	}
 	// Open MPI 4's mpirun dies of SIGSEGV (exit 139, nothing printed) in a
-	// UID without a passwd entry when HOME is unset.
-	env, home, err := mpirun.EnsureHome(env, filepath.Join(rshDir, mpirun.HomeDirName))
+	// UID without a passwd entry when HOME is unset; horovodrun and others
+	// fail when they cannot write there (HOME=/ under a read-only root).
+	env, home, old, err := environ.EnsureHome(env, filepath.Join(rshDir, mpirun.HomeDirName))
 	if err != nil {
 		return exitcode.Config, &Failure{Phase: PhaseMPIRun, Code: exitcode.Config, Err: err,
 			Hint: "the launcher needs a writable temp dir (TMPDIR, an emptyDir under readOnlyRootFilesystem)"}
 	}
 	if home != "" {
-		l.log.Info("HOME is not set (a UID without a passwd entry?); giving mpirun a private one, as Open MPI crashes without it", "HOME", home)
+		l.log.Info("HOME is unset or not writable (a UID without a passwd entry, a read-only root?); giving mpirun and what it starts a private one",
+			"old", old, "HOME", home)
 	}
 
 	// The phases are done: an mpirun/mpiexec of the launcher's started

@@ -25,6 +25,7 @@ import (
 	"github.com/podmpi/podmpi/agent/cli"
 	"github.com/podmpi/podmpi/agent/environ"
 	"github.com/podmpi/podmpi/agent/exitcode"
+	"github.com/podmpi/podmpi/agent/imagecheck"
 	"github.com/podmpi/podmpi/agent/rsh"
 	"github.com/podmpi/podmpi/agent/rsh/relay"
 	"github.com/podmpi/podmpi/agent/version"
@@ -33,6 +34,7 @@ import (
 	"github.com/podmpi/podmpi/agent/worker/api"
 	"github.com/podmpi/podmpi/gpu"
 	"github.com/podmpi/podmpi/jobkey"
+	"github.com/podmpi/podmpi/mpi"
 	"github.com/podmpi/podmpi/sshd"
 )
 
@@ -151,11 +153,15 @@ func (o *options) defaultStateDir() string {
 	if d := o.getenv(EnvStateDir); d != "" {
 		return d
 	}
-	tmp := o.getenv("TMPDIR")
-	if tmp == "" {
-		tmp = "/tmp"
+	return filepath.Join(o.tempDir(), "podmpi-state")
+}
+
+// tempDir is $TMPDIR, else /tmp.
+func (o *options) tempDir() string {
+	if tmp := o.getenv("TMPDIR"); tmp != "" {
+		return tmp
 	}
-	return filepath.Join(tmp, "podmpi-state")
+	return "/tmp"
 }
 
 func (o *options) register(fs *pflag.FlagSet) {
@@ -505,6 +511,23 @@ func (o *options) sessionEnv(authDir string, log *slog.Logger) ([]string, func()
 		if _, port, err := net.SplitHostPort(o.sshListen); err == nil && port != "" {
 			env = environ.Set(env, rsh.EnvPort, port)
 		}
+	}
+	// An image whose MPI lives where the pod spec's PATH (which replaces
+	// the image's) does not look: its daemons are found there.
+	if path, added := imagecheck.ExtendPath(environ.Get(env, "PATH"), o.getenv, mpi.AllDaemons(), nil); len(added) > 0 {
+		env = environ.Set(env, "PATH", path)
+		log.Info("no MPI daemon on PATH (a pod spec's PATH replaces the image's); adding the folders where the image has one for SSH sessions",
+			"added", strings.Join(added, ":"), "PATH", path)
+	}
+	// Sessions whose HOME is unusable (unset, or / under a read-only
+	// root) get a private one: clients the ranks run write there.
+	env, home, old, err := environ.EnsureHome(env, filepath.Join(o.tempDir(), "podmpi-home-"+strconv.Itoa(os.Getuid())))
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	if home != "" {
+		log.Info("HOME is unset or not writable (a UID without a passwd entry, a read-only root?); giving SSH sessions a private one", "old", old, "HOME", home)
 	}
 	return env, cleanup, nil
 }

@@ -1,16 +1,12 @@
 package mpirun
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
-	"github.com/podmpi/podmpi/agent/environ"
 	"github.com/podmpi/podmpi/agent/execpath"
 	"github.com/podmpi/podmpi/agent/rsh"
 	"github.com/podmpi/podmpi/mpi"
@@ -532,26 +528,7 @@ func DropHostfileVarsNaming(env []string, path string) ([]string, []string) {
 	return out, dropped
 }
 
-// HomeDirName is the directory EnsureHome creates inside the launcher's
-// private directory (Setup's rshDir).
+// HomeDirName is the directory the launcher gives mpirun as HOME, inside
+// its private directory (Setup's rshDir), when its own HOME is unusable
+// (environ.EnsureHome).
 const HomeDirName = "home"
-
-// EnsureHome gives env a usable HOME when it has none or an empty one. A
-// pod running as a UID without a passwd entry (OpenShift's random UID, or a
-// runAsUser not in the image) often has no HOME at all, and Open MPI 4's
-// mpirun then dies of SIGSEGV (exit 139) in PMIx's home-directory lookup
-// before printing anything. dir (usually <rshDir>/home) is created with
-// mode 0700 and returned as home; env is returned unchanged with home ""
-// when HOME is already set. The caller logs the choice.
-func EnsureHome(env []string, dir string) (out []string, home string, err error) {
-	if environ.Get(env, "HOME") != "" {
-		return env, "", nil
-	}
-	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return env, "", fmt.Errorf("creating a HOME for mpirun at %s: %w", dir, err)
-	}
-	if err := os.Chmod(dir, 0o700); err != nil {
-		return env, "", fmt.Errorf("creating a HOME for mpirun at %s: %w", dir, err)
-	}
-	return environ.Set(env, "HOME", dir), dir, nil
-}

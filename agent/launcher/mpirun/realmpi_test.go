@@ -5,11 +5,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/podmpi/podmpi/agent/environ"
 	"github.com/podmpi/podmpi/agent/rsh"
 
 	"github.com/podmpi/podmpi/mpi"
@@ -163,32 +163,9 @@ func countLines(out, line string) int {
 	return n
 }
 
-// TestEnsureHome: HOME unset or empty gets a private 0700 directory; a set
-// HOME is kept.
-func TestEnsureHome(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), HomeDirName)
-	for _, base := range [][]string{{"PATH=/bin"}, {"PATH=/bin", "HOME="}} {
-		env, home, err := EnsureHome(base, dir)
-		if err != nil || home != dir || !slices.Contains(env, "HOME="+dir) || len(env) != 2 {
-			t.Fatalf("EnsureHome(%q) = %q, %q, %v", base, env, home, err)
-		}
-		fi, err := os.Stat(dir)
-		if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
-			t.Fatalf("home dir: %v, %v", fi, err)
-		}
-	}
-	env, home, err := EnsureHome([]string{"HOME=/home/mpiuser"}, dir)
-	if err != nil || home != "" || !slices.Equal(env, []string{"HOME=/home/mpiuser"}) {
-		t.Fatalf("EnsureHome with HOME set = %q, %q, %v", env, home, err)
-	}
-	if _, _, err := EnsureHome(nil, filepath.Join(dir, "no", "such", "parent")); err == nil {
-		t.Fatal("EnsureHome into a missing parent: no error")
-	}
-}
-
 // TestRealOpenMPIWithoutHome: Open MPI 4's mpirun run by a UID without a
 // passwd entry and without HOME dies of SIGSEGV (exit 139) inside PMIx;
-// with the HOME EnsureHome gives it, it runs. Root only (to switch to such
+// with the HOME environ.EnsureHome gives it, it runs. Root only (to switch to such
 // a UID with setpriv).
 func TestRealOpenMPIWithoutHome(t *testing.T) {
 	if testing.Short() {
@@ -235,7 +212,7 @@ func TestRealOpenMPIWithoutHome(t *testing.T) {
 	if res.ExitCode != 139 {
 		t.Logf("without HOME this mpirun exited %d (Open MPI 4.1.4 with PMIx 4 exits 139); output:\n%s", res.ExitCode, out)
 	}
-	env, home, err := EnsureHome(base, filepath.Join(scratch, HomeDirName))
+	env, home, _, err := environ.EnsureHome(base, filepath.Join(scratch, HomeDirName))
 	if err != nil {
 		t.Fatal(err)
 	}
