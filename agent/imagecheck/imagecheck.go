@@ -27,7 +27,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -262,11 +261,7 @@ func glibcVersion(path string, defined []string) string {
 			vs = append(vs, v)
 		}
 	}
-	if len(vs) == 0 {
-		return ""
-	}
-	sort.Slice(vs, func(i, j int) bool { return versionLess(vs[i], vs[j]) })
-	return vs[len(vs)-1]
+	return Newest(vs)
 }
 
 func readHead(path string, max int64) ([]byte, error) {
@@ -278,8 +273,8 @@ func readHead(path string, max int64) ([]byte, error) {
 	return io.ReadAll(io.LimitReader(f, max))
 }
 
-// versionLess compares dotted versions numerically (2.3.3 < 2.28).
-func versionLess(a, b string) bool {
+// VersionLess compares dotted versions numerically (2.3.3 < 2.28).
+func VersionLess(a, b string) bool {
 	as, bs := strings.Split(a, "."), strings.Split(b, ".")
 	for i := 0; i < len(as) || i < len(bs); i++ {
 		var x, y int
@@ -294,6 +289,17 @@ func versionLess(a, b string) bool {
 		}
 	}
 	return false
+}
+
+// Newest is the newest of versions by [VersionLess], "" when there are none.
+func Newest(versions []string) string {
+	newest := ""
+	for _, v := range versions {
+		if newest == "" || VersionLess(newest, v) {
+			newest = v
+		}
+	}
+	return newest
 }
 
 func exists(p string) bool {

@@ -259,3 +259,24 @@ func TestExtendPath(t *testing.T) {
 		t.Errorf("without skip: %q", got)
 	}
 }
+
+func TestVersionLess(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{"2.3.3", "2.28", true},
+		{"2.28", "2.3.3", false},
+		{"2.28", "2.34", true},
+		{"2.34", "2.28", false},
+		{"2.28", "2.28", false},
+		{"2.2.5", "2.3", true},
+	} {
+		if got := VersionLess(tc.a, tc.b); got != tc.want {
+			t.Errorf("VersionLess(%s, %s) = %t, want %t", tc.a, tc.b, got, tc.want)
+		}
+	}
+	if got := Newest([]string{"2.2.5", "2.3.3", "2.17", "2.3.2"}); got != "2.17" {
+		t.Errorf("newest = %s, want 2.17", got)
+	}
+}

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/podmpi/podmpi/agent/exitcode"
 	"github.com/podmpi/podmpi/agent/layout"
@@ -44,28 +41,6 @@ func podmpiTree(t *testing.T, dir string) string {
 		}
 	}
 	return tree
-}
-
-// run runs prog with args and env, bounded, and returns its exit code,
-// stdout and stderr.
-func runProg(t *testing.T, env []string, prog string, args ...string) (int, string, string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, prog, args...)
-	cmd.Env = env
-	var so, se strings.Builder
-	cmd.Stdout, cmd.Stderr = &so, &se
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0, so.String(), se.String()
-	case errors.As(err, &ee):
-		return ee.ExitCode(), so.String(), se.String()
-	}
-	t.Fatalf("running %s: %v", prog, err)
-	return -1, "", ""
 }
 
 // TestInstallCommand: `launcher install <dir>` (the init container's

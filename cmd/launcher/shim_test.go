@@ -61,24 +61,43 @@ func binDir(t *testing.T) string {
 }
 
 // runAs runs the program named name from dir (argv[0] = name, as a shell
-// finds it on PATH) with env and returns its exit code and output.
+// finds it on PATH) with env and returns its exit code and output (stdout
+// and stderr interleaved).
 func runAs(t *testing.T, dir, name string, env []string, args ...string) (int, string) {
+	t.Helper()
+	var out strings.Builder
+	code := runCmd(t, env, func(cmd *exec.Cmd) { cmd.Args[0], cmd.Stdout, cmd.Stderr = name, &out, &out }, filepath.Join(dir, name), args...)
+	return code, out.String()
+}
+
+// runProg runs prog with args and env and returns its exit code, stdout
+// and stderr.
+func runProg(t *testing.T, env []string, prog string, args ...string) (int, string, string) {
+	t.Helper()
+	var so, se strings.Builder
+	code := runCmd(t, env, func(cmd *exec.Cmd) { cmd.Stdout, cmd.Stderr = &so, &se }, prog, args...)
+	return code, so.String(), se.String()
+}
+
+// runCmd runs prog with args and env, set up further by setup, for at
+// most a minute, and returns its exit code.
+func runCmd(t *testing.T, env []string, setup func(*exec.Cmd), prog string, args ...string) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(dir, name), args...)
-	cmd.Args[0] = name
+	cmd := exec.CommandContext(ctx, prog, args...)
 	cmd.Env = env
-	out, err := cmd.CombinedOutput()
+	setup(cmd)
+	err := cmd.Run()
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
-		return 0, string(out)
+		return 0
 	case errors.As(err, &ee):
-		return ee.ExitCode(), string(out)
+		return ee.ExitCode()
 	}
-	t.Fatalf("running %s: %v\n%s", name, err, out)
-	return -1, ""
+	t.Fatalf("running %s: %v", prog, err)
+	return -1
 }
 
 // TestShimRunsTheLauncherPhases: the Kubeflow SDK's command shape, `mpirun

@@ -2,8 +2,9 @@ package glibctest
 
 import (
 	"debug/elf"
-	"strconv"
 	"strings"
+
+	"github.com/podmpi/podmpi/agent/imagecheck"
 )
 
 // MaxGLIBC is the newest glibc symbol version worker-agent may ask for: UBI 8
@@ -18,7 +19,7 @@ type Binary struct {
 }
 
 // Newest is the newest GLIBC version b references, "" when none.
-func (b Binary) Newest() string { return Newest(b.GLIBC) }
+func (b Binary) Newest() string { return imagecheck.Newest(b.GLIBC) }
 
 // ReadBinary reads path's machine, program interpreter and glibc symbol
 // version references from its ELF headers.
@@ -49,33 +50,4 @@ func ReadBinary(path string) (Binary, error) {
 		}
 	}
 	return b, nil
-}
-
-// VersionLess compares dotted versions numerically (2.3.3 < 2.28).
-func VersionLess(a, b string) bool {
-	as, bs := strings.Split(a, "."), strings.Split(b, ".")
-	for i := 0; i < len(as) || i < len(bs); i++ {
-		var x, y int
-		if i < len(as) {
-			x, _ = strconv.Atoi(as[i])
-		}
-		if i < len(bs) {
-			y, _ = strconv.Atoi(bs[i])
-		}
-		if x != y {
-			return x < y
-		}
-	}
-	return false
-}
-
-// Newest is the newest of versions by [VersionLess], "" when there are none.
-func Newest(versions []string) string {
-	max := ""
-	for _, v := range versions {
-		if max == "" || VersionLess(max, v) {
-			max = v
-		}
-	}
-	return max
 }

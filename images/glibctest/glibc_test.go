@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podmpi/podmpi/agent/imagecheck"
 	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
 
 	"golang.org/x/crypto/ssh"
@@ -85,7 +86,7 @@ func TestBinariesStartOnOldGlibc(t *testing.T) {
 		t.Fatalf("worker-agent is not dynamically linked against glibc (cgo and NVML need it): versions %v", versions)
 	}
 	got := agent.Newest()
-	if VersionLess(MaxGLIBC, got) {
+	if imagecheck.VersionLess(MaxGLIBC, got) {
 		t.Errorf("worker-agent asks for GLIBC_%s (all: %v); want GLIBC_%s at most", got, versions, MaxGLIBC)
 	}
 	t.Logf("worker-agent: newest glibc symbol version GLIBC_%s (of %v)", got, versions)
@@ -98,7 +99,7 @@ func TestBinariesStartOnOldGlibc(t *testing.T) {
 		for _, m := range objdumpVersionRe.FindAllStringSubmatch(string(od), -1) {
 			vs = append(vs, m[1])
 		}
-		if n := Newest(vs); n != got {
+		if n := imagecheck.Newest(vs); n != got {
 			t.Errorf("objdump -T says the newest is GLIBC_%s, the ELF reader GLIBC_%s", n, got)
 		} else {
 			t.Logf("objdump -T %s | grep -o 'GLIBC_[0-9.]*' | sort -V | tail -1: GLIBC_%s", agentBin, n)
@@ -277,25 +278,4 @@ func writeJobKey(t *testing.T, dir string) (ssh.Signer, []byte) {
 		t.Fatal(err)
 	}
 	return k.Signer, ssh.MarshalAuthorizedKey(k.Public())
-}
-
-func TestVersionLess(t *testing.T) {
-	for _, tc := range []struct {
-		a, b string
-		want bool
-	}{
-		{"2.3.3", "2.28", true},
-		{"2.28", "2.3.3", false},
-		{"2.28", "2.34", true},
-		{"2.34", "2.28", false},
-		{"2.28", "2.28", false},
-		{"2.2.5", "2.3", true},
-	} {
-		if got := VersionLess(tc.a, tc.b); got != tc.want {
-			t.Errorf("VersionLess(%s, %s) = %t, want %t", tc.a, tc.b, got, tc.want)
-		}
-	}
-	if got := Newest([]string{"2.2.5", "2.3.3", "2.17", "2.3.2"}); got != "2.17" {
-		t.Errorf("newest = %s, want 2.17", got)
-	}
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podmpi/podmpi/agent/imagecheck"
 	"github.com/podmpi/podmpi/agent/launcher"
 	"github.com/podmpi/podmpi/agent/rsh"
 	"github.com/podmpi/podmpi/images/glibctest"
@@ -126,7 +127,7 @@ func TestBinariesImage(t *testing.T) {
 			dir := strings.TrimSpace(mnt)
 			sums[arch] = checkOpt(t, ref, dir, arch)
 			agent := readBinary(t, filepath.Join(dir, "opt", "podmpi", "libexec", "worker-agent"))
-			if glibc := agent.Newest(); glibc == "" || glibctest.VersionLess(glibctest.MaxGLIBC, glibc) {
+			if glibc := agent.Newest(); glibc == "" || imagecheck.VersionLess(glibctest.MaxGLIBC, glibc) {
 				t.Errorf("%s: worker-agent needs GLIBC_%s; want at most GLIBC_%s", ref, glibc, glibctest.MaxGLIBC)
 			} else {
 				t.Logf("%s: only /opt/podmpi; worker-agent needs GLIBC_%s, launcher and %s static", ref, glibc, rsh.Name)

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/podmpi/podmpi/images/glibctest"
+	"github.com/podmpi/podmpi/agent/imagecheck"
 )
 
 // minMPICH is the oldest MPICH the MPICH image may carry. MPICH 4.0 (Debian
@@ -46,7 +46,7 @@ func checkMPICHVersion(ctx context.Context, t *testing.T, pm podman, image strin
 	if err != nil {
 		t.Fatalf("%s: %v", image, err)
 	}
-	if glibctest.VersionLess(v, minMPICH) {
+	if imagecheck.VersionLess(v, minMPICH) {
 		t.Fatalf("%s carries MPICH %s: want %s or later. MPICH 4.0's MPI_Finalize can hang for ever over UCX's "+
 			"TCP transport (a rank waits for an acknowledgement from a peer that already waits in the PMI barrier); "+
 			"build the image FROM debian:trixie-slim (images/mpich.Dockerfile) or another MPICH 4.2+", image, v, minMPICH)
@@ -75,7 +75,7 @@ func TestMPICHVersion(t *testing.T) {
 			if v != c.want {
 				t.Errorf("version %q, want %q", v, c.want)
 			}
-			if old := glibctest.VersionLess(v, minMPICH); old != c.old {
+			if old := imagecheck.VersionLess(v, minMPICH); old != c.old {
 				t.Errorf("VersionLess(%q, %q) = %v, want %v", v, minMPICH, old, c.old)
 			}
 		})

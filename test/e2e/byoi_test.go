@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -71,19 +70,9 @@ func TestBringYourOwnImage(t *testing.T) {
 	}
 	wrap := func(pod int) []string { return []string{wrapper, o.root, work, emptyDir[pod]} }
 
-	for _, pod := range []int{1, 2} {
-		p, err := StartAgent(context.Background(), f.c, pod, Binaries{WorkerAgent: "/opt/podmpi/bin/worker-agent"},
-			AgentOptions{AuthDir: authDir, Home: "/", Slots: 1, Wrap: wrap(pod), Env: []string{"PATH=" + manifestPath}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.agents[pod] = p
-	}
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := WaitReady(rctx, f.c, f.agents); err != nil {
-		t.Fatal(err)
-	}
+	startAgentsWith(t, ctx, f, Binaries{WorkerAgent: "/opt/podmpi/bin/worker-agent"}, func(pod int) AgentOptions {
+		return AgentOptions{AuthDir: authDir, Home: "/", Slots: 1, Wrap: wrap(pod), Env: []string{"PATH=" + manifestPath}}
+	}, 1, 2)
 
 	hf := writeHostfile(t, f, "byoi", 1, 1, 2, 0) // runLauncherAsNode: the launcher last
 	script := `mkdir -p "$HOME/.horovod" && test -w "$HOME/.horovod" && echo "byoi-rank $OMPI_COMM_WORLD_RANK of $OMPI_COMM_WORLD_SIZE on $(hostname) home=$HOME"`

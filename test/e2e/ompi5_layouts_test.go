@@ -150,6 +150,7 @@ func TestOpenMPI5TrainerLayouts(t *testing.T) {
 // first (the wrapper needs chroot from sbin) and the allreduce compiled
 // with the root's mpicc.
 type ompi5 struct {
+	root string
 	bin  Binaries
 	wrap []string // wrapper, root, work: run a command chrooted as AnyUID
 	path string
@@ -165,7 +166,7 @@ func setupOMPI5(t *testing.T, ctx context.Context, f *fixture) ompi5 {
 	if _, err := os.Stat(filepath.Join(root, "usr/bin/prted")); err != nil {
 		t.Skipf("Open MPI 5: no trixie root in %s (make e2e-ompi5 builds it)", root)
 	}
-	var o ompi5
+	o := ompi5{root: root}
 	o.bin, o.wrap = trixieSetup(t, ctx)
 	o.path = filepath.Dir(o.bin.Launcher) + ":/usr/sbin:/usr/bin:/sbin:/bin"
 	out := filepath.Join(work, "ompi5-"+f.job)
@@ -185,4 +186,22 @@ func setupOMPI5(t *testing.T, ctx context.Context, f *fixture) ompi5 {
 		t.Fatalf("mpicc.openmpi in the trixie root: exit %d %v\n%s%s", code, err, so, se)
 	}
 	return o
+}
+
+// startAgentsWith starts bin's worker-agent with the options opts gives
+// each of pods, and waits until all of f's agents are ready.
+func startAgentsWith(t *testing.T, ctx context.Context, f *fixture, bin Binaries, opts func(pod int) AgentOptions, pods ...int) {
+	t.Helper()
+	for _, pod := range pods {
+		p, err := StartAgent(context.Background(), f.c, pod, bin, opts(pod))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.agents[pod] = p
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := WaitReady(rctx, f.c, f.agents); err != nil {
+		t.Fatal(err)
+	}
 }
