@@ -11,7 +11,7 @@ import (
 	"os/signal"
 	"os/user"
 	"path/filepath"
-
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,6 +24,7 @@ import (
 
 	"github.com/podmpi/podmpi/agent/cli"
 	"github.com/podmpi/podmpi/agent/environ"
+	"github.com/podmpi/podmpi/agent/execpath"
 	"github.com/podmpi/podmpi/agent/exitcode"
 	"github.com/podmpi/podmpi/agent/imagecheck"
 	"github.com/podmpi/podmpi/agent/rsh"
@@ -514,10 +515,15 @@ func (o *options) sessionEnv(authDir string, log *slog.Logger) ([]string, func()
 	}
 	// An image whose MPI lives where the pod spec's PATH (which replaces
 	// the image's) does not look: its daemons are found there.
-	if path, added := imagecheck.ExtendPath(environ.Get(env, "PATH"), o.getenv, mpi.AllDaemons(), nil); len(added) > 0 {
+	path, added := imagecheck.ExtendPath(environ.Get(env, "PATH"), o.getenv, mpi.AllDaemons(), nil)
+	switch {
+	case len(added) > 0:
 		env = environ.Set(env, "PATH", path)
 		log.Info("no MPI daemon on PATH (a pod spec's PATH replaces the image's); adding the folders where the image has one for SSH sessions",
 			"added", strings.Join(added, ":"), "PATH", path)
+	case !slices.ContainsFunc(mpi.AllDaemons(), func(d string) bool { return execpath.Look(d, path) != "" }):
+		log.Warn("no MPI daemon ("+strings.Join(mpi.AllDaemons(), ", ")+") on the SSH sessions' PATH: mpirun can start none here unless it names one by its absolute path (Open MPI's --prefix, Intel MPI); install the MPI in the image, or put its bin folder on the container's PATH",
+			"PATH", path)
 	}
 	// Sessions whose HOME is unusable (unset, or / under a read-only
 	// root) get a private one: clients the ranks run write there.

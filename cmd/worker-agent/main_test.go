@@ -10,14 +10,17 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/podmpi/podmpi/agent/environ"
 	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
 
 	"github.com/spf13/pflag"
@@ -596,5 +599,72 @@ func mustWrite(t *testing.T, path, data string, mode os.FileMode) {
 	}
 	if err := os.Chmod(path, mode); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSessionsInAnImageWithoutPodmpi: the pod spec's PATH names no MPI
+// (it replaces the image's) and HOME is not writable (HOME=/ under a
+// read-only root; here a file): the agent adds the folder where the image
+// has its MPI (a venv's bin/) to its sessions' PATH and gives them a
+// private HOME, and says both; with no MPI anywhere it warns once.
+func TestSessionsInAnImageWithoutPodmpi(t *testing.T) {
+	t.Parallel()
+	keys := writeKeys(t, t.TempDir())
+	dir := t.TempDir()
+	sys := filepath.Join(dir, "sys") // the system's folders, without an MPI
+	venv := filepath.Join(dir, "venv")
+	for _, d := range []string{sys, filepath.Join(venv, "bin")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tool := range []string{"mkdir", "cat"} {
+		p, err := exec.LookPath(tool)
+		if err != nil {
+			t.Skip(err)
+		}
+		mustWrite(t, filepath.Join(sys, tool), "#!/bin/sh\nexec "+p+" \"$@\"\n", 0o755)
+	}
+	mustWrite(t, filepath.Join(venv, "bin", "orted"), "#!/bin/sh\n", 0o755)
+	notHome := filepath.Join(dir, "not-a-folder")
+	mustWrite(t, notHome, "", 0o644)
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.Mkdir(tmp, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+
+	a := startAgent(t, loopbackArgs(keys.dir), []string{"PATH=" + sys, "HOME=" + notHome, "VIRTUAL_ENV=" + venv, "TMPDIR=" + tmp}, dir)
+	a.WaitReady(t, 20*time.Second)
+	c := dial(t, a.SSHAddr, keys.signer, keys.signer.PublicKey())
+	sess, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := sess.CombinedOutput(`echo "HOME=$HOME"; command -v orted; mkdir -p "$HOME/.horovod" && echo wrote`)
+	if err != nil {
+		t.Fatalf("session: %v\n%s", err, out)
+	}
+	// The private HOME, unless this uid has a passwd home it can write
+	// (root's /root when the test runs as root), which sshd prefers.
+	home := filepath.Join(tmp, "podmpi-home-"+strconv.Itoa(os.Getuid()))
+	if u, err := user.Current(); err == nil && environ.Usable(u.HomeDir) {
+		home = u.HomeDir
+	}
+	if want := "HOME=" + home + "\n" + venv + "/bin/orted\nwrote\n"; string(out) != want {
+		t.Errorf("session printed %q, want %q", out, want)
+	}
+	log := a.Log()
+	for _, want := range []string{`"msg":"HOME is unset or not writable`, `"old":"` + notHome + `"`,
+		`"msg":"no MPI daemon on PATH (a pod spec's PATH replaces the image's); adding the folders`, `"added":"` + venv + `/bin"`} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %s:\n%s", want, log)
+		}
+	}
+
+	b := startAgent(t, loopbackArgs(keys.dir), []string{"PATH=" + sys, "HOME=" + dir, "TMPDIR=" + tmp}, dir)
+	b.WaitReady(t, 20*time.Second)
+	if log := b.Log(); !strings.Contains(log, `"level":"WARN","msg":"no MPI daemon (orted, prted, hydra_pmi_proxy, hydra_bstrap_proxy) on the SSH sessions' PATH`) ||
+		strings.Contains(log, "HOME is unset") {
+		t.Errorf("agent without an MPI: log %s", log)
 	}
 }
