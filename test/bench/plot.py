@@ -18,7 +18,8 @@ def main():
         sys.exit(__doc__)
     rows = list(csv.DictReader(open(sys.argv[1])))
     fig, ax = plt.subplots(figsize=(7.5, 5), dpi=110)
-    styles = {"launcher init": ("tab:blue", "o"), "shell entrypoint": ("tab:red", "s")}
+    styles = {"launcher init": ("tab:blue", "o"), "mpi-operator entrypoint": ("tab:green", "^"),
+              "shell entrypoint": ("tab:red", "s")}
     for series, (color, marker) in styles.items():
         for kind, ls in (("measured", "-"), ("extrapolated", ":")):
             pts = sorted((int(r["n"]), float(r["median_s"]), float(r["p95_s"]))
@@ -37,6 +38,7 @@ def main():
             med = [p[1] for p in pts]
             up = [max(0.0, p[2] - p[1]) for p in pts]
             label = {"launcher init": "podmpi launcher init (median, bar to p95)",
+                     "mpi-operator entrypoint": "mpi-operator's entrypoint: nslookup per host, no SSH check",
                      "shell entrypoint": "shell entrypoint: nslookup + ssh true per host"}[series]
             if kind == "extrapolated":
                 label = "shell entrypoint, extrapolated (linear)"
@@ -52,7 +54,7 @@ def main():
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("workers N (simulated: one worker-agent, N addresses and DNS names)")
-    ax.set_ylabel("seconds from start to mpirun exec")
+    ax.set_ylabel("seconds from start to the exec of mpirun")
     ax.set_title("Launcher init time against N (make bench)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")

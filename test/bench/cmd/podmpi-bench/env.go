@@ -236,6 +236,58 @@ func (e *env) ssh(port int, host string, remote ...string) []string {
 	return append(append(append([]string{"/usr/bin/ssh"}, e.sshArgs(port)...), host), remote...)
 }
 
+// controlMaster starts OpenSSH's connection sharing in pod 0, as a user's
+// ssh_config with ControlMaster and ControlPersist gives it: one master
+// connection to host:port held open (here in the foreground, -N, so that the
+// harness owns its PID and stops it), whose socket clients pass with -S. It
+// returns the socket and the master; the master is up when the socket
+// answers `ssh -O check`.
+func (e *env) controlMaster(ctx context.Context, c *harness.Cluster, port int, host string) (string, *harness.Proc, error) {
+	e.seq++
+	sock := filepath.Join(e.tmp, fmt.Sprintf("cm-%d.sock", e.seq))
+	args := append(append([]string{"-M", "-N", "-S", sock, "-o", "ControlPersist=no"}, e.sshArgs(port)...), host)
+	p, err := c.Start(ctx, 0, uid, gid, e.baseEnv(), "", "/usr/bin/ssh", args...)
+	if err != nil {
+		return "", nil, err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if err := e.checkMaster(ctx, c, sock, host); err == nil {
+			return sock, p, nil
+		}
+		select {
+		case <-p.Done():
+			b, _ := os.ReadFile(p.Log)
+			return "", nil, fmt.Errorf("the OpenSSH control master to %s:%d exited: %v: %s", host, port, p.Wait(), tailStr(string(b), 1500))
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			_ = p.Stop()
+			return "", nil, fmt.Errorf("the OpenSSH control master to %s:%d did not answer on %s within 30 s; see %s", host, port, sock, p.Log)
+		}
+	}
+}
+
+// checkMaster asks the control master on sock whether it runs.
+func (e *env) checkMaster(ctx context.Context, c *harness.Cluster, sock, host string) error {
+	_, stderr, code, err := c.Run(ctx, 0, uid, gid, e.baseEnv(), "/usr/bin/ssh", "-S", sock, "-O", "check", host)
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return fmt.Errorf("ssh -O check: exit %d: %s", code, strings.TrimSpace(stderr))
+	}
+	return nil
+}
+
+// sshShared is an OpenSSH command line that runs remote on the connection
+// of the control master on sock (ControlMaster=no: a client, never a new
+// master).
+func (e *env) sshShared(sock string, port int, host string, remote ...string) []string {
+	args := append([]string{"/usr/bin/ssh", "-S", sock, "-o", "ControlMaster=no"}, e.sshArgs(port)...)
+	return append(append(args, host), remote...)
+}
+
 // rsh is a launcher rsh command line (job key from the auth dir).
 func (e *env) rsh(host string, remote ...string) ([]string, []string) {
 	return append([]string{e.launcher, "rsh", "-p", strconv.Itoa(agentPort), host}, remote...),

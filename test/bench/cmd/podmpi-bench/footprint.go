@@ -112,6 +112,17 @@ func footprintSection(ctx context.Context, o options, e *env, r *report, c *harn
 			bench.Ratio(float64(p.peak.FDs), float64(s.peak.FDs)))
 	}
 	r.md.WriteString("\n")
+	// The headline: the smallest and the largest job of each MPI, where
+	// the launcher process weighs most and least.
+	for i := 0; i+1 < len(runs); i += 2 {
+		p, s := runs[i], runs[i+1]
+		if p.n != o.footNs[0] && p.n != o.footNs[len(o.footNs)-1] {
+			continue
+		}
+		mpi := map[string]string{"OpenMPI": "Open MPI", "Hydra": "Hydra (MPICH)"}[p.mpi]
+		r.headline(fmt.Sprintf("launcher pod's memory at the peak, PSS, %d workers, %s (figure 3c)", p.n, mpi),
+			measure{"podmpi", float64(p.peak.Mem.PSS), mb}, measure{"OpenSSH", float64(s.peak.Mem.PSS), mb})
+	}
 	return nil
 }
 

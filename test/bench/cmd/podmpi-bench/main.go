@@ -3,21 +3,27 @@
 // the same run on network-namespace pods with cluster DNS (test/harness):
 //
 //  1. one remote command (connect, auth, exec true, close): launcher rsh to
-//     worker-agent, OpenSSH ssh to worker-agent, OpenSSH ssh to sshd;
+//     worker-agent, podmpi-rsh on the launcher's shared connection, OpenSSH
+//     ssh to worker-agent, OpenSSH ssh to sshd, and OpenSSH on a held
+//     connection to sshd (ControlMaster: the fair baseline of the shared
+//     connection);
 //  2. mpirun -np 6 hostname and an MPI allreduce over 3 worker pods x 2
 //     slots, OpenMPI and MPICH, through `launcher --` and worker-agent,
 //     through podmpi's plain mpirun (make build's bin/ first on PATH, the
 //     Kubeflow SDK's way of starting MPI), and through OpenSSH ssh and sshd;
 //  3. launcher init by phase for 3 pods, and a scale simulation for 16 to
 //     1024 workers (one worker-agent serving N addresses, a DNS server
-//     answering N names), against an mpi-operator style shell entrypoint
-//     (nslookup per host, then ssh host true per host); on the same
+//     answering N names), against mpi-operator's own launcher entrypoint
+//     (nslookup per host with retries, then exec; the fair baseline) and a
+//     shell entrypoint that also waits for ssh host true per host; on the same
 //     simulation, the launcher pod's peak memory and open descriptors while
 //     a real Open MPI and Hydra job runs over N workers, against mpirun
 //     with OpenSSH;
 //  4. worker-agent idle RSS and per-session memory, against sshd;
 //  5. session stdout throughput (1 GiB), against OpenSSH;
-//  6. the plot of launcher init time against N (PNG, via matplotlib).
+//  6. the plot of launcher init time against N (PNG, via matplotlib);
+//  7. the headline table: each podmpi figure the README quotes against the
+//     best baseline measured beside it.
 //
 // Each command and its baseline run interleaved, round after round, in one
 // timer process inside the client pod (the "timer" subcommand of this

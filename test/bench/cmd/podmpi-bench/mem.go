@@ -115,6 +115,10 @@ func memSection(ctx context.Context, o options, e *env, r *report, c *harness.Cl
 	line("per-session PSS", perAgentPSS, perSSHDPSS)
 	r.md.WriteString("\n")
 	r.check("worker-agent idle RSS", mb(idleA.Median), "< 20 MB", idleA.Median < 20e6)
+	r.headline("worker pod's SSH server, idle, RSS: worker-agent against sshd (figure 4)",
+		measure{"podmpi", idleA.Median, mb}, measure{"sshd", idleS.Median, mb})
+	r.headline("worker pod's SSH server, per open session, RSS (figure 4)",
+		measure{"podmpi", bench.Summarize(perAgentRSS).Median, mb}, measure{"sshd", bench.Summarize(perSSHDRSS).Median, mb})
 	return nil
 }
 

@@ -15,9 +15,25 @@ import (
 // report collects every figure: it prints each table as it is made and
 // keeps the markdown and the raw samples for the files under --out.
 type report struct {
-	md      strings.Builder
-	raw     [][]string // section, name, rep, value, unit
-	targets []target
+	md        strings.Builder
+	raw       [][]string // section, name, rep, value, unit
+	targets   []target
+	headlines []headline
+}
+
+// headline is one row of the table the README quotes: a podmpi figure
+// against every baseline measured beside it, and its ratio to the best
+// (lowest) of them.
+type headline struct {
+	what, podmpi, baselines, ratio string
+}
+
+// measure is one figure of a headline: what it is, its value, and how the
+// value is printed (bench.Ms for seconds, mb for bytes).
+type measure struct {
+	name   string
+	value  float64
+	format func(float64) string
 }
 
 type target struct {
@@ -93,6 +109,53 @@ func (r *report) check(what, value, goal string, met bool) {
 // missing records a target whose figure could not be taken.
 func (r *report) missing(what, goal string, err error) {
 	r.targets = append(r.targets, target{what: what, value: "not measured: " + err.Error(), goal: goal})
+}
+
+// headline records a podmpi figure against its baselines (lower is better
+// for every headline figure: times and memory).
+func (r *report) headline(what string, podmpi measure, baselines ...measure) {
+	best := -1
+	var bs []string
+	for i, b := range baselines {
+		if !finite(b.value) || b.value <= 0 {
+			continue
+		}
+		if best < 0 || b.value < baselines[best].value {
+			best = i
+		}
+	}
+	for _, b := range baselines {
+		bs = append(bs, fmt.Sprintf("%s %s", b.name, b.format(b.value)))
+	}
+	h := headline{what: what, podmpi: podmpi.format(podmpi.value), baselines: strings.Join(bs, "; "), ratio: "n/a"}
+	if best >= 0 && finite(podmpi.value) {
+		h.ratio = fmt.Sprintf("%s (%s)", ratioStr(podmpi.value/baselines[best].value), baselines[best].name)
+	}
+	r.headlines = append(r.headlines, h)
+}
+
+// ratioStr prints a ratio with two significant digits below 0.1 (0.016x)
+// and two decimals above (0.75x, 1.57x).
+func ratioStr(x float64) string {
+	if x < 0.1 {
+		return fmt.Sprintf("%.3fx", x)
+	}
+	return fmt.Sprintf("%.2fx", x)
+}
+
+// printHeadlines prints and appends the headline table.
+func (r *report) printHeadlines() {
+	if len(r.headlines) == 0 {
+		return
+	}
+	r.heading("Headline: podmpi against the best baseline of the same run",
+		"Every figure below is a median (memory: the peak, or the median of the repetitions) from a table above; the ratio is podmpi's figure over the best (lowest) baseline measured beside it, so below 1 is better for podmpi. README.md quotes these rows.")
+	fmt.Fprintf(&r.md, "| figure | podmpi | baselines (same run) | podmpi / best baseline |\n|---|---:|---|---|\n")
+	for _, h := range r.headlines {
+		fmt.Printf("   %-60s %12s  %s  [%s]\n", h.what, h.podmpi, h.ratio, h.baselines)
+		fmt.Fprintf(&r.md, "| %s | %s | %s | %s |\n", h.what, h.podmpi, h.baselines, h.ratio)
+	}
+	r.md.WriteString("\n")
 }
 
 // printTargets prints and appends the target table.

@@ -58,6 +58,7 @@ func run(ctx context.Context, o options) error {
 			fail("plot", err)
 		}
 	}
+	r.printHeadlines()
 	r.printTargets()
 	took := time.Since(start).Round(time.Second)
 	r.note("make bench took %s.", took)
@@ -243,38 +244,66 @@ func rshSection(ctx context.Context, o options, e *env, r *report, c *harness.Cl
 			"OpenSSH runs with the options mpi-operator passes (default algorithms); every client and server uses the job's P-521 key. "+
 			"`launcher rsh` is the first command to a worker: its own connection and handshake. `podmpi-rsh, shared connection` is make build's "+
 			"relay started under a running launcher (PODMPI_RSH_SOCKET set), which runs the session on the connection its probe made; "+
-			"`podmpi-rsh, no launcher` is the relay where no launcher shares, running the launcher's full client.", host, uid))
+			"`podmpi-rsh, no launcher` is the relay where no launcher shares, running the launcher's full client. "+
+			"`ssh, held connection (ControlMaster) -> sshd` is OpenSSH's own connection sharing, the fair baseline of the shared connection: "+
+			"a master connection to sshd opened before the rounds and held (`ssh -M -N -S <socket>`, as ControlMaster with ControlPersist keeps one), "+
+			"each command a client on its socket (`ssh -S <socket> -o ControlMaster=no ...`), which opens a new session on that connection.", host, uid))
 	sock, stop, err := e.sharingLauncher(ctx, c, []string{host})
 	if err != nil {
 		return err
 	}
 	defer stop()
+	cm, master, err := e.controlMaster(ctx, c, sshdPort, host)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = master.Stop() }()
 	rsh, rshEnv := e.rsh(host, "true")
 	shared, sharedEnv := e.relay(sock, host, "true")
 	own, ownEnv := e.relay("", host, "true")
+	const (
+		first    = "launcher rsh -> worker-agent"
+		relayed  = "podmpi-rsh, shared connection -> worker-agent"
+		held     = "ssh, held connection (ControlMaster) -> sshd"
+		baseline = "ssh -> sshd"
+	)
 	spec := bench.Spec{Rounds: o.rounds(40, 5), Warmup: 3, Cmds: []bench.Cmd{
-		{Name: "launcher rsh -> worker-agent", Argv: rsh, Env: rshEnv, Timeout: 30 * time.Second},
-		{Name: "podmpi-rsh, shared connection -> worker-agent", Argv: shared, Env: sharedEnv, Timeout: 30 * time.Second},
+		{Name: first, Argv: rsh, Env: rshEnv, Timeout: 30 * time.Second},
+		{Name: relayed, Argv: shared, Env: sharedEnv, Timeout: 30 * time.Second},
 		{Name: "podmpi-rsh, no launcher -> worker-agent", Argv: own, Env: ownEnv, Timeout: 30 * time.Second},
 		{Name: "ssh -> worker-agent", Argv: e.ssh(agentPort, host, "true"), Timeout: 30 * time.Second},
-		{Name: "ssh -> sshd", Argv: e.ssh(sshdPort, host, "true"), Timeout: 30 * time.Second},
+		{Name: held, Argv: e.sshShared(cm, sshdPort, host, "true"), Timeout: 30 * time.Second},
+		{Name: baseline, Argv: e.ssh(sshdPort, host, "true"), Timeout: 30 * time.Second},
 	}}
 	res, err := e.timer(ctx, c, 0, spec)
 	if err != nil {
 		return err
 	}
+	// A client whose master is gone connects on its own without a word:
+	// the held-connection figures count only if the master ran throughout.
+	if err := e.checkMaster(ctx, c, cm, host); err != nil {
+		return fmt.Errorf("the OpenSSH control master was not running after the rounds, so %q may have made its own connections: %w", held, err)
+	}
 	var rows []row
 	for _, x := range res[:len(res)-1] {
-		rows = append(rows, row{name: x.Name, samples: x.Seconds, baseline: "ssh -> sshd"})
+		rows = append(rows, row{name: x.Name, samples: x.Seconds, baseline: baseline})
 	}
-	sum := r.timeTable("rsh", append(rows, row{name: res[len(res)-1].Name, samples: res[len(res)-1].Seconds}))
-	base := sum["ssh -> sshd"].Median
-	ratio := bench.Ratio(sum[res[0].Name].Median, base)
+	sum := r.timeTable("rsh", append(rows, row{name: baseline, samples: res[len(res)-1].Seconds}))
+	base := sum[baseline].Median
+	ratio := bench.Ratio(sum[first].Median, base)
 	r.check("`launcher rsh` round trip (first command to a worker) vs OpenSSH ssh to sshd", fmt.Sprintf("%.3f (%s vs %s)", ratio,
-		bench.Ms(sum[res[0].Name].Median), bench.Ms(base)), "<= 0.1", ratio <= 0.1)
-	ratio = bench.Ratio(sum[res[1].Name].Median, base)
+		bench.Ms(sum[first].Median), bench.Ms(base)), "<= 0.1", ratio <= 0.1)
+	ratio = bench.Ratio(sum[relayed].Median, base)
 	r.check("`podmpi-rsh` on the launcher's shared connection vs OpenSSH ssh to sshd", fmt.Sprintf("%.3f (%s vs %s)", ratio,
-		bench.Ms(sum[res[1].Name].Median), bench.Ms(base)), "<= 0.02", ratio <= 0.02)
+		bench.Ms(sum[relayed].Median), bench.Ms(base)), "<= 0.02", ratio <= 0.02)
+	ratio = bench.Ratio(sum[relayed].Median, sum[held].Median)
+	r.check("`podmpi-rsh` on the launcher's shared connection vs OpenSSH on a held connection (ControlMaster)", fmt.Sprintf("%.2f (%s vs %s)", ratio,
+		bench.Ms(sum[relayed].Median), bench.Ms(sum[held].Median)), "<= 1", ratio <= 1)
+	r.headline("one command on a held connection: `podmpi-rsh` on the launcher's shared connection (figure 1)",
+		measure{"podmpi", sum[relayed].Median, bench.Ms},
+		measure{"OpenSSH ControlMaster", sum[held].Median, bench.Ms}, measure{"OpenSSH", base, bench.Ms})
+	r.headline("first command to a worker, its own connection: `launcher rsh` (figure 1)",
+		measure{"podmpi", sum[first].Median, bench.Ms}, measure{"OpenSSH", base, bench.Ms})
 	return nil
 }
 
@@ -363,6 +392,9 @@ func mpiSection(ctx context.Context, o options, e *env, r *report, c *harness.Cl
 		r.check("`mpirun -np 6 hostname` "+mpi+", podmpi's plain mpirun vs OpenSSH", fmt.Sprintf("%.2f (%s vs %s)", ratio, bench.Ms(plain.Median), bench.Ms(b.Median)), "<= 0.7", ratio <= 0.7)
 		ratio = bench.Ratio(plain.Median, p.Median)
 		r.check("`mpirun -np 6 hostname` "+mpi+", podmpi's plain mpirun vs `launcher --`", fmt.Sprintf("%.2f (%s vs %s)", ratio, bench.Ms(plain.Median), bench.Ms(p.Median)), "<= 1.1", ratio <= 1.1)
+		label := map[string]string{"OpenMPI": "Open MPI", "MPICH": "MPICH"}[mpi]
+		r.headline("`mpirun -np 6 hostname` over 3 worker pods, "+label+", the whole `launcher -- mpirun ...` (figure 2)",
+			measure{"podmpi", p.Median, bench.Ms}, measure{"OpenSSH", b.Median, bench.Ms})
 	}
 	return nil
 }
@@ -383,11 +415,11 @@ func phaseSeries(lines [][]string, _ string, phase string) (init, ph []float64) 
 	return init, ph
 }
 
-// entrypoint is the baseline of figure 3: what an mpi-operator style
-// launcher entrypoint does before mpirun: wait until every worker name
-// resolves (nslookup loop), then until each answers ssh (ssh host true),
-// one host after the other.
-const entrypoint = `#!/bin/sh
+// sshEntrypoint is one baseline of figure 3: a launcher entrypoint that
+// waits until every worker name resolves (nslookup loop), then until each
+// answers ssh (ssh host true), one host after the other, as hand-made
+// entrypoints of OpenSSH images do.
+const sshEntrypoint = `#!/bin/sh
 # usage: entrypoint.sh HOSTLIST PORT KEY USER
 set -u
 hosts=$1 port=$2 key=$3 user=$4
@@ -403,14 +435,68 @@ done < "$hosts"
 exec /bin/true
 `
 
-func (e *env) writeEntrypoint(hosts []string, tag string) (script, list string, err error) {
-	script = filepath.Join(e.work, "entrypoint.sh")
-	if err := os.WriteFile(script, []byte(entrypoint), 0o755); err != nil {
-		return "", "", err
-	}
-	list = filepath.Join(e.work, "hosts-"+tag)
-	return script, list, os.WriteFile(list, []byte(strings.Join(hosts, "\n")+"\n"), 0o644)
+// mpiOperatorEntrypoint is the other baseline of figure 3: what the
+// launcher entrypoint of mpi-operator's own MPICH and Intel MPI images does
+// (build/base/entrypoint.sh in kubeflow/mpi-operator, v0.5.0 to v0.8),
+// written out here step for step. It looks up its own host name, then each
+// host of the hostfile (the part of each line before ':', the MPICH and
+// Intel MPI format mpi-operator writes), one after the other, with
+// nslookup; a lookup that fails is tried again up to 10 times after a sleep
+// that starts at 0.1 s and doubles, and a name that never resolves is
+// reported and skipped. Then it execs the command. It checks no SSH.
+const mpiOperatorEntrypoint = `#!/bin/bash
+# usage: mpi-operator-entrypoint.sh SELF HOSTFILE COMMAND...
+self=$1 hostfile=$2
+shift 2
+resolve() {
+  local n=0 pause=0.1
+  until nslookup $1 >/dev/null; do
+    if [ $n -eq 10 ]; then
+      echo "Couldn't resolve $1"
+      return
+    fi
+    sleep $pause
+    echo "Couldn't resolve $1... Retrying"
+    n=$((n + 1))
+    pause=$(awk -v p=$pause 'BEGIN { print p + p }')
+  done
+  echo "Resolved $1"
 }
+resolve "$self"
+cut -d ':' -f 1 "$hostfile" | while read -r h; do
+  resolve "$h"
+done
+exec "$@"
+`
+
+// writeEntrypoints writes both baselines' scripts and their host lists for
+// hosts (tag names the lists): the list of the ssh one (one name a line),
+// and an MPICH-format hostfile (name:1) for mpi-operator's.
+func (e *env) writeEntrypoints(hosts []string, tag string) (sshScript, sshList, opScript, opHostfile string, err error) {
+	sshScript = filepath.Join(e.work, "entrypoint.sh")
+	opScript = filepath.Join(e.work, "mpi-operator-entrypoint.sh")
+	for _, f := range []struct{ path, text string }{{sshScript, sshEntrypoint}, {opScript, mpiOperatorEntrypoint}} {
+		if err := os.WriteFile(f.path, []byte(f.text), 0o755); err != nil {
+			return "", "", "", "", err
+		}
+	}
+	sshList = filepath.Join(e.work, "hosts-"+tag)
+	if err := os.WriteFile(sshList, []byte(strings.Join(hosts, "\n")+"\n"), 0o644); err != nil {
+		return "", "", "", "", err
+	}
+	var hf strings.Builder
+	for _, h := range hosts {
+		fmt.Fprintf(&hf, "%s:1\n", h)
+	}
+	opHostfile = filepath.Join(e.work, "hostfile-mpich-"+tag)
+	return sshScript, sshList, opScript, opHostfile, os.WriteFile(opHostfile, []byte(hf.String()), 0o644)
+}
+
+// Names of figure 3's baselines.
+const (
+	sshEntrypointName = "shell entrypoint (nslookup + ssh true per host)"
+	opEntrypointName  = "mpi-operator entrypoint (nslookup per host)"
+)
 
 // initSection is figure 3 for the 3 worker pods.
 func initSection(ctx context.Context, o options, e *env, r *report, c *harness.Cluster) error {
@@ -418,29 +504,39 @@ func initSection(ctx context.Context, o options, e *env, r *report, c *harness.C
 	for pod := 1; pod <= 3; pod++ {
 		hosts = append(hosts, c.Pod(pod).ShortName)
 	}
+	self := c.Pod(0).ShortName
 	r.heading("3a. Launcher init, 3 worker pods (workers already up)",
 		"`launcher --discovery.template bj-node-0-{i}.bj --workers-expected 3 --mpi.implementation openmpi4 -- /bin/true`: wall time of the whole process, "+
 			"and its init (start to the exec of the command) by phase from its JSON log. "+
-			"Baseline: the mpi-operator style shell entrypoint (nslookup loop per host, then `ssh host true` per host, against sshd).")
-	script, list, err := e.writeEntrypoint(hosts, "pods")
+			"Baselines: mpi-operator's own launcher entrypoint (its MPICH and Intel MPI images: nslookup of its own name, then of each host of the hostfile "+
+			"with up to 10 retries after a sleep doubling from 0.1 s, then exec; no SSH check), the fair one; and a shell entrypoint that also waits for "+
+			"`ssh host true` per host, against sshd. Both exec /bin/true as the launcher does.")
+	sshScript, sshList, opScript, opHostfile, err := e.writeEntrypoints(hosts, "pods")
 	if err != nil {
 		return err
 	}
+	const launcherName = "launcher (init + exec /bin/true)"
 	spec := bench.Spec{Rounds: o.rounds(20, 3), Warmup: 2, Cmds: []bench.Cmd{
-		{Name: "launcher (init + exec /bin/true)", Argv: e.launcherArgs([]string{"--discovery.template", "bj-node-0-{i}.bj", "--workers-expected", "3",
+		{Name: launcherName, Argv: e.launcherArgs([]string{"--discovery.template", "bj-node-0-{i}.bj", "--workers-expected", "3",
 			"--mpi.implementation", "openmpi4"}, "/bin/true"), Grep: bench.LauncherGrep, Timeout: time.Minute},
-		{Name: "shell entrypoint (nslookup + ssh true per host)", Argv: []string{"/bin/sh", script, list, strconv.Itoa(sshdPort), e.key, user}, Timeout: time.Minute},
+		{Name: opEntrypointName, Argv: []string{"/bin/bash", opScript, self, opHostfile, "/bin/true"}, Timeout: time.Minute},
+		{Name: sshEntrypointName, Argv: []string{"/bin/sh", sshScript, sshList, strconv.Itoa(sshdPort), e.key, user}, Timeout: time.Minute},
 	}}
 	res, err := e.timer(ctx, c, 0, spec)
 	if err != nil {
 		return err
 	}
 	rows := []row{
-		{name: res[0].Name, samples: res[0].Seconds, baseline: res[1].Name},
+		{name: res[0].Name, samples: res[0].Seconds, baseline: opEntrypointName},
 		{name: res[1].Name, samples: res[1].Seconds},
+		{name: res[2].Name, samples: res[2].Seconds, baseline: opEntrypointName},
 	}
 	rows = append(rows, phaseRows(res[0].Lines)...)
-	r.timeTable("init3", rows)
+	sum := r.timeTable("init3", rows)
+	r.headline("start-up to the exec of the command, 3 worker pods already up (figure 3a)",
+		measure{"podmpi", sum[launcherName].Median, bench.Ms},
+		measure{"mpi-operator's entrypoint", sum[opEntrypointName].Median, bench.Ms},
+		measure{"nslookup + ssh true per host", sum[sshEntrypointName].Median, bench.Ms})
 	return nil
 }
 

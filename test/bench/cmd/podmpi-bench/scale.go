@@ -107,7 +107,8 @@ func scalePoints(ctx context.Context, o options, e *env, r *report, c *harness.C
 			":2222 and :9022 of every address, so every worker costs the launcher a real DNS lookup, an HTTP /info request and an SSH handshake "+
 			"plus probe command, all served by one process on the same 2 CPUs. "+
 			"Command: `launcher --discovery.template sw-{i}.sj --workers-expected N --mpi.implementation openmpi4 -- /bin/true`. "+
-			"Baseline: the shell entrypoint (nslookup per host, then `ssh host true` per host) against one sshd on :2223 of the same addresses.", maxN))
+			"Baselines: mpi-operator's entrypoint (nslookup of its own name and of each host of an MPICH-format hostfile, then exec; run interleaved with the launcher at every N) "+
+			"and the shell entrypoint (nslookup per host, then `ssh host true` per host) against one sshd on :2223 of the same addresses.", maxN))
 	var points []scalePoint
 	type lres struct {
 		n     int
@@ -115,8 +116,10 @@ func scalePoints(ctx context.Context, o options, e *env, r *report, c *harness.C
 		wall  bench.Summary
 		cpu   bench.Summary // launcher CPU seconds per run
 		agent float64       // worker-agent CPU seconds per run (mean)
+		op    bench.Summary // mpi-operator's entrypoint, wall
 		lines [][]string
 	}
+	self := c.Pod(0).ShortName
 	var lr []lres
 	for _, n := range o.scaleNs {
 		rounds := 10
@@ -126,12 +129,26 @@ func scalePoints(ctx context.Context, o options, e *env, r *report, c *harness.C
 		case n >= 256:
 			rounds = 8
 		}
+		var hosts []string
+		for i := range n {
+			hosts = append(hosts, simName(i))
+		}
+		_, _, opScript, opHostfile, err := e.writeEntrypoints(hosts, "sim-"+strconv.Itoa(n))
+		if err != nil {
+			return points, err
+		}
+		// The worker-agent's CPU per run: the entrypoint's lookups, run
+		// between the launcher's, cost it nothing.
 		cpu0, _ := bench.ProcCPU(agent.PID())
 		spec := bench.Spec{Rounds: o.rounds(rounds, 2), Warmup: 1, Cmds: []bench.Cmd{{
 			Name: fmt.Sprintf("launcher N=%d", n),
 			Argv: e.launcherArgs([]string{"--discovery.template", "sw-{i}.sj", "--workers-expected", strconv.Itoa(n),
 				"--mpi.implementation", "openmpi4", "--discovery.timeout", "1m", "--probe.timeout", "1m"}, "/bin/true"),
 			Grep: bench.LauncherGrep, Timeout: 3 * time.Minute,
+		}, {
+			Name:    fmt.Sprintf("%s N=%d", opEntrypointName, n),
+			Argv:    []string{"/bin/bash", opScript, self, opHostfile, "/bin/true"},
+			Timeout: time.Duration(n)*100*time.Millisecond + time.Minute,
 		}}}
 		res, err := e.timer(ctx, c, 0, spec)
 		if err != nil {
@@ -140,13 +157,16 @@ func scalePoints(ctx context.Context, o options, e *env, r *report, c *harness.C
 		cpu1, _ := bench.ProcCPU(agent.PID())
 		init, _ := phaseSeries(res[0].Lines, "", "")
 		x := lres{n: n, init: bench.Summarize(init), wall: bench.Summarize(res[0].Seconds), cpu: bench.Summarize(res[0].CPU),
-			agent: (cpu1 - cpu0) / float64(spec.Rounds+spec.Warmup), lines: res[0].Lines}
+			agent: (cpu1 - cpu0) / float64(spec.Rounds+spec.Warmup), op: bench.Summarize(res[1].Seconds), lines: res[0].Lines}
 		r.addRaw("scale", fmt.Sprintf("launcher cpu N=%d", n), res[0].CPU, "s")
 		lr = append(lr, x)
 		r.addRaw("scale", fmt.Sprintf("launcher init N=%d", n), init, "s")
-		points = append(points, scalePoint{series: "launcher init", n: n, median: x.init.Median, p95: x.init.P95})
-		fmt.Printf("   launcher N=%-5d init median %s p95 %s (wall %s; CPU per run: launcher %s, the one worker-agent %s)\n", n,
-			bench.Ms(x.init.Median), bench.Ms(x.init.P95), bench.Ms(x.wall.Median), bench.Ms(x.cpu.Median), bench.Ms(x.agent))
+		r.addRaw("scale", fmt.Sprintf("launcher wall N=%d", n), res[0].Seconds, "s")
+		r.addRaw("scale", res[1].Name, res[1].Seconds, "s")
+		points = append(points, scalePoint{series: "launcher init", n: n, median: x.init.Median, p95: x.init.P95},
+			scalePoint{series: "mpi-operator entrypoint", n: n, median: x.op.Median, p95: x.op.P95})
+		fmt.Printf("   launcher N=%-5d init median %s p95 %s (wall %s; CPU per run: launcher %s, the one worker-agent %s); mpi-operator entrypoint %s\n", n,
+			bench.Ms(x.init.Median), bench.Ms(x.init.P95), bench.Ms(x.wall.Median), bench.Ms(x.cpu.Median), bench.Ms(x.agent), bench.Ms(x.op.Median))
 	}
 	shell := map[int]bench.Summary{}
 	var lastN int
@@ -162,7 +182,7 @@ func scalePoints(ctx context.Context, o options, e *env, r *report, c *harness.C
 		for i := range n {
 			hosts = append(hosts, simName(i))
 		}
-		script, list, err := e.writeEntrypoint(hosts, "sim-"+strconv.Itoa(n))
+		script, list, _, _, err := e.writeEntrypoints(hosts, "sim-"+strconv.Itoa(n))
 		if err != nil {
 			return points, err
 		}
@@ -182,8 +202,8 @@ func scalePoints(ctx context.Context, o options, e *env, r *report, c *harness.C
 	// The table: launcher init and wall per N, against the shell entrypoint
 	// (measured, or extrapolated linearly from the largest measured N: it
 	// handles one host after the other).
-	fmt.Fprintf(&r.md, "| N workers | launcher init median | p95 | launcher wall median | launcher CPU / run | worker-agent CPU / run (all N workers) | shell entrypoint median | shell / launcher init |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	fmt.Printf("   %-9s %12s %12s %12s %22s %10s\n", "N", "init median", "init p95", "wall median", "shell entrypoint", "ratio")
+	fmt.Fprintf(&r.md, "| N workers | launcher init median | p95 | launcher wall median | launcher CPU / run | worker-agent CPU / run (all N workers) | mpi-operator entrypoint median | launcher wall / mpi-operator entrypoint | shell entrypoint median | shell / launcher init |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Printf("   %-9s %12s %12s %12s %14s %8s %22s %10s\n", "N", "init median", "init p95", "wall median", "mpi-operator", "ratio", "shell entrypoint", "ratio")
 	for _, x := range lr {
 		sh, label := math.NaN(), "not measured"
 		if s, ok := shell[x.n]; ok {
@@ -193,11 +213,22 @@ func scalePoints(ctx context.Context, o options, e *env, r *report, c *harness.C
 			label = bench.Ms(sh) + " (extrapolated)"
 			points = append(points, scalePoint{series: "shell entrypoint", n: x.n, median: sh, p95: sh, extrapolate: true})
 		}
-		fmt.Printf("   %-9d %12s %12s %12s %22s %9.1fx\n", x.n, bench.Ms(x.init.Median), bench.Ms(x.init.P95), bench.Ms(x.wall.Median), label, sh/x.init.Median)
-		fmt.Fprintf(&r.md, "| %d | %s | %s | %s | %s | %s | %s | %.1fx |\n", x.n, bench.Ms(x.init.Median), bench.Ms(x.init.P95), bench.Ms(x.wall.Median),
-			bench.Ms(x.cpu.Median), bench.Ms(x.agent), label, sh/x.init.Median)
+		opRatio := bench.Ratio(x.wall.Median, x.op.Median)
+		fmt.Printf("   %-9d %12s %12s %12s %14s %7.2fx %22s %9.1fx\n", x.n, bench.Ms(x.init.Median), bench.Ms(x.init.P95), bench.Ms(x.wall.Median),
+			bench.Ms(x.op.Median), opRatio, label, sh/x.init.Median)
+		fmt.Fprintf(&r.md, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %.1fx |\n", x.n, bench.Ms(x.init.Median), bench.Ms(x.init.P95), bench.Ms(x.wall.Median),
+			bench.Ms(x.cpu.Median), bench.Ms(x.agent), bench.Ms(x.op.Median), ratioStr(opRatio), label, sh/x.init.Median)
 	}
 	r.md.WriteString("\n")
+	if len(lr) > 0 {
+		big := lr[len(lr)-1]
+		bases := []measure{{"mpi-operator's entrypoint", big.op.Median, bench.Ms}}
+		if s, ok := shell[big.n]; ok {
+			bases = append(bases, measure{"nslookup + ssh true per host", s.Median, bench.Ms})
+		}
+		r.headline(fmt.Sprintf("start-up to the exec of the command, %d simulated workers (figure 3b)", big.n),
+			measure{"podmpi", big.wall.Median, bench.Ms}, bases...)
+	}
 	if len(lr) > 0 {
 		big := lr[len(lr)-1]
 		r.note("Launcher init at N=%d by phase:", big.n)
@@ -240,6 +271,9 @@ func simNetwork(ctx context.Context, e *env, c *harness.Cluster, n int) error {
 		fmt.Fprintf(&batch, "address add %s/32 dev eth0\n", a)
 		fmt.Fprintf(&hosts, "%s sw-%d.%s\n", a, i, svc)
 	}
+	// The launcher pod's own name too, which mpi-operator's entrypoint
+	// looks up first (the launcher pod asks only this server).
+	fmt.Fprintf(&hosts, "%s %s\n", c.Pod(0).IP, c.Pod(0).FQDN)
 	bf := filepath.Join(e.work, "sim-addrs.batch")
 	if err := os.WriteFile(bf, []byte(batch.String()), 0o644); err != nil {
 		return err
