@@ -39,6 +39,9 @@ type Options struct {
 	ConnectTimeout time.Duration
 	// Version is -V: print the version and exit.
 	Version bool
+	// Help is -h or --help: print Usage and exit 0 (OpenSSH has neither;
+	// every command line tool is expected to).
+	Help bool
 	// Ignored lists the options accepted without effect, for debug lines.
 	Ignored []string
 	// Warnings are forwarding requests this client does not honour (-A,
@@ -63,6 +66,8 @@ type Options struct {
 //	                 warning line on stderr (unless -q), then the command runs
 //	                 without them (Open MPI adds -X for --xterm)
 //	-V               prints this client's version and exits 0
+//	-h, --help       print Usage and exit 0 (podmpi's own: OpenSSH has no
+//	                 -h, and a worker's command never starts with one)
 //	-f -N -s -G      refused: background after auth, no command, subsystem,
 //	                 print the configuration change what ssh is asked to do
 //
@@ -82,7 +87,7 @@ type Options struct {
 //	                 what the connection does, and this client does none of
 //	                 them
 const (
-	noArgFlags     = "nqvxaTC" + "1246gkKMty" + "AXY" + "V" + "fNsG"
+	noArgFlags     = "nqvxaTC" + "1246gkKMty" + "AXY" + "Vh" + "fNsG"
 	argFlags       = "pilo" + "F" + "bcemBEISP" + "LRDWwJOQ"
 	ignoredNoArg   = "1246gkKMty"
 	warnedNoArg    = "AXY"
@@ -184,7 +189,7 @@ func usagef(format string, args ...any) error {
 // connection does (forwarding, jump hosts, another host name), are errors
 // (*UsageError) naming the option; options OpenSSH knows that have no
 // meaning here are listed in Ignored, forwarding requests in Warnings (see
-// the letters above and ignoredOptions). -V needs no host.
+// the letters above and ignoredOptions). -V, -h and --help need no host.
 func ParseArgs(args []string) (Options, error) {
 	o := Options{Options: map[string]string{}, ConnectionAttempts: 1}
 	i := 0
@@ -204,6 +209,11 @@ func ParseArgs(args []string) (Options, error) {
 				i++
 			}
 			break
+		}
+		if a == "--help" {
+			o.Help = true
+			i++
+			continue
 		}
 		if len(a) < 2 || a[0] != '-' {
 			if hostSeen {
@@ -237,12 +247,12 @@ func ParseArgs(args []string) (Options, error) {
 				}
 				j = len(a)
 			default:
-				return Options{}, usagef("unknown option -%s (OpenSSH has none either); podmpi's ssh client takes OpenSSH's options: -p port, -i file, -l user, -o Key=Value, [user@]host and a command", printable(string(c)))
+				return Options{}, usagef("unknown option -%s (OpenSSH has none either); podmpi's ssh client takes OpenSSH's options: -p port, -i file, -l user, -o Key=Value, [user@]host and a command (--help lists them)", printable(string(c)))
 			}
 		}
 		i++
 	}
-	if !hostSeen && o.Version {
+	if !hostSeen && (o.Version || o.Help) {
 		return o, nil
 	}
 	if !hostSeen {
@@ -262,6 +272,8 @@ func (o *Options) flag(c byte) {
 		o.Verbose++
 	case c == 'V':
 		o.Version = true
+	case c == 'h':
+		o.Help = true
 	case strings.IndexByte(warnedNoArg, c) >= 0:
 		o.Warnings = append(o.Warnings, fmt.Sprintf("-%c: %s is not supported; running the command without it", c, flagMeaning[c]))
 	case strings.IndexByte(ignoredNoArg, c) >= 0:

@@ -113,6 +113,10 @@ func parseCases() []parseCase {
 		{"StdinNull", []string{"-o", "StdinNull=yes", "h", "true"},
 			opts(Options{Host: "h", Command: "true", NoStdin: true, Options: map[string]string{"stdinnull": "yes"}})},
 		{"-V needs no host", []string{"-V"}, opts(Options{Version: true})},
+		{"--help needs no host", []string{"--help"}, opts(Options{Help: true})},
+		{"-h needs no host", []string{"-qh"}, opts(Options{Help: true, Quiet: true})},
+		{"--help after the command is the command's", []string{"h", "mpirun", "--help"}, opts(Options{Host: "h", Command: "mpirun --help"})},
+		{"-h after the command is the command's", []string{"h", "-p", "2", "ls", "-h"}, opts(Options{Host: "h", Port: 2, Command: "ls -h"})},
 		{"ipv6 literal", []string{"[::1]", "true"}, opts(Options{Host: "::1", Command: "true"})},
 		{"empty command word kept", []string{"h", "a", "", "b"}, opts(Options{Host: "h", Command: "a  b"})},
 	}
@@ -199,8 +203,8 @@ func FuzzParseArgs(f *testing.F) {
 			}
 			return
 		}
-		if o.Version && o.Host == "" {
-			return // -V without a host: nothing to connect to
+		if (o.Version || o.Help) && o.Host == "" {
+			return // -V, -h or --help without a host: nothing to connect to
 		}
 		if o.Host == "" || strings.IndexFunc(o.Host, unicode.IsSpace) >= 0 {
 			t.Fatalf("bad host %q", o.Host)

@@ -284,6 +284,10 @@ func (r *runner) run(ctx context.Context, args []string) int {
 		r.line("usage: %v", err)
 		return int(exitcode.RemoteShell)
 	}
+	if opts.Help {
+		fmt.Fprint(r.stdout, Usage)
+		return 0
+	}
 	if opts.Version {
 		fmt.Fprintf(r.stderr, "podmpi %s: ssh-compatible client (OpenSSH's command line; job key, pinned host key)\n", version.Get())
 		return 0

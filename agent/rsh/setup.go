@@ -246,6 +246,7 @@ func NewCommand(env func(string) (string, bool), stdin io.Reader, stdout, stderr
 	return &cobra.Command{
 		Use:                "rsh [ssh options] [user@]host command...",
 		Short:              "ssh-compatible client for mpirun's remote daemons (job key, host key pinned to id_rsa.pub)",
+		Long:               Usage,
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
