@@ -92,12 +92,17 @@ func splitList(v string) []string {
 type LogFlags struct {
 	Format string // auto, json or text
 	Level  string // debug, info, warn or error
+	// Verbose is -v: the debug level, whatever Level says. In every podmpi
+	// binary -v means verbose, as in kubectl and ssh(1) (podmpi's ssh
+	// client counts it as OpenSSH does); the version is --version.
+	Verbose bool
 }
 
-// Register adds --log.format and --log.level to fs.
+// Register adds --log.format, --log.level and -v/--verbose to fs.
 func (l *LogFlags) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&l.Format, "log.format", "auto", "log format: auto (JSON inside Kubernetes, text otherwise), json or text")
 	fs.StringVar(&l.Level, "log.level", "info", "log level: debug, info, warn or error")
+	fs.BoolVarP(&l.Verbose, "verbose", "v", false, "verbose: log at the debug level, whatever --log.level says (-v is verbose in every podmpi binary, as in kubectl and ssh; the version is --version)")
 }
 
 // NewLogger builds the slog logger for the flags, writing to w.
@@ -106,6 +111,9 @@ func (l LogFlags) NewLogger(w io.Writer, getenv func(string) string) (*slog.Logg
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(l.Level)); err != nil {
 		return nil, fmt.Errorf("--log.level %q: want debug, info, warn or error", l.Level)
+	}
+	if l.Verbose {
+		level = slog.LevelDebug
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	switch l.resolve(getenv) {

@@ -2,10 +2,16 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/podmpi/podmpi/agent/exitcode"
 	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
 
 	"github.com/spf13/pflag"
@@ -135,5 +141,71 @@ func TestJSONLogsHaveUniqueKeys(t *testing.T) {
 		return ""
 	}) || (LogFlags{Format: "auto"}).JSON(func(string) string { return "" }) {
 		t.Error("JSON: auto must mean JSON inside Kubernetes only")
+	}
+}
+
+// TestVerbose: -v gives the debug level whatever --log.level says; a bad
+// --log.level is still an error with it.
+func TestVerbose(t *testing.T) {
+	getenv := func(string) string { return "" }
+	for _, tc := range []struct {
+		flags LogFlags
+		debug bool
+	}{
+		{LogFlags{Format: "text", Level: "warn"}, false},
+		{LogFlags{Format: "text", Level: "warn", Verbose: true}, true},
+		{LogFlags{Format: "json", Level: "info", Verbose: true}, true},
+	} {
+		lg, err := tc.flags.NewLogger(io.Discard, getenv)
+		if err != nil {
+			t.Fatalf("%+v: %v", tc.flags, err)
+		}
+		if got := lg.Enabled(context.Background(), slog.LevelDebug); got != tc.debug {
+			t.Errorf("%+v: debug enabled %t, want %t", tc.flags, got, tc.debug)
+		}
+	}
+	if _, err := (LogFlags{Format: "text", Level: "loud", Verbose: true}).NewLogger(io.Discard, getenv); err == nil {
+		t.Error("--log.level loud with -v: no error")
+	}
+	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
+	var l LogFlags
+	l.Register(fs)
+	if err := fs.Parse([]string{"-v"}); err != nil || !l.Verbose {
+		t.Errorf("-v: %v, Verbose %t", err, l.Verbose)
+	}
+}
+
+// TestExitCodes: the --help block lists every entry of the table it is
+// given, a new one too, in lines of at most 80 columns.
+func TestExitCodes(t *testing.T) {
+	table := append(slices.Clone(exitcode.Table), exitcode.Entry{Code: 79, Name: "a-new-code", Binary: "launcher",
+		Meaning: "a code added to the table after this test was written, with a meaning long enough to be wrapped over two lines", Fix: "-"})
+	out := ExitCodes(table)
+	for _, e := range table {
+		head := fmt.Sprintf("  %-4d %s", e.Code, e.Name)
+		if e.Binary != "all" {
+			head += " (" + e.Binary + ")"
+		}
+		if !strings.Contains(out, "\n"+head+": ") {
+			t.Errorf("no line %q in\n%s", head, out)
+		}
+	}
+	for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		if len(l) > helpWidth {
+			t.Errorf("line longer than %d columns: %q", helpWidth, l)
+		}
+	}
+}
+
+func TestWrap(t *testing.T) {
+	for _, tc := range []struct{ prefix, text, want string }{
+		{"  1:", "one two three four", "  1: one two\n   three\n   four\n"},
+		{"  1:", "one two six", "  1: one two\n   six\n"},
+		{"", "aaaaaaaaaaaaaaa b", "aaaaaaaaaaaaaaa\n   b\n"},
+		{"  2:", "", "  2:\n"},
+	} {
+		if got := Wrap(tc.prefix, tc.text, "   ", 12); got != tc.want {
+			t.Errorf("Wrap(%q, %q) = %q, want %q", tc.prefix, tc.text, got, tc.want)
+		}
 	}
 }

@@ -8,7 +8,7 @@
 //	launcher discover-hosts                             (Horovod --host-discovery-script)
 //	launcher install <dir>                              (copy podmpi's tree into <dir>: the init container's command)
 //	worker-agent [flags]                                (started as worker-agent: check the image, run the real one)
-//	launcher version
+//	launcher version                                    (also --version)
 //
 // It discovers the workers (flag, hostfile, headless-service DNS or a name
 // template), waits until every name and its own resolves, asks each
@@ -66,6 +66,7 @@
 //	--kube.pod-uid                  PODMPI_KUBE_POD_UID                  the launcher's own pod uid (downward API metadata.uid), for its Events and its instance
 //	--log.format                    PODMPI_LOG_FORMAT                    auto, json or text (auto: JSON in Kubernetes)
 //	--log.level                     PODMPI_LOG_LEVEL                     debug, info, warn, error
+//	--verbose                       PODMPI_VERBOSE                       -v: the debug level, whatever --log.level says (-v is verbose in every podmpi binary)
 //
 // The rsh client reads PODMPI_SSH_AUTH_DIR, PODMPI_SSH_PORT, PODMPI_SSH_USER,
 // PODMPI_SSH_INSECURE_IGNORE_HOST_KEY, PODMPI_SSH_WAIT and
@@ -134,11 +135,9 @@
 // of the environment that overrides podmpi's wiring (warned about at
 // start); mpirun's exit code still passes through.
 //
-// Exit codes: mpirun's own; 64 usage; 65 config; 66 discovery timeout; 67
-// probe failed; 68 command not found; 69 mpirun timeout; 71 internal; 72
-// slots unknown; 73 launch failed (a daemon could not be started and mpirun
-// did not exit on its own); 74 worker gone; 75 image unsupported (started
-// as worker-agent in an image that cannot run it, or a podmpi tree that was
-// not copied whole); 255 rsh could not reach the worker; 128+N when ended
-// by signal N.
+// Exit codes: mpirun's own once it runs; 128+N when ended by signal N
+// before; otherwise one of package agent/exitcode's table, which `launcher
+// --help` lists in full (usage, config, discovery timeout, probe failed,
+// command not found, mpirun timeout, internal, slots unknown, launch
+// failed, worker gone, image unsupported; 255 when rsh could not run the remote command).
 package main

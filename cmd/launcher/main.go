@@ -144,11 +144,13 @@ It waits until every worker resolves, writes the hostfile, probes SSH to every
 worker and names the cause of each failure, then runs the command after "--"
 (usually mpirun ...) wired for its MPI, with itself as mpirun's ssh program.
 
-Exit codes: mpirun's own, or 64 usage, 65 config, 66 discovery timeout,
-67 probe failed, 68 command not found, 69 mpirun timeout, 71 internal,
-72 slots unknown, 73 launch failed, 74 worker gone, 75 image unsupported
-(an incomplete podmpi copy), 128+N killed by signal N. See
-docs/troubleshooting.md.`,
+Every flag has a PODMPI_* environment variable twin, shown in brackets. -v is
+verbose (the debug log level); --version prints the version.
+
+Once mpirun runs, the launcher exits with mpirun's own exit code; ended by
+signal N before that, with 128+N.
+
+` + cli.ExitCodes(exitcode.Table),
 		Version:       version.Get().String(),
 		SilenceErrors: true,
 		SilenceUsage:  true,
@@ -162,6 +164,7 @@ docs/troubleshooting.md.`,
 		},
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &launcher.UsageError{Err: err} })
+	root.SetVersionTemplate(cli.VersionTemplate)
 	a.cfg.Bind(root.PersistentFlags())
 	cli.AnnotateEnv(root.PersistentFlags())
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
@@ -195,8 +198,8 @@ docs/troubleshooting.md.`,
 			Use:   "version",
 			Short: "Print the version",
 			Args:  cobra.NoArgs,
-			Run: func(*cobra.Command, []string) {
-				fmt.Fprintln(a.stdout, "launcher", version.Get())
+			Run: func(cmd *cobra.Command, _ []string) {
+				fmt.Fprintln(a.stdout, cli.VersionLine(cmd.Root()))
 			},
 		},
 	)

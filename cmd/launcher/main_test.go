@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,6 +23,7 @@ import (
 	"github.com/podmpi/podmpi/agent/cli"
 	"github.com/podmpi/podmpi/agent/exitcode"
 	"github.com/podmpi/podmpi/agent/launcher"
+	"github.com/podmpi/podmpi/agent/rsh"
 	"github.com/podmpi/podmpi/agent/sshclient/sshtest"
 )
 
@@ -270,5 +273,114 @@ func TestJSONLogOfAFailingLauncher(t *testing.T) {
 	}
 	if !worker || !exiting {
 		t.Errorf("no ERROR record naming the worker (%v) or the exit (%v):\n%s", worker, exiting, out)
+	}
+}
+
+// runBin runs a binary with a deadline and returns its exit code, stdout
+// and stderr apart.
+func runBin(t *testing.T, env []string, bin string, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, stdout.String(), stderr.String()
+	case errors.As(err, &ee):
+		return ee.ExitCode(), stdout.String(), stderr.String()
+	}
+	t.Fatalf("running %s %q: %v", bin, args, err)
+	return -1, "", ""
+}
+
+// checkExitCodeList fails unless help lists every code of agent/exitcode's
+// table, each at the start of its own line with its name.
+func checkExitCodeList(t *testing.T, what, help string) {
+	t.Helper()
+	for _, e := range exitcode.Table {
+		re := regexp.MustCompile(`(?m)^  ` + strconv.Itoa(int(e.Code)) + ` +` + regexp.QuoteMeta(e.Name) + `\b`)
+		if !re.MatchString(help) {
+			t.Errorf("%s does not list exit code %d (%s)", what, e.Code, e.Name)
+		}
+	}
+}
+
+// TestCLIConventions: the launcher's command line answers as cobra and
+// kubectl users expect. --help and -h work on every command, the ssh
+// client's included (launcher rsh and make build's podmpi-rsh, which
+// OpenSSH's command line has neither); --version prints what `launcher
+// version` prints; -v is verbose (the debug log level) and never the
+// version; --help lists every exit code of agent/exitcode's table.
+func TestCLIConventions(t *testing.T) {
+	bin := binDir(t)
+	for _, args := range [][]string{{"rsh", "--help"}, {"rsh", "-h"}, {"rsh", "-q", "--help"}} {
+		code, out, errOut := runBin(t, []string{"PODMPI_RSH_SOCKET="}, launcherBin, args...)
+		if code != 0 || !strings.HasPrefix(out, "usage: podmpi-rsh ") || errOut != "" {
+			t.Errorf("launcher %q: exit %d, stdout %q, stderr %q; want the client's usage on stdout and exit 0", args, code, out, errOut)
+		}
+	}
+	// make build's relay, where no launcher shares: it runs the full
+	// client next to it, which prints the usage.
+	for _, arg := range []string{"--help", "-h"} {
+		code, out, errOut := runBin(t, []string{"PODMPI_RSH_SOCKET="}, filepath.Join(bin, rsh.Name), arg)
+		if code != 0 || !strings.HasPrefix(out, "usage: podmpi-rsh ") {
+			t.Errorf("%s %s: exit %d, stdout %q, stderr %q", rsh.Name, arg, code, out, errOut)
+		}
+	}
+	// A --help after the command is the remote command's, not the client's.
+	if o, err := rsh.ParseArgs([]string{"w-0", "mpirun", "--help"}); err != nil || o.Help || o.Command != "mpirun --help" {
+		t.Errorf("ParseArgs(w-0 mpirun --help) = %+v, %v; want the command \"mpirun --help\"", o, err)
+	}
+
+	code, help, _ := runBin(t, nil, launcherBin, "--help")
+	if code != 0 {
+		t.Fatalf("launcher --help: exit %d", code)
+	}
+	checkExitCodeList(t, "launcher --help", help)
+	if code, h, _ := runBin(t, nil, launcherBin, "-h"); code != 0 || h != help {
+		t.Errorf("launcher -h: exit %d, and its output differs from --help's", code)
+	}
+	if !strings.Contains(help, "-v, --verbose") || strings.Contains(help, "-v, --version") {
+		t.Errorf("launcher --help: want -v as --verbose's shorthand, not --version's:\n%s", help)
+	}
+
+	_, want, _ := runBin(t, nil, launcherBin, "version")
+	if !strings.HasPrefix(want, "launcher ") {
+		t.Fatalf("launcher version printed %q", want)
+	}
+	if code, out, _ := runBin(t, nil, launcherBin, "--version"); code != 0 || out != want {
+		t.Errorf("launcher --version: exit %d, %q; want %q as `launcher version` prints it", code, out, want)
+	}
+	// -v alone is not a request for the version: the launcher wants its
+	// command, as without it.
+	if code, out, errOut := runBin(t, nil, launcherBin, "-v"); code != int(exitcode.Usage) || strings.Contains(out+errOut, want) {
+		t.Errorf("launcher -v: exit %d, stdout %q, stderr %q; want exit %d asking for the command", code, out, errOut, exitcode.Usage)
+	}
+
+	// -v and its twin give the debug level over --log.level (the twin
+	// last: parse sets it for the rest of the test).
+	if cfg, _, _, _ := parse(t, nil, "--workers", "a", "probe"); cfg.Logger == nil || cfg.Logger.Enabled(context.Background(), slog.LevelDebug) {
+		t.Errorf("without -v the logger logs at the debug level")
+	}
+	for _, tc := range []struct {
+		env  map[string]string
+		args []string
+	}{
+		{nil, []string{"-v", "--log.level", "warn", "--workers", "a", "probe"}},
+		{nil, []string{"--verbose", "--workers", "a", "probe"}},
+		{map[string]string{"PODMPI_VERBOSE": "true"}, []string{"--workers", "a", "probe"}},
+	} {
+		cfg, which, code, out := parse(t, tc.env, tc.args...)
+		if code != exitcode.OK || which != "probe" {
+			t.Fatalf("%q: exit %d, ran %q: %s", tc.args, code, which, out)
+		}
+		if cfg.Logger == nil || !cfg.Logger.Enabled(context.Background(), slog.LevelDebug) {
+			t.Errorf("%q (env %v): the logger does not log at the debug level", tc.args, tc.env)
+		}
 	}
 }

@@ -32,7 +32,7 @@
 // Usage:
 //
 //	worker-agent [flags]         serve SSH and HTTP until SIGTERM/SIGINT
-//	worker-agent version         print the version
+//	worker-agent version         print the version (also --version)
 //	worker-agent rsh ARGS...     the ssh-compatible client (package agent/rsh);
 //	                             also run when invoked as podmpi-rsh
 //
@@ -74,6 +74,8 @@
 //	                                                         the pod's default 30s terminationGracePeriodSeconds)
 //	--log.format              PODMPI_LOG_FORMAT              auto (JSON in Kubernetes), json or text (default auto)
 //	--log.level               PODMPI_LOG_LEVEL               debug, info, warn or error (default info)
+//	--verbose                 PODMPI_VERBOSE                 -v: the debug level, whatever --log.level says (-v is
+//	                                                         verbose in every podmpi binary; the version is --version)
 //
 // PODMPI_STATE_DIR sets the default of --ssh.state-dir. The rsh client reads
 // its own variables (PODMPI_SSH_AUTH_DIR, PODMPI_SSH_PORT, ...; see package
@@ -112,7 +114,8 @@
 //
 //	worker-agent: <what>: <cause>; hint: <fix>
 //
-// and exits with one of (see package agent/exitcode):
+// and exits with one of (`worker-agent --help` lists them all, from
+// package agent/exitcode's table):
 //
 //	0   stopped by SIGTERM/SIGINT after a graceful shutdown
 //	64  bad flag, argument or environment twin

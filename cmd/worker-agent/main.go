@@ -199,10 +199,13 @@ mpi-operator). It serves SSH for mpirun's remote daemons (orted, prted,
 hydra_pmi_proxy) as any UID, authenticating with the job's mounted key, and
 HTTP /healthz, /readyz, /info, /events and /metrics.
 
-Every flag has a PODMPI_* environment variable twin, shown in brackets.
+Every flag has a PODMPI_* environment variable twin, shown in brackets. -v is
+verbose (the debug log level); --version prints the version.
 
-Exit codes: 0 ok (also after SIGTERM), 64 bad flags, 65 bad keys or
-configuration, 70 cannot listen, 71 internal error.`,
+It exits 0 when stopped by SIGTERM.
+
+` + cli.ExitCodes(exitcode.Table),
+		Version:       version.Get().String(),
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		Args:          cobra.NoArgs,
@@ -212,6 +215,7 @@ configuration, 70 cannot listen, 71 internal error.`,
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage(err) })
+	root.SetVersionTemplate(cli.VersionTemplate)
 	o.register(root.Flags())
 	cli.AnnotateEnv(root.Flags())
 	root.PreRunE = func(cmd *cobra.Command, _ []string) error {
@@ -226,7 +230,7 @@ configuration, 70 cannot listen, 71 internal error.`,
 			Short: "Print the version",
 			Args:  cobra.NoArgs,
 			Run: func(cmd *cobra.Command, _ []string) {
-				fmt.Fprintln(o.stdout, "worker-agent", version.Get())
+				fmt.Fprintln(o.stdout, cli.VersionLine(cmd.Root()))
 			},
 		},
 		rsh.NewCommand(o.env, o.stdin, o.stdout, o.stderr, func(code int) { o.code = exitcode.Code(code) }),

@@ -27,6 +27,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/podmpi/podmpi/agent/cli"
+	"github.com/podmpi/podmpi/agent/exitcode"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/metric-names.golden")
@@ -136,6 +137,57 @@ func TestVersion(t *testing.T) {
 	code, out, errOut := runOnce(t, baseEnv(), "version")
 	if code != 0 || !strings.HasPrefix(out, "worker-agent ") || errOut != "" {
 		t.Fatalf("version: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	// --version, as cobra and kubectl users expect, prints the same line;
+	// -v (verbose) beside it changes nothing.
+	for _, args := range [][]string{{"--version"}, {"-v", "--version"}} {
+		if c, o, e := runOnce(t, baseEnv(), args...); c != 0 || o != out || e != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want %q as `worker-agent version` prints it", args, c, o, e, out)
+		}
+	}
+}
+
+// TestCLIConventions: --help and -h list every exit code of agent/exitcode's
+// table; the ssh client answers --help and -h (OpenSSH's command line has
+// neither); -v is verbose: the agent logs at the debug level, whatever
+// --log.level says.
+func TestCLIConventions(t *testing.T) {
+	t.Parallel()
+	code, help, _ := runOnce(t, baseEnv(), "--help")
+	if code != 0 {
+		t.Fatalf("--help: exit %d", code)
+	}
+	for _, e := range exitcode.Table {
+		re := regexp.MustCompile(`(?m)^  ` + strconv.Itoa(int(e.Code)) + ` +` + regexp.QuoteMeta(e.Name) + `\b`)
+		if !re.MatchString(help) {
+			t.Errorf("--help does not list exit code %d (%s)", e.Code, e.Name)
+		}
+	}
+	if c, h, _ := runOnce(t, baseEnv(), "-h"); c != 0 || h != help {
+		t.Errorf("-h: exit %d, and its output differs from --help's", c)
+	}
+	if !strings.Contains(help, "-v, --verbose") {
+		t.Errorf("--help does not show -v as --verbose's shorthand:\n%s", help)
+	}
+	for _, args := range [][]string{{"rsh", "--help"}, {"rsh", "-h"}} {
+		if c, o, e := runOnce(t, baseEnv(), args...); c != 0 || !strings.HasPrefix(o, "usage: podmpi-rsh ") || e != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want the client's usage and exit 0", args, c, o, e)
+		}
+	}
+
+	keys := writeKeys(t, t.TempDir())
+	for _, verbose := range []bool{false, true} {
+		args := loopbackArgs(keys.dir)
+		if verbose {
+			args = append(args, "-v")
+		}
+		a := startAgent(t, args, baseEnv(), t.TempDir())
+		a.WaitReady(t, 20*time.Second)
+		// Linking podmpi-rsh for the sessions is logged at the debug level.
+		if got := strings.Contains(a.Log(), `"level":"DEBUG"`); got != verbose {
+			t.Errorf("-v %t: debug records in the log: %t, want %t:\n%s", verbose, got, verbose, a.Log())
+		}
+		a.Stop(t, 20*time.Second)
 	}
 }
 
