@@ -7,10 +7,18 @@ COMMIT     ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 FUZZTIME   ?= 30s
 TESTFLAGS  ?=
 
-.PHONY: all build test test-short lint vet fmt staticcheck fuzz bench e2e e2e-ompi5 e2e-intelmpi demo images images-prune image-test clean clean-stale \
+.PHONY: all help build test test-short lint vet fmt staticcheck fuzz bench e2e e2e-ompi5 e2e-intelmpi demo images images-prune image-test clean clean-stale \
         cluster-tool cluster-build cluster-up cluster-down cluster-test cluster-bench
 
+## all: the default: build
 all: build
+
+## help: every target with what it does (from the Makefile's ## comments)
+help:
+	@awk '/^## [a-z][a-z0-9-]*:/ { name = $$2; sub(/:$$/, "", name); d = $$0; sub(/^## [^:]*: */, "", d); \
+	    printf "%-15s %s\n", name, d; doc = 1; next } \
+	  /^##( |$$)/ && doc { d = $$0; sub(/^## ?/, "", d); printf "%-15s %s\n", "", d; next } \
+	  { doc = 0 }' $(firstword $(MAKEFILE_LIST))
 
 ## build: both binaries into ./bin, laid out as the binaries-only image's
 ## /opt/podmpi/bin: launcher static, worker-agent (cgo for NVML) linked against
@@ -34,13 +42,16 @@ test-short:
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 lint: fmt vet staticcheck
 
+## staticcheck: staticcheck (the version STATICCHECK names, from the module proxy)
 staticcheck:
 	$(GO) run $(STATICCHECK) ./...
 
+## fmt: fail, naming the files, when gofmt would change a Go file
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
+## vet: go vet with and without cgo
 vet:
 	$(GO) vet ./...
 	CGO_ENABLED=0 $(GO) vet ./...
@@ -87,10 +98,11 @@ images: build
 images-prune:
 	./images/prune.sh
 
+## image-test: build the images and run an MPI job across containers (root,
+## podman; see images/README.md)
 image-test:
 	./images/test.sh
 
-## clean-stale: remove namespaces and processes left by an interrupted test run
 ## cluster-tool: bin/podmpi-cluster, the single-node Kubernetes of the
 ## cluster-* targets (test/cluster; its own Go module)
 CLUSTER_TOOL := $(BIN)/podmpi-cluster
@@ -147,8 +159,10 @@ cluster-bench: cluster-tool
 	PODMPI_CLUSTER_TOOL=$(abspath $(CLUSTER_TOOL)) PODMPI_CLUSTER_BENCH=1 $(CLUSTER_TOOL) run -- \
 	  $(CLUSTER_GO) -C test/cluster test -count=1 -timeout 60m -v -run TestBench ./e2e/
 
+## clean-stale: remove namespaces and processes left by an interrupted test run
 clean-stale:
 	$(GO) run ./test/harness/cmd/harness-cleanup
 
+## clean: remove bin/
 clean:
 	rm -rf $(BIN) $(BIN)/../libexec
