@@ -7,7 +7,7 @@ COMMIT     ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 FUZZTIME   ?= 30s
 TESTFLAGS  ?=
 
-.PHONY: all help build test test-short lint vet fmt staticcheck fuzz bench e2e e2e-ompi5 e2e-intelmpi demo images images-prune image-test clean clean-stale \
+.PHONY: all help pictures build test test-short lint vet fmt staticcheck fuzz bench e2e e2e-ompi5 e2e-intelmpi demo images images-prune image-test clean clean-stale \
         cluster-tool cluster-build cluster-up cluster-down cluster-test cluster-bench
 
 ## all: the default: build
@@ -19,6 +19,13 @@ help:
 	    printf "%-15s %s\n", name, d; doc = 1; next } \
 	  /^##( |$$)/ && doc { d = $$0; sub(/^## ?/, "", d); printf "%-15s %s\n", "", d; next } \
 	  { doc = 0 }' $(firstword $(MAKEFILE_LIST))
+
+## pictures: render every docs/pictures/*.dot to the SVG beside it with
+## Graphviz's dot (apt-get install -y graphviz); go test ./docs/ checks that
+## each SVG is what its source renders
+pictures:
+	@command -v dot >/dev/null || { echo "pictures: no dot on PATH; apt-get install -y graphviz"; exit 1; }
+	@for f in docs/pictures/*.dot; do echo "dot -Tsvg $$f -o $${f%.dot}.svg"; dot -Tsvg "$$f" -o "$${f%.dot}.svg" || exit 1; done
 
 ## build: both binaries into ./bin, laid out as the binaries-only image's
 ## /opt/podmpi/bin: launcher static, worker-agent (cgo for NVML) linked against
