@@ -67,7 +67,7 @@ func main() {
 	flag.StringVar(&o.footprint, "footprint", "8,32,64", "worker counts of the launcher pod footprint (memory, descriptors) under Open MPI and Hydra")
 	flag.Float64Var(&o.reps, "reps", 1, "multiply every repetition count by this (0.3 for a quick look)")
 	flag.StringVar(&o.only, "only", "", "comma-separated sections to run (rsh,mpi,init,mem,tput,scale,status,footprint); empty runs all")
-	flag.DurationVar(&o.timeout, "timeout", 40*time.Minute, "overall deadline")
+	flag.DurationVar(&o.timeout, "timeout", 2*time.Hour, "overall deadline (the baselines at 1024 simulated workers alone take 10-20 minutes on a loaded machine)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "podmpi-bench: needs root (network namespaces, bind mounts, a DNS server); run: sudo make bench")
