@@ -3,9 +3,10 @@
 // every diagnosis phase of agent/sshclient and agent/launcher, every flag of
 // both binaries with its PODMPI_* twin and default, every other PODMPI_*
 // variable the code reads, every relative link, repository path and make
-// target the pages mention, and every benchmark figure the README quotes
-// (from BENCHMARKS.md's table of the latest run). The lists come from the code (go/ast and the
-// binaries' --help), never from this file.
+// target the pages mention, every benchmark figure the README quotes (the
+// headline of BENCHMARKS.md's newest run), and every picture (re-rendered
+// from its source). The lists come from the code (go/ast and the binaries'
+// --help), never from this file.
 package docs
 
 import (

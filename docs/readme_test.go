@@ -1,74 +1,192 @@
 package docs
 
 import (
+	"fmt"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/podmpi/podmpi/agent/exitcode"
 )
 
-// benchTargetsTitle is the level-2 heading of BENCHMARKS.md whose table
-// holds the figures of the latest recorded run, the only ones the README
-// may quote.
-const benchTargetsTitle = "Targets (this run)"
+// runHeadingRe is the level-2 heading of one `make bench` run in
+// BENCHMARKS.md: "Run of 2026-12-06 ...". The newest date is the run the
+// README quotes.
+var runHeadingRe = regexp.MustCompile(`^Run of (\d{4}-\d{2}-\d{2})\b`)
 
-// figureRe is a measured figure as the README quotes one: a ratio (0.016x)
-// or a value with its unit (3.83 ms, 1.054 s, 15.14 MB).
+// headlineTitlePrefix starts the level-3 heading of a run's headline table,
+// as make bench writes it into docs/bench/summary.md.
+const headlineTitlePrefix = "Headline"
+
+// readmeMeasuredTitle is the README's level-2 section that quotes the
+// headline.
+const readmeMeasuredTitle = "Measured"
+
+// headlineHeader is the header row of a headline table.
+var headlineHeader = []string{"figure", "podmpi", "baselines (same run)", "podmpi / best baseline"}
+
+// figureRe is a measured figure as the docs quote one: a ratio (0.016x) or
+// a value with its unit (3.83 ms, 1.054 s, 15.14 MB).
 var figureRe = regexp.MustCompile(`\b\d+(?:\.\d+)?(?:x| ms| s| MB)\b`)
 
-// benchParagraphs are the paragraphs of md that cite BENCHMARKS.md: where
-// the README quotes measurements.
-func benchParagraphs(md string) []string {
-	var out []string
-	for p := range strings.SplitSeq(md, "\n\n") {
-		if strings.Contains(p, "](BENCHMARKS.md)") {
-			out = append(out, p)
+// newestRun is BENCHMARKS.md's run section with the latest date, and that
+// date.
+func newestRun(t *testing.T, secs []section) (section, string) {
+	t.Helper()
+	var best section
+	date := ""
+	for _, s := range secs {
+		m := runHeadingRe.FindStringSubmatch(s.title)
+		if s.level != 2 || m == nil {
+			continue
+		}
+		switch {
+		case m[1] > date:
+			best, date = s, m[1]
+		case m[1] == date:
+			t.Fatalf("BENCHMARKS.md: two runs of %s (%q, %q): give each run its own date", date, best.title, s.title)
 		}
 	}
-	return out
+	if date == "" {
+		t.Fatalf("BENCHMARKS.md: no %q section", "## Run of YYYY-MM-DD")
+	}
+	return best, date
 }
 
-// staleFigures returns the figures of text that the targets section does not
-// hold, and how many figures text quotes.
-func staleFigures(text, targets string) (stale []string, n int) {
-	figs := figureRe.FindAllString(text, -1)
-	for _, f := range figs {
-		if !strings.Contains(targets, f) {
-			stale = append(stale, f)
+// headlineRows are the rows of the headline table under parent (a run's
+// section, or the whole summary.md when parent is nil), header first.
+func headlineRows(t *testing.T, page string, secs []section, parent *section) [][]string {
+	t.Helper()
+	for _, s := range secs {
+		if s.level != 3 || !strings.HasPrefix(s.title, headlineTitlePrefix) {
+			continue
+		}
+		if parent != nil && (s.line <= parent.line || s.line > parent.line+len(parent.body)) {
+			continue
+		}
+		rows := tableRows(s.text())
+		if len(rows) < 2 || !slices.Equal(rows[0], headlineHeader) {
+			t.Fatalf("%s: the %q table's header is %q, want %q", page, s.title, rowOr(rows), headlineHeader)
+		}
+		return rows
+	}
+	t.Fatalf("%s: no ### %s... table", page, headlineTitlePrefix)
+	return nil
+}
+
+func rowOr(rows [][]string) []string {
+	if len(rows) == 0 {
+		return nil
+	}
+	return rows[0]
+}
+
+// rowMismatches compares the quoted rows with the headline's, matched by
+// their first cell: every quoted row must be the headline's row of that
+// name, cell for cell.
+func rowMismatches(quoted, headline [][]string) []string {
+	byName := map[string][]string{}
+	for _, r := range headline {
+		byName[r[0]] = r
+	}
+	var bad []string
+	for _, r := range quoted {
+		h, ok := byName[r[0]]
+		switch {
+		case !ok:
+			bad = append(bad, fmt.Sprintf("the row %q is not in the newest run's headline", r[0]))
+		case !slices.Equal(r, h):
+			bad = append(bad, fmt.Sprintf("the row %q says %q; the newest run's headline says %q", r[0], r[1:], h[1:]))
 		}
 	}
-	return stale, len(figs)
+	return bad
 }
 
-// TestReadmeFiguresFromBenchmarks: every figure the README quotes next to a
-// link to BENCHMARKS.md is in that file's table of the latest run. A new
-// run rewrites the table; a README left quoting the run before (it once
-// said 0.046x and 1.4x the memory after the table had 0.016x and 0.94x)
-// fails here until it is brought up to date.
+// TestReadmeFiguresFromBenchmarks: the README quotes the benchmarks only in
+// its headline table, and every row of it is, cell for cell, the row of the
+// same name in the headline of BENCHMARKS.md's newest run (the section
+// "Run of <latest date>"), whose headline is the one make bench last wrote
+// into docs/bench/summary.md. A figure anywhere else in a README paragraph
+// that cites BENCHMARKS.md is an error: it would be checked against
+// nothing. A new run rewrites the headline; a README left with an earlier
+// run's rows fails here until it is brought up to date.
 func TestReadmeFiguresFromBenchmarks(t *testing.T) {
-	readme := readPage(t, filepath.Join(root, "README.md"))
 	bench := readPage(t, filepath.Join(root, "BENCHMARKS.md"))
-	targets := findSection(t, parseSections(bench), 2, benchTargetsTitle, "BENCHMARKS.md").text()
-	paras := benchParagraphs(readme)
-	if len(paras) == 0 {
-		t.Fatal("README.md: no paragraph links BENCHMARKS.md; the figures it quotes are checked in that paragraph")
+	bsecs := parseSections(bench)
+	run, date := newestRun(t, bsecs)
+	headline := headlineRows(t, "BENCHMARKS.md", bsecs, &run)
+	if len(headline) < 6 {
+		t.Fatalf("BENCHMARKS.md, %q: the headline has %d rows, want the figures the README quotes", run.title, len(headline)-1)
 	}
-	total := 0
-	for _, p := range paras {
-		stale, n := staleFigures(p, targets)
-		total += n
-		for _, f := range stale {
-			t.Errorf("README.md quotes %q, which BENCHMARKS.md's %q table does not hold: take the README's figures from that table", f, benchTargetsTitle)
+
+	summary := readPage(t, filepath.Join("bench", "summary.md"))
+	recorded := headlineRows(t, "docs/bench/summary.md", parseSections(summary), nil)
+	if !slices.EqualFunc(headline, recorded, slices.Equal[[]string]) {
+		t.Errorf("BENCHMARKS.md's newest run (%s) has another headline than docs/bench/summary.md, which make bench wrote last: copy the run into BENCHMARKS.md as a new \"## Run of <date>\" section", date)
+	}
+
+	readme := readPage(t, filepath.Join(root, "README.md"))
+	measured := findSection(t, parseSections(readme), 2, readmeMeasuredTitle, "README.md")
+	quoted := tableRows(measured.text())
+	if len(quoted) < 6 || !slices.Equal(quoted[0], headlineHeader) {
+		t.Fatalf("README.md, ## %s: want the headline table (header %q and at least 5 rows), got %q", readmeMeasuredTitle, headlineHeader, quoted)
+	}
+	for _, m := range rowMismatches(quoted[1:], headline[1:]) {
+		t.Errorf("README.md, ## %s: %s: copy the rows from BENCHMARKS.md's %q", readmeMeasuredTitle, m, run.title)
+	}
+	if !strings.Contains(measured.text(), date) {
+		t.Errorf("README.md, ## %s does not name the run it quotes (%s)", readmeMeasuredTitle, date)
+	}
+
+	// Figures outside the table: in the Measured section, or in any
+	// paragraph that cites BENCHMARKS.md.
+	prose := strings.Split(measured.text(), "\n\n")
+	for p := range strings.SplitSeq(readme, "\n\n") {
+		if strings.Contains(p, "](BENCHMARKS.md") {
+			prose = append(prose, p)
 		}
 	}
-	if total == 0 {
-		t.Errorf("README.md's paragraphs that link BENCHMARKS.md quote no figure; the check would pass on anything")
+	for _, p := range prose {
+		for _, l := range strings.Split(p, "\n") {
+			if strings.HasPrefix(strings.TrimSpace(l), "|") {
+				continue // the table, checked above
+			}
+			for _, f := range figureRe.FindAllString(l, -1) {
+				t.Errorf("README.md quotes %q outside its headline table (%q): quote measurements as rows of the table, which is checked against BENCHMARKS.md", f, strings.TrimSpace(l))
+			}
+		}
 	}
-	// The check catches what it is for: the README's text before the run
-	// of BENCHMARKS.md's table.
-	old := "one remote command 12.0 ms vs 263.9 ms (0.046x); `mpirun -np 6 hostname` over 3 pods 0.39x (OpenMPI)"
-	if stale, _ := staleFigures(old, targets); !slices.Equal(stale, []string{"12.0 ms", "263.9 ms", "0.046x", "0.39x"}) {
-		t.Errorf("staleFigures on the README of an earlier run = %q, want its four old figures", stale)
+
+	// The comparison catches what it is for: a row of an earlier run.
+	old := [][]string{{headline[1][0], "12.0 ms", "OpenSSH 263.9 ms", "0.046x (OpenSSH)"}}
+	if bad := rowMismatches(old, headline[1:]); len(bad) != 1 {
+		t.Errorf("rowMismatches on a row of an earlier run = %q, want one mismatch", bad)
+	}
+	if bad := rowMismatches(headline[1:], headline[1:]); len(bad) != 0 {
+		t.Errorf("rowMismatches on the headline itself = %q, want none", bad)
+	}
+}
+
+// TestReadmeExitCodes: the README's exit code table has a row for every
+// code of agent/exitcode's table, with its name and binary.
+func TestReadmeExitCodes(t *testing.T) {
+	readme := readPage(t, filepath.Join(root, "README.md"))
+	rows := tableRows(findSection(t, parseSections(readme), 2, "Exit codes", "README.md").text())
+	for _, e := range exitcode.Table {
+		found := false
+		for _, r := range rows {
+			if len(r) >= 3 && r[0] == strconv.Itoa(int(e.Code)) {
+				found = true
+				if r[1] != e.Name || r[2] != e.Binary {
+					t.Errorf("README.md, ## Exit codes: code %d is %q for %q; agent/exitcode says %q for %q", e.Code, r[1], r[2], e.Name, e.Binary)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("README.md, ## Exit codes: no row for code %d (%s)", e.Code, e.Name)
+		}
 	}
 }
