@@ -146,8 +146,8 @@ func scalePoints(ctx context.Context, o options, e *env, r *report, c *harness.C
 				"--mpi.implementation", "openmpi4", "--discovery.timeout", "1m", "--probe.timeout", "1m"}, "/bin/true"),
 			Grep: bench.LauncherGrep, Timeout: 3 * time.Minute,
 		}, {
-			Name:    fmt.Sprintf("%s N=%d", opEntrypointName, n),
-			Argv:    []string{"/bin/bash", opScript, self, opHostfile, "/bin/true"},
+			Name: fmt.Sprintf("%s N=%d", opEntrypointName, n),
+			Argv: []string{"/bin/bash", opScript, self, opHostfile, "/bin/true"},
 			// One nslookup a host: about 10 ms on a quiet machine, 150 ms
 			// at a load average of 30.
 			Timeout: time.Duration(n)*400*time.Millisecond + 2*time.Minute,
