@@ -19,6 +19,17 @@ podmpi_binaries=(launcher podmpi-rsh)
 # The binaries of /opt/podmpi/libexec, make build's ../libexec next to bin.
 podmpi_libexec=(worker-agent)
 
+# image_unsupported IMAGE ARCH prints why IMAGE is not built for ARCH, and
+# nothing when it is (images/build.sh skips it with that line;
+# scripts/release.sh releases it for the others).
+image_unsupported() {
+	case "$1/$2" in
+	intelmpi/amd64 | horovod/amd64) ;;
+	intelmpi/*) echo "Intel MPI's wheels on PyPI (impi-rt) are built for x86_64 only" ;;
+	horovod/*) echo "PyPI has Horovod as source only, and its compile (about 8 CPU-minutes natively) would take hours under emulation" ;;
+	esac
+}
+
 die() { echo "error: $*" >&2; exit 1; }
 note() { echo "== $*" >&2; }
 
@@ -88,5 +99,34 @@ local_ref() {
 		echo "localhost/$1"
 	else
 		echo "$1"
+	fi
+}
+
+# need_emulation ARCH WHAT: dies with the fix unless this kernel runs ARCH
+# programs through qemu-user-static's binfmt_misc entry with the F flag
+# (the interpreter opened at registration, so that it works inside a
+# container's root): WHAT runs ARCH programs (RUN steps of an image built
+# for that platform, debootstrap's second stage).
+need_emulation() {
+	local arch=$1 what=$2 q entry=
+	case "$arch" in
+	arm64) q=aarch64 ;;
+	amd64) q=x86_64 ;;
+	*) q=$arch ;;
+	esac
+	[[ "$arch" == "$(host_arch)" ]] && return 0
+	local dir=/proc/sys/fs/binfmt_misc
+	if [[ ! -e "$dir/status" ]]; then
+		die "$what needs $arch emulation, and binfmt_misc is not mounted at $dir: mount -t binfmt_misc binfmt_misc $dir, then apt-get install -y qemu-user-static binfmt-support && update-binfmts --enable qemu-$q"
+	fi
+	[[ -r "$dir/qemu-$q" ]] && entry=$(cat "$dir/qemu-$q")
+	if [[ -z "$entry" ]]; then
+		die "$what needs $arch emulation, and $dir has no qemu-$q entry: apt-get install -y qemu-user-static binfmt-support && update-binfmts --enable qemu-$q"
+	fi
+	if ! grep -qx enabled <<<"$entry"; then
+		die "$what needs $arch emulation, and $dir/qemu-$q is disabled: update-binfmts --enable qemu-$q"
+	fi
+	if ! grep -q '^flags: .*F' <<<"$entry"; then
+		die "$what needs $arch emulation, and $dir/qemu-$q lacks the F flag (its interpreter is not found inside a container's root): install Debian's qemu-user-static, whose entries have it, and update-binfmts --enable qemu-$q"
 	fi
 }

@@ -16,7 +16,7 @@ root=$(cd "$here/.." && pwd)
 
 engine_init
 prefix=${PODMPI_IMAGE_PREFIX:-podmpi}
-tag=${PODMPI_TAG:-$(git -C "$root" describe --tags --always --dirty 2>/dev/null || echo devel)}
+tag=${PODMPI_TAG:-$("$root/scripts/version.sh")}
 # podman names local images localhost/<prefix>/...; docker keeps <prefix>/...
 keep="^(localhost/)?$prefix/[^:]+:($tag|latest)(-[a-z0-9]+)?\$"
 mapfile -t old < <("${ENGINE[@]}" images --format '{{.Repository}}:{{.Tag}}' |
