@@ -7,7 +7,7 @@ COMMIT     ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 FUZZTIME   ?= 30s
 TESTFLAGS  ?=
 
-.PHONY: all help pictures build test test-short lint vet fmt staticcheck fuzz bench e2e e2e-ompi5 e2e-intelmpi demo images images-prune image-test clean clean-stale \
+.PHONY: all help pictures build test test-short lint vet fmt staticcheck fuzz bench e2e e2e-ompi5 e2e-intelmpi demo images images-prune image-test release clean clean-stale \
         cluster-tool cluster-build cluster-up cluster-down cluster-test cluster-bench
 
 ## all: the default: build
@@ -109,6 +109,17 @@ images-prune:
 ## podman; see images/README.md)
 image-test:
 	./images/test.sh
+
+## release: VERSION=vX.Y.Z REGISTRY=host[:port]/prefix: the binaries-only
+## image (amd64, arm64) and the MPI images (Open MPI and MPICH for amd64
+## and arm64, Intel MPI and Horovod for amd64) pushed to REGISTRY as one
+## manifest list each, with the SPDX SBOM attached to each image, and
+## dist/podmpi-VERSION-linux-<arch>.tar.gz (the /opt/podmpi tree) with
+## SHA256SUMS. Refuses a tree with uncommitted changes unless ALLOW_DIRTY=1;
+## TLS_VERIFY=false for a plain http registry. See scripts/release.sh.
+release:
+	VERSION="$(VERSION)" VERSION_ORIGIN="$(origin VERSION)" REGISTRY="$(REGISTRY)" TLS_VERIFY="$(TLS_VERIFY)" ALLOW_DIRTY="$(ALLOW_DIRTY)" \
+	  ./scripts/release.sh
 
 ## cluster-tool: bin/podmpi-cluster, the single-node Kubernetes of the
 ## cluster-* targets (test/cluster; its own Go module)

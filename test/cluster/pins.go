@@ -25,8 +25,11 @@ type Pins struct {
 	// from the module proxy.
 	Helm     string
 	Registry string
-	Debian   map[string]string // etcd, containerd, cni-plugins, docker-compose: the Debian major.minor
-	Why      map[string]string // "component version" -> why
+	// Oras attaches the SBOMs in make release (scripts/release.sh reads
+	// its line).
+	Oras   string
+	Debian map[string]string // etcd, containerd, cni-plugins, docker-compose: the Debian major.minor
+	Why    map[string]string // "component version" -> why
 }
 
 // LoadPins parses versions.txt (embedded).
@@ -64,16 +67,18 @@ func parsePins(text string) (Pins, error) {
 			p.Helm = v
 		case "registry":
 			p.Registry = v
+		case "oras":
+			p.Oras = v
 		case "etcd", "containerd", "cni-plugins", "docker-compose":
 			p.Debian[name] = v
 		default:
 			return Pins{}, fmt.Errorf("versions.txt:%d: unknown component %q", n+1, name)
 		}
 	}
-	if p.Kubernetes == "" || p.CoreDNS == "" || len(p.Trainer) == 0 || len(p.MPIOperator) == 0 || p.Kueue == "" || p.KubeRouter == "" || p.Helm == "" || p.Registry == "" {
-		return Pins{}, fmt.Errorf("versions.txt: need kubernetes, coredns, trainer, mpi-operator, kueue, kube-router, helm and registry lines")
+	if p.Kubernetes == "" || p.CoreDNS == "" || len(p.Trainer) == 0 || len(p.MPIOperator) == 0 || p.Kueue == "" || p.KubeRouter == "" || p.Helm == "" || p.Registry == "" || p.Oras == "" {
+		return Pins{}, fmt.Errorf("versions.txt: need kubernetes, coredns, trainer, mpi-operator, kueue, kube-router, helm, registry and oras lines")
 	}
-	for _, v := range append(append([]string{p.Kubernetes, p.CoreDNS, p.Kueue, p.KubeRouter, p.Helm, p.Registry}, p.Trainer...), append(p.JobSet, p.MPIOperator...)...) {
+	for _, v := range append(append([]string{p.Kubernetes, p.CoreDNS, p.Kueue, p.KubeRouter, p.Helm, p.Registry, p.Oras}, p.Trainer...), append(p.JobSet, p.MPIOperator...)...) {
 		if !strings.HasPrefix(v, "v") || strings.Count(v, ".") != 2 {
 			return Pins{}, fmt.Errorf("versions.txt: %q is not a module version like v1.2.3", v)
 		}
