@@ -65,10 +65,19 @@ type Info struct {
 	Kueue       string            `json:"kueue,omitempty"`
 	KubeRouter  string            `json:"kubeRouter,omitempty"`
 	Debian      map[string]string `json:"debian"`
-	Images      map[string]string `json:"images,omitempty"`
-	Node        string            `json:"node"`
-	Gateway     string            `json:"gateway"`
-	UpSeconds   float64           `json:"upSeconds"`
+	// Images are the podmpi images the cluster runs, by name (podmpi,
+	// openmpi, ...): their references in Registry, which the node pulls.
+	Images map[string]string `json:"images,omitempty"`
+	// ImageTag is their tag (scripts/version.sh of the work tree); podman
+	// has them as localhost/podmpi/<name>:<tag> too.
+	ImageTag string `json:"imageTag,omitempty"`
+	// Registry is the cluster's OCI registry (host:port, plain http).
+	Registry string `json:"registry"`
+	// Helm is the helm built for the tests.
+	Helm      string  `json:"helm"`
+	Node      string  `json:"node"`
+	Gateway   string  `json:"gateway"`
+	UpSeconds float64 `json:"upSeconds"`
 	// Steps are the seconds each step of the last up took (builds ran side
 	// by side, so they add up to more than UpSeconds when cold).
 	Steps map[string]float64 `json:"steps,omitempty"`
@@ -89,7 +98,11 @@ func ReadInfo(l Layout) (Info, error) {
 type UpOptions struct {
 	Trainer     string
 	MPIOperator string
-	NoImages    bool // skip building and importing the podmpi images
+	NoImages    bool // skip building and pushing the podmpi images
+	// BuildBehind: the caller builds every pinned binary behind what it
+	// runs (podmpi-cluster run --build-behind), helm among them: up does not
+	// wait for helm, which only the install test uses.
+	BuildBehind bool
 }
 
 // Preflight checks that the machine has what the cluster needs.
@@ -178,7 +191,7 @@ func (c *Cluster) Up(ctx context.Context, opts UpOptions) (Info, error) {
 	bctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var refs map[string]string
-	steps, err := c.upBuilds(ctx, opts, jobset, &refs)
+	steps, tag, err := c.upBuilds(ctx, opts, jobset)
 	if err != nil {
 		return Info{}, err
 	}
@@ -199,6 +212,7 @@ func (c *Cluster) Up(ctx context.Context, opts UpOptions) (Info, error) {
 	info := Info{
 		Kubeconfig: c.L.AdminKubeconfig(), Kubectl: c.L.Kubectl(c.Pins), Kubernetes: c.Pins.Kubernetes,
 		CoreDNS: c.Pins.CoreDNS, Debian: debianVersions(ctx), Node: NodeName, Gateway: Gateway,
+		Registry: RegistryAddr(), Helm: c.L.Helm(c.Pins),
 	}
 	// The controllers are independent of each other (Kueue only wants the
 	// job CRDs there first): each starts as soon as its build is done.
@@ -235,13 +249,30 @@ func (c *Cluster) Up(ctx context.Context, opts UpOptions) (Info, error) {
 			return c.step("kueue", func() error { return c.EnsureKueue(ctx) })
 		},
 	}
-	if !opts.NoImages {
-		controllers = append(controllers, func() error {
-			if err := b.wait(ctx, "podmpi images"); err != nil {
-				return err
-			}
-			return c.step("import images", func() error { return c.importImages(ctx, refs) })
+	// The registry (the bridge it listens on is up), then the podmpi
+	// images pushed into it as make release pushes them: the node pulls
+	// them from there.
+	controllers = append(controllers, func() error {
+		if err := b.wait(ctx, registryPart(c.Pins.Registry).Key()); err != nil {
+			return err
+		}
+		if err := c.step("registry", func() error { return c.startRegistry(ctx) }); err != nil {
+			return err
+		}
+		if opts.NoImages {
+			return nil
+		}
+		if err := b.wait(ctx, "podmpi images"); err != nil {
+			return err
+		}
+		return c.step("push images", func() error {
+			r, err := c.pushImages(ctx, tag)
+			refs = r
+			return err
 		})
+	})
+	if !opts.BuildBehind {
+		controllers = append(controllers, func() error { return b.wait(ctx, helmPart(c.Pins.Helm).Key()) })
 	}
 	if err := parallel(controllers...); err != nil {
 		return Info{}, err
@@ -249,7 +280,7 @@ func (c *Cluster) Up(ctx context.Context, opts UpOptions) (Info, error) {
 	info.Trainer, info.JobSet, info.MPIOperator = c.InstalledVersion("trainer"), c.InstalledVersion("jobset"), c.InstalledVersion("mpi-operator")
 	info.Kueue, info.KubeRouter = c.InstalledVersion("kueue"), c.InstalledVersion("kube-router")
 	if !opts.NoImages {
-		info.Images = refs
+		info.Images, info.ImageTag = refs, tag
 		if info.Trainer != "" {
 			if err := c.InstallRuntimes(ctx, refs); err != nil {
 				return Info{}, err
@@ -378,6 +409,7 @@ func (c *Cluster) Down(ctx context.Context) error {
 		}
 	}
 	note(c.stopControllers())
+	note(c.registryProc().Stop())
 	core := c.corePlane()
 	byName := map[string]*Process{}
 	for _, p := range core {
@@ -460,11 +492,13 @@ const buildLanes = 3
 
 // upBuilds are the builds of up (see partSteps): the shared module's in one
 // lane (Kubernetes and CoreDNS first: the control plane waits for them), the
-// podmpi images (mostly apt and podman) beside them, and any controller
-// version outside the shared module in a lane of its own. refs receives the
-// images' references.
-func (c *Cluster) upBuilds(ctx context.Context, opts UpOptions, jobset string, refs *map[string]string) ([]buildStep, error) {
-	parts := []Part{kubernetesPart(c.Pins.Kubernetes), coreDNSPart(c.Pins.CoreDNS)}
+// podmpi images (mostly apt and podman) beside them, and the parts outside
+// the shared module in a lane of their own: the registry first (the push
+// waits for it), any controller version not in the shared module, helm last
+// (only the install test uses it; left to the build behind the tests with
+// opts.BuildBehind). It returns the images' tag.
+func (c *Cluster) upBuilds(ctx context.Context, opts UpOptions, jobset string) ([]buildStep, string, error) {
+	parts := []Part{kubernetesPart(c.Pins.Kubernetes), coreDNSPart(c.Pins.CoreDNS), registryPart(c.Pins.Registry)}
 	if opts.Trainer != "none" {
 		parts = append(parts, trainerPart(opts.Trainer), jobSetPart(jobset))
 	}
@@ -472,16 +506,19 @@ func (c *Cluster) upBuilds(ctx context.Context, opts UpOptions, jobset string, r
 		parts = append(parts, mpiOperatorPart(opts.MPIOperator))
 	}
 	parts = append(parts, kueuePart(c.Pins.Kueue), kubeRouterPart(c.Pins.KubeRouter))
+	if !opts.BuildBehind {
+		parts = append(parts, helmPart(c.Pins.Helm))
+	}
 	steps, err := c.partSteps(ctx, parts)
 	if err != nil || opts.NoImages {
-		return steps, err
+		return steps, "", err
 	}
-	images := buildStep{name: "podmpi images", run: func(ctx context.Context) error {
-		r, err := c.buildPodmpiImages(ctx)
-		*refs = r
-		return err
-	}}
-	return append(steps[:1], append([]buildStep{images}, steps[1:]...)...), nil
+	src, tag, err := c.imageSource(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	images := buildStep{name: "podmpi images", run: func(ctx context.Context) error { return c.buildPodmpiImages(ctx, src, tag) }}
+	return append(steps[:1], append([]buildStep{images}, steps[1:]...)...), tag, nil
 }
 
 // startCore writes the PKI and configuration and starts the control plane,
@@ -493,8 +530,23 @@ func (c *Cluster) startCore(ctx context.Context) error {
 	if err := c.writeKubeconfigs(); err != nil {
 		return err
 	}
+	toml := filepath.Join(c.L.State, "containerd.toml")
+	before, _ := os.ReadFile(toml)
 	if err := c.writeConfigs(); err != nil {
 		return err
+	}
+	// A containerd that an older podmpi-cluster started reads another
+	// configuration (without the registry's, say): started again with
+	// this one. Its containers run on meanwhile.
+	if after, _ := os.ReadFile(toml); before != nil && string(after) != string(before) {
+		for _, p := range c.corePlane() {
+			if _, ok := p.Running(); ok && p.Name == "containerd" {
+				c.logf("== %s changed: restarting containerd", toml)
+				if err := p.Stop(); err != nil {
+					return err
+				}
+			}
+		}
 	}
 	if err := ensureBridge(ctx); err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -294,6 +295,15 @@ spec:
 			t.Errorf("with a pod running, no %q trace was seen: the check could not catch a leak of that kind; traces: %v", kind, during)
 		}
 	}
+	// The registry runs (and is one of the traces down must remove).
+	if !slices.ContainsFunc(during, func(s string) bool {
+		return strings.HasPrefix(s, "process ") && strings.Contains(s, "/registry serve ")
+	}) {
+		t.Errorf("no registry process among the cluster's traces while it runs: %v", during)
+	}
+	if err := httpGet("http://" + RegistryAddr() + "/v2/"); err != nil {
+		t.Errorf("the cluster's registry does not answer: %v", err)
+	}
 	runTool("down")
 	after := snapshot(t)
 	if tr := l.Traces(); len(tr) > 0 {
@@ -363,7 +373,7 @@ func snapshot(t *testing.T) map[string][]string {
 			continue
 		}
 		base := filepath.Base(exe)
-		for _, prog := range []string{"etcd", "containerd", "containerd-shim-runc-v2", "runc", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "coredns", "pause"} {
+		for _, prog := range []string{"etcd", "containerd", "containerd-shim-runc-v2", "runc", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "coredns", "pause", "registry"} {
 			if base == prog {
 				s["processes"] = append(s["processes"], base)
 			}
@@ -416,6 +426,10 @@ func TestKilledRunIsCleaned(t *testing.T) {
 			t.Fatal("cluster not up after 5 minutes")
 		}
 	}
+	// The registry is among what the reaper must take down.
+	if err := httpGet("http://" + RegistryAddr() + "/v2/"); err != nil {
+		t.Errorf("the cluster's registry does not answer before the kill: %v", err)
+	}
 	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -430,6 +444,20 @@ func TestKilledRunIsCleaned(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 	t.Fatalf("3 minutes after the kill, left:\n  %s", strings.Join(tr, "\n  "))
+}
+
+// httpGet wants 200 from url within 5 s.
+func httpGet(url string) error {
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return nil
 }
 
 // TestDelLinkGone: taking down what an earlier cluster left must not fail on
@@ -473,4 +501,45 @@ func acceptingBuiltin(l string) bool {
 		return true
 	}
 	return false
+}
+
+// TestRegistryConfig: the registry serves plain http on the bridge address
+// from its storage, and containerd's configuration points its registry
+// hosts at the folder whose hosts.toml says http for that address (without
+// it containerd would try https and the node could not pull).
+func TestRegistryConfig(t *testing.T) {
+	cfg := registryConfig("/store")
+	for _, want := range []string{"rootdirectory: /store", "addr: " + RegistryAddr(), "delete:\n    enabled: true"} {
+		if !strings.Contains(cfg, want) {
+			t.Errorf("registry.yml lacks %q:\n%s", want, cfg)
+		}
+	}
+	if strings.Contains(cfg, "tls:") || strings.Contains(cfg, "auth:") {
+		t.Errorf("registry.yml: want plain http without auth:\n%s", cfg)
+	}
+	hosts := registryHostsTOML()
+	for _, want := range []string{`server = "http://` + RegistryAddr() + `"`, `[host."http://` + RegistryAddr() + `"]`, `"pull", "resolve"`} {
+		if !strings.Contains(hosts, want) {
+			t.Errorf("hosts.toml lacks %q:\n%s", want, hosts)
+		}
+	}
+	l := Layout{State: t.TempDir(), Run: t.TempDir(), Cache: t.TempDir()}
+	c := &Cluster{L: l, pki: &PKI{Dir: l.PKI()}}
+	if err := c.writeConfigs(); err != nil {
+		t.Fatal(err)
+	}
+	toml, err := os.ReadFile(filepath.Join(l.State, "containerd.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(toml), `config_path = "`+l.RegistryHosts()+`"`) {
+		t.Errorf("containerd.toml does not point config_path at %s:\n%s", l.RegistryHosts(), toml)
+	}
+	got, err := os.ReadFile(filepath.Join(l.RegistryHosts(), RegistryAddr(), "hosts.toml"))
+	if err != nil || string(got) != hosts {
+		t.Errorf("%s/%s/hosts.toml: %q, %v; want the registry's", l.RegistryHosts(), RegistryAddr(), got, err)
+	}
+	if got := RegistryImage("openmpi", "v0.1.0"); got != "10.244.0.1:15000/podmpi/openmpi:v0.1.0" {
+		t.Errorf("RegistryImage = %s", got)
+	}
 }

@@ -274,8 +274,14 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = %[6]q
-`, c.L.ContainerdRoot(), c.L.ContainerdState(), c.L.ContainerdSock(), PauseImage, c.L.RuncRoot(), c.L.CNIConf())
+  # One hosts.toml per registry: the cluster's own is plain http.
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = %[7]q
+`, c.L.ContainerdRoot(), c.L.ContainerdState(), c.L.ContainerdSock(), PauseImage, c.L.RuncRoot(), c.L.CNIConf(), c.L.RegistryHosts())
 	if err := os.WriteFile(filepath.Join(c.L.State, "containerd.toml"), []byte(containerd), 0o644); err != nil {
+		return err
+	}
+	if err := c.writeRegistryHosts(); err != nil {
 		return err
 	}
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 )
@@ -128,22 +129,25 @@ func (c *Cluster) ImportImage(ctx context.Context, ref string) error {
 }
 
 // ImageTag is the tag of the podmpi images the cluster runs: the work
-// tree's git describe, as images/build.sh tags by default.
+// tree's version (scripts/version.sh), as images/build.sh, make image-test
+// and make release tag by default.
 func (c *Cluster) ImageTag(ctx context.Context) string {
-	out, err := run(ctx, "git", "-C", c.L.Repo, "describe", "--tags", "--always", "--dirty")
+	out, err := run(ctx, filepath.Join(c.L.Repo, "scripts", "version.sh"))
 	if err != nil {
-		return "devel"
+		return "v0.0.0-devel"
 	}
 	return strings.TrimSpace(out)
 }
 
-// PodmpiImage is the reference of one of the podmpi images in the cluster.
-func PodmpiImage(mpi, tag string) string { return "localhost/podmpi/" + mpi + ":" + tag }
+// PodmpiImage is the local (podman) reference of one of the podmpi images,
+// as images/build.sh tags it; the cluster pulls them from its registry
+// (RegistryImage).
+func PodmpiImage(name, tag string) string { return "localhost/podmpi/" + name + ":" + tag }
 
 // imageSource returns the tree the podmpi images are built from and their
-// tag: the work tree and its git describe, or, with
+// tag: the work tree and its version, or, with
 // PODMPI_CLUSTER_IMAGES_FROM=HEAD, the last commit exported into the cache
-// (a work tree other edits are changing can be mid-edit).
+// (a work tree other edits are changing can be mid-edit) and its version.
 func (c *Cluster) imageSource(ctx context.Context) (string, string, error) {
 	if os.Getenv("PODMPI_CLUSTER_IMAGES_FROM") != "HEAD" {
 		return c.L.Repo, c.ImageTag(ctx), nil
@@ -164,76 +168,50 @@ func (c *Cluster) imageSource(ctx context.Context) (string, string, error) {
 			return "", "", fmt.Errorf("exporting HEAD: %w: %s", err, out)
 		}
 	}
-	return dir, sha, nil
+	// HEAD's version: the work tree's without its -dirty.
+	return dir, strings.TrimSuffix(c.ImageTag(ctx), "-dirty"), nil
 }
 
 // ImageMPIs are the podmpi MPI images the cluster runs (images/<mpi>.Dockerfile).
 var ImageMPIs = []string{"openmpi", "mpich", "intelmpi"}
 
-// buildPodmpiImages builds the MPI images (ImageMPIs) unless podman has
-// them under this tree's tag (a dirty tree is rebuilt: the layer cache makes
-// that quick). The binaries come from make build (scripts/build.sh on this
-// machine, with its Go build cache: seconds when warm), not from a compile in
-// a build container that starts with an empty cache; the MPI images build
-// side by side (the Intel MPI image from the wheels scripts/intelmpi.sh
-// cached, else from PyPI).
-func (c *Cluster) buildPodmpiImages(ctx context.Context) (map[string]string, error) {
-	src, tag, err := c.imageSource(ctx)
-	if err != nil {
-		return nil, err
-	}
-	refs := map[string]string{}
-	for _, mpi := range ImageMPIs {
-		refs[mpi] = PodmpiImage(mpi, tag)
-	}
-	need := false
-	for _, ref := range refs {
-		if _, err := podman(ctx, "image", "exists", ref); err != nil {
+// buildPodmpiImages builds the binaries-only image and the MPI images
+// (ImageMPIs) of this machine's platform from src, tagged and stamped tag,
+// unless podman has them all under it (a dirty tree is built again: the
+// layer cache makes that quick). images/build.sh builds them as make
+// image-test and make release do (the podmpi image's build stage with this
+// machine's Go caches, seconds when they are warm; the MPI images side by
+// side), so that each reuses what the others built.
+func (c *Cluster) buildPodmpiImages(ctx context.Context, src, tag string) error {
+	arch := runtime.GOARCH
+	need := strings.HasSuffix(tag, "-dirty")
+	for _, name := range ReleaseImages() {
+		if _, err := podman(ctx, "image", "exists", PodmpiImage(name, tag+"-"+arch)); err != nil {
 			need = true
 		}
 	}
-	if !need && !strings.HasSuffix(tag, "-dirty") {
-		return refs, nil
+	if !need {
+		return nil
 	}
 	start := time.Now()
-	bin := filepath.Join(src, "bin")
-	commit, _ := run(ctx, "git", "-C", c.L.Repo, "rev-parse", "--short=12", "HEAD")
 	logFile := filepath.Join(c.L.Src(), "podmpi-images.log")
 	if err := os.MkdirAll(c.L.Src(), 0o755); err != nil {
-		return nil, err
+		return err
 	}
 	lf, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer lf.Close()
-	c.logf("== building the podmpi images: make build (scripts/build.sh %s), then images/build.sh %s from those binaries (tag %s; log %s)", bin, strings.Join(ImageMPIs, " "), tag, logFile)
-	build := exec.CommandContext(ctx, filepath.Join(src, "scripts", "build.sh"), bin)
-	build.Dir = src
-	build.Env = append(os.Environ(), "VERSION="+tag, "COMMIT="+strings.TrimSpace(commit))
-	build.Stdout, build.Stderr = lf, lf
-	if err := build.Run(); err != nil {
-		return nil, fmt.Errorf("scripts/build.sh %s: %w (log %s:\n%s)", bin, err, logFile, tail(logFile, 20))
-	}
-	c.logf("== podmpi binaries built in %s", time.Since(start).Round(time.Second))
-	cmd := exec.CommandContext(ctx, filepath.Join(src, "images", "build.sh"), ImageMPIs...)
+	c.logf("== building the podmpi images: images/build.sh %s (tag %s; log %s)", strings.Join(ReleaseImages(), " "), tag, logFile)
+	cmd := exec.CommandContext(ctx, filepath.Join(src, "images", "build.sh"), ReleaseImages()...)
 	cmd.Dir = src
-	cmd.Env = append(os.Environ(), "PODMPI_TAG="+tag, "PODMPI_IMAGE_PREFIX=podmpi", "PODMPI_PREBUILT="+bin, "PODMPI_PARALLEL=1",
-		"PODMPI_BUILD_LOGS="+filepath.Join(c.L.Src(), "image-logs"))
+	cmd.Env = append(os.Environ(), "PODMPI_VERSION="+tag, "PODMPI_TAG="+tag, "PODMPI_IMAGE_PREFIX=podmpi", "PODMPI_GO_CACHE=host", "PODMPI_PARALLEL=1",
+		"PODMPI_PLATFORMS=linux/"+arch, "PODMPI_MPI_PLATFORMS=linux/"+arch, "PODMPI_BUILD_LOGS="+filepath.Join(c.L.Src(), "image-logs"))
 	cmd.Stdout, cmd.Stderr = lf, lf
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("images/build.sh %s: %w (log %s:\n%s)", strings.Join(ImageMPIs, " "), err, logFile, tail(logFile, 30))
+		return fmt.Errorf("images/build.sh %s: %w (log %s:\n%s)", strings.Join(ReleaseImages(), " "), err, logFile, tail(logFile, 30))
 	}
 	c.logf("== podmpi images ready in %s", time.Since(start).Round(time.Second))
-	return refs, nil
-}
-
-// importImages copies the podmpi images into the cluster's containerd, side
-// by side.
-func (c *Cluster) importImages(ctx context.Context, refs map[string]string) error {
-	var fns []func() error
-	for _, ref := range refs {
-		fns = append(fns, func() error { return c.ImportImage(ctx, ref) })
-	}
-	return parallel(fns...)
+	return nil
 }

@@ -198,10 +198,14 @@ func (c *Cluster) BuildAll(ctx context.Context, all bool) error {
 	if all {
 		trainers, mpiops = c.Pins.Trainer, c.Pins.MPIOperator
 	}
-	parts := []Part{kubernetesPart(c.Pins.Kubernetes), coreDNSPart(c.Pins.CoreDNS)}
-	// mpi-operator before Trainer: the e2e suite needs its older pin first
-	// (TestMPIOperator runs before TestTrainer), which matters when this
-	// builds behind the tests (run --build-behind).
+	// The registry and helm first among the parts outside the shared module
+	// (up builds the registry; helm, when up leaves it to the build behind
+	// the tests, is wanted by TestInstall, which runs before
+	// TestMPIOperator and TestTrainer); then mpi-operator before Trainer:
+	// the e2e suite needs its older pin first (TestMPIOperator runs before
+	// TestTrainer), which matters when this builds behind the tests (run
+	// --build-behind).
+	parts := []Part{kubernetesPart(c.Pins.Kubernetes), coreDNSPart(c.Pins.CoreDNS), registryPart(c.Pins.Registry), helmPart(c.Pins.Helm)}
 	for _, v := range mpiops {
 		parts = append(parts, mpiOperatorPart(v))
 	}

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/podmpi/podmpi/test/cluster"
 )
 
 // podmanService starts podman's Docker-compatible API service on a socket
@@ -138,7 +140,10 @@ func composeOnce(t *testing.T, dir, host, mpi string) (string, bool) {
 	defer cancel()
 	project := "podmpict" + randSuffix()
 	envv := append(os.Environ(), "DOCKER_HOST="+host, "COMPOSE_PROJECT_NAME="+project,
-		"PODMPI_IMAGE="+e.info.Images[mpi], "COMPOSE_HTTP_TIMEOUT=300")
+		// podman's own copy of the image (compose runs on podman, not on
+		// the cluster, and podman takes the cluster's plain-http registry
+		// only when told per command).
+		"PODMPI_IMAGE="+cluster.PodmpiImage(mpi, e.info.ImageTag), "COMPOSE_HTTP_TIMEOUT=300")
 	compose := func(ctx context.Context, out *bytes.Buffer, args ...string) *exec.Cmd {
 		cmd := exec.CommandContext(ctx, "docker-compose", args...)
 		cmd.Dir, cmd.Env = dir, envv

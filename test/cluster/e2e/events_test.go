@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/podmpi/podmpi/test/cluster"
 )
 
 // What a user sees of a failed job, where users look: kubectl describe of
@@ -231,7 +233,7 @@ func mpiJobFailures(t *testing.T, ns string, rbac bool) {
 	}{
 		{"image-missing", func(j *unstructured.Unstructured) {
 			waitTimeout(j)
-			setWorkerImage(t, j, "localhost/podmpi/does-not-exist:0")
+			setWorkerImage(t, j, cluster.RegistryImage("does-not-exist", "0"))
 		}, []string{"WorkerNotReady", failedWaiting}, []string{"worker-1", "ErrImagePull|ImagePullBackOff", "hint:"},
 			[]string{"worker-1", "likely causes"}},
 		{"unschedulable", func(j *unstructured.Unstructured) {

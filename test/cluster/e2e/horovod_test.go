@@ -62,34 +62,25 @@ func TestHorovod(t *testing.T) {
 }
 
 // horovodImage is the Horovod image of the cluster's tag in the cluster's
-// containerd: built with images/build.sh unless podman has it (make
-// image-test builds it before make cluster-test; a dirty tree is rebuilt,
-// from the layer cache), from the binaries the cluster's images were built
-// from, then imported.
+// registry, where make cluster-test's make release pushed it; when it is
+// not there (this test run on its own), released there as make release
+// does it (scripts/release.sh build push: built from the layers make
+// image-test left, or anew), so that the node pulls it.
 func horovodImage(t *testing.T) string {
 	t.Helper()
-	openmpi := e.info.Images["openmpi"]
-	ref := strings.Replace(openmpi, "/openmpi:", "/horovod:", 1)
-	if ref == openmpi {
-		t.Fatalf("cannot name the Horovod image after the Open MPI image %q", openmpi)
-	}
-	tag := ref[strings.LastIndex(ref, ":")+1:]
-	pm := []string{"--runtime", "runc", "--cgroup-manager=cgroupfs", "--events-backend=file"}
-	if exec.Command("podman", append(pm, "image", "exists", ref)...).Run() != nil || strings.HasSuffix(tag, "-dirty") {
+	ref := cluster.RegistryImage("horovod", e.info.ImageTag)
+	ctx := ctxT(t, 45*time.Minute)
+	if ok, err := inRegistry(ctx, "horovod", e.info.ImageTag); err != nil {
+		t.Fatal(err)
+	} else if !ok {
 		start := time.Now()
-		cmd := exec.Command(filepath.Join(e.repo, "images", "build.sh"), "horovod")
+		cmd := exec.CommandContext(ctx, filepath.Join(e.repo, "scripts", "release.sh"), "build", "push")
 		cmd.Dir = e.repo
-		cmd.Env = append(os.Environ(), "PODMPI_TAG="+tag, "PODMPI_IMAGE_PREFIX=podmpi", "PODMPI_PLATFORMS=linux/"+runtime.GOARCH)
-		if _, err := os.Stat(filepath.Join(e.repo, "bin", "worker-agent")); err == nil {
-			cmd.Env = append(cmd.Env, "PODMPI_PREBUILT="+filepath.Join(e.repo, "bin"))
-		}
+		cmd.Env = append(os.Environ(), cluster.ReleaseEnv(e.info.ImageTag, "linux/"+runtime.GOARCH, []string{"horovod"})...)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("images/build.sh horovod: %v\n%s", err, lastLines(string(out), 30))
+			t.Fatalf("scripts/release.sh build push (horovod): %v\n%s", err, lastLines(string(out), 30))
 		}
-		t.Logf("built %s in %s", ref, time.Since(start).Round(time.Second))
+		t.Logf("released %s in %s", ref, time.Since(start).Round(time.Second))
 	}
-	start := time.Now()
-	tool(t, "import-image", ref)
-	t.Logf("%s in the cluster after %s", ref, time.Since(start).Round(time.Second))
 	return ref
 }

@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -248,6 +249,31 @@ func tool(t *testing.T, args ...string) {
 		t.Fatalf("podmpi-cluster %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	t.Logf("podmpi-cluster %s (%s)", strings.Join(args, " "), time.Since(start).Round(100*time.Millisecond))
+}
+
+// inRegistry reports whether the cluster's registry has the podmpi image
+// name:tag (a manifest list or an image manifest), asking its API as the
+// node's containerd does.
+func inRegistry(ctx context.Context, name, tag string) (bool, error) {
+	url := "http://" + e.info.Registry + "/v2/" + cluster.RegistryPrefix + "/" + name + "/manifests/" + tag
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, url, nil)
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set("Accept", strings.Join([]string{"application/vnd.oci.image.index.v1+json", "application/vnd.oci.image.manifest.v1+json",
+		"application/vnd.docker.distribution.manifest.list.v2+json", "application/vnd.docker.distribution.manifest.v2+json"}, ", "))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false, fmt.Errorf("the cluster's registry at %s: %w (make cluster-up starts it)", e.info.Registry, err)
+	}
+	resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return true, nil
+	case http.StatusNotFound:
+		return false, nil
+	}
+	return false, fmt.Errorf("HEAD %s: %s", url, resp.Status)
 }
 
 // readObjects reads a YAML file of the repository.

@@ -8,11 +8,12 @@
 //	podmpi-cluster controllers [--trainer V] [--mpi-operator V]
 //	podmpi-cluster import-image REF         copy a podman image into the cluster's containerd
 //	podmpi-cluster restart DAEMON           stop and start one daemon of the core plane (kubelet, coredns, ...)
-//	podmpi-cluster run -- CMD [ARGS...]     up (if not running), CMD, then down if it brought the cluster up
+//	podmpi-cluster run -- CMD [ARGS...]     up (if not running), CMD (with KUBECONFIG and PODMPI_CLUSTER_REGISTRY=<host:port>), then down if it brought the cluster up
 //	podmpi-cluster traces                   what of the cluster is on this machine (empty after down)
 //
-// up prints the kubectl it built and ends with KUBECONFIG=<path> as its last
-// line. Environment: TRAINER_VERSION and MPI_OPERATOR_VERSION set the
+// up prints the kubectl and the helm it built, and ends with
+// REGISTRY=<host:port> (the cluster's registry, plain http, where the podmpi
+// images are) and KUBECONFIG=<path> as its last two lines. Environment: TRAINER_VERSION and MPI_OPERATOR_VERSION set the
 // defaults of --trainer and --mpi-operator; PODMPI_CLUSTER_CACHE moves the
 // cache of built binaries (default /var/cache/podmpi/cluster).
 package main
@@ -84,7 +85,7 @@ func run(args []string) int {
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	trainer := fs.String("trainer", os.Getenv("TRAINER_VERSION"), "Trainer version (default: the first pinned; none: do not install)")
 	mpiop := fs.String("mpi-operator", os.Getenv("MPI_OPERATOR_VERSION"), "mpi-operator version (default: the first pinned; none: do not install)")
-	noImages := fs.Bool("no-images", false, "do not build or import the podmpi images (nor install the runtimes)")
+	noImages := fs.Bool("no-images", false, "do not build or push the podmpi images (nor install the runtimes)")
 	all := fs.Bool("all", false, "build: every pinned version, not only the defaults")
 	pid := fs.Int("pid", 0, "reap: the PID to watch")
 	behind := fs.Bool("build-behind", false, "run: while the command runs, build every pinned version not built yet, at the lowest CPU priority")
@@ -183,10 +184,18 @@ func printInfo(info cluster.Info) {
 	}
 	fmt.Printf("debian: %s\n", strings.Join(deb, ", "))
 	if len(info.Images) > 0 {
-		fmt.Printf("images: %s %s\n", info.Images["openmpi"], info.Images["mpich"])
+		var refs []string
+		for _, name := range cluster.ReleaseImages() {
+			refs = append(refs, info.Images[name])
+		}
+		fmt.Printf("images: %s\n", strings.Join(refs, " "))
 	}
 	fmt.Printf("up in %.1f s\n", info.UpSeconds)
 	fmt.Printf("kubectl: %s\n", info.Kubectl)
+	fmt.Printf("helm: %s\n", info.Helm)
+	// The registry the images are in, second to last: scripts take the
+	// last two lines (make release REGISTRY=$REGISTRY/podmpi).
+	fmt.Printf("REGISTRY=%s\n", info.Registry)
 	fmt.Printf("KUBECONFIG=%s\n", info.Kubeconfig)
 }
 
@@ -251,6 +260,7 @@ func runWith(ctx context.Context, c *cluster.Cluster, opts cluster.UpOptions, be
 		fmt.Fprintln(os.Stderr, "== cluster down; nothing of it left")
 		return 0
 	}
+	opts.BuildBehind = behind
 	info, err := c.Up(ctx, opts)
 	if err != nil {
 		code := fail(err)
@@ -264,7 +274,7 @@ func runWith(ctx context.Context, c *cluster.Cluster, opts cluster.UpOptions, be
 	}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+info.Kubeconfig, "PODMPI_CLUSTER_TEST=1")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+info.Kubeconfig, "PODMPI_CLUSTER_TEST=1", "PODMPI_CLUSTER_REGISTRY="+info.Registry)
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 30 * time.Second
 	code := 0
