@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -219,6 +220,53 @@ func TestProcess(t *testing.T) {
 	err := bad.Start(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "exited while starting") || !strings.Contains(err.Error(), "broken config") {
 		t.Fatalf("a daemon that exits at once: got %v", err)
+	}
+}
+
+// TestProcessInheritsNoDescriptor: a daemon gets stdin, stdout and stderr
+// and nothing else of the process that starts it. make cluster-up run under
+// flock(1) (as the machine's users share the cluster) has the lock's
+// descriptor, not close-on-exec: a daemon that inherited it held the lock
+// for as long as the cluster ran, and every later flock waited for ever.
+func TestProcessInheritsNoDescriptor(t *testing.T) {
+	dir := t.TempDir()
+	lock := filepath.Join(dir, "lock")
+	// As flock(1) opens it: without O_CLOEXEC.
+	fd, err := syscall.Open(lock, syscall.O_CREAT|syscall.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Flock(fd, syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	p := &Process{Name: "sleeper", Path: "/bin/sleep", Args: []string{"600"},
+		Health:       func(context.Context) error { return nil },
+		StartTimeout: 20 * time.Second, StopTimeout: 5 * time.Second, Dir: dir}
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := p.Running()
+	t.Cleanup(func() { _ = p.Stop() })
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		target, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, e.Name()))
+		if n, _ := strconv.Atoi(e.Name()); n > 2 {
+			t.Errorf("the daemon has descriptor %d (%s) of the process that started it", n, target)
+		}
+	}
+	// The lock is free once this process lets go of it.
+	syscall.Close(fd)
+	fd2, err := syscall.Open(lock, syscall.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd2)
+	if err := syscall.Flock(fd2, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Errorf("the lock is still held while the daemon runs: %v", err)
 	}
 }
 

@@ -89,6 +89,7 @@ func (p *Process) Start(ctx context.Context) error {
 		path, args = p.Self, append(helper, p.Args...)
 		attr.Unshareflags = syscall.CLONE_NEWNS
 	}
+	closeOnExec()
 	cmd := exec.Command(path, args...)
 	cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + p.Dir}, p.Env...)
 	cmd.Dir = p.Dir
@@ -166,6 +167,24 @@ func (p *Process) Stop() error {
 		return fmt.Errorf("stopping %s: %w", p.Name, err)
 	}
 	return nil
+}
+
+// closeOnExec marks every descriptor of this process above stderr
+// close-on-exec. Go opens its own so, but not those this process inherited:
+// flock(1)'s lock on /work/cluster.lock, say, when make cluster-up runs
+// under it. A daemon that inherited that descriptor held the lock for as
+// long as the cluster ran (a lock is released when every descriptor of it
+// is closed), and every later flock of the machine's users waited.
+func closeOnExec() {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
+	}
 }
 
 // stopPidFile stops the process a pid file names (if it is still that
