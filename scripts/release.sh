@@ -105,6 +105,9 @@ IFS=, read -r -a platforms <<<"${PODMPI_RELEASE_PLATFORMS:-linux/amd64,linux/arm
 read -r -a images <<<"${PODMPI_RELEASE_IMAGES:-podmpi openmpi mpich intelmpi horovod}"
 prefix=${PODMPI_IMAGE_PREFIX:-podmpi}
 dist=${PODMPI_RELEASE_DIST:-$root/dist}
+for tool in git curl go; do
+	command -v "$tool" >/dev/null || die "release: no $tool here (apt-get install -y git curl; Go from https://go.dev/dl/)"
+done
 PODMPI_ENGINE=podman
 engine_init
 export PODMPI_PODMAN_FLAGS PODMPI_ULIMITS
