@@ -204,9 +204,14 @@ func (c *Cluster) buildPodmpiImages(ctx context.Context, src, tag string) error 
 	}
 	defer lf.Close()
 	c.logf("== building the podmpi images: images/build.sh %s (tag %s; log %s)", strings.Join(ReleaseImages(), " "), tag, logFile)
+	// The commit's time, also for a tree exported without .git (HEAD).
+	created, err := run(ctx, filepath.Join(c.L.Repo, "scripts", "version.sh"), "--created")
+	if err != nil {
+		return fmt.Errorf("scripts/version.sh --created: %w", err)
+	}
 	cmd := exec.CommandContext(ctx, filepath.Join(src, "images", "build.sh"), ReleaseImages()...)
 	cmd.Dir = src
-	cmd.Env = append(os.Environ(), "PODMPI_VERSION="+tag, "PODMPI_TAG="+tag, "PODMPI_IMAGE_PREFIX=podmpi", "PODMPI_GO_CACHE=host", "PODMPI_PARALLEL=1",
+	cmd.Env = append(os.Environ(), "PODMPI_CREATED="+strings.TrimSpace(created), "PODMPI_VERSION="+tag, "PODMPI_TAG="+tag, "PODMPI_IMAGE_PREFIX=podmpi", "PODMPI_GO_CACHE=host", "PODMPI_PARALLEL=1",
 		"PODMPI_PLATFORMS=linux/"+arch, "PODMPI_MPI_PLATFORMS=linux/"+arch, "PODMPI_BUILD_LOGS="+filepath.Join(c.L.Src(), "image-logs"))
 	cmd.Stdout, cmd.Stderr = lf, lf
 	if err := cmd.Run(); err != nil {
