@@ -344,17 +344,7 @@ func render(t *testing.T, dir string) []*unstructured.Unstructured {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var objs []*unstructured.Unstructured
-	for _, doc := range strings.Split(out, "\n---\n") {
-		var m map[string]any
-		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
-			t.Fatalf("kubectl kustomize %s: %v", dir, err)
-		}
-		if len(m) > 0 {
-			objs = append(objs, &unstructured.Unstructured{Object: m})
-		}
-	}
-	return objs
+	return parseObjects(t, "kubectl kustomize "+dir, out)
 }
 
 // runtimeNamed picks the ClusterTrainingRuntime of objs whose name has mpi.
@@ -470,16 +460,7 @@ func helmCmd(t *testing.T, home string, args ...string) string {
 // helmManifest is what the release installed (helm get manifest).
 func helmManifest(t *testing.T, home, ns string) []*unstructured.Unstructured {
 	t.Helper()
-	var objs []*unstructured.Unstructured
-	for _, doc := range strings.Split(helmCmd(t, home, "get", "manifest", helmRelease, "-n", ns), "\n---") {
-		var m map[string]any
-		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
-			t.Fatal(err)
-		}
-		if len(m) > 0 {
-			objs = append(objs, &unstructured.Unstructured{Object: m})
-		}
-	}
+	objs := parseObjects(t, "helm get manifest", helmCmd(t, home, "get", "manifest", helmRelease, "-n", ns))
 	if len(objs) == 0 {
 		t.Fatalf("helm get manifest %s: no objects", helmRelease)
 	}

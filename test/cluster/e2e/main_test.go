@@ -283,11 +283,18 @@ func readObjects(t *testing.T, rel string) []*unstructured.Unstructured {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return parseObjects(t, rel, string(b))
+}
+
+// parseObjects decodes the objects of a YAML stream (what names where it
+// came from, for the failure).
+func parseObjects(t *testing.T, what, text string) []*unstructured.Unstructured {
+	t.Helper()
 	var out []*unstructured.Unstructured
-	for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(b), -1) {
+	for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(text, -1) {
 		var m map[string]any
 		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
-			t.Fatalf("%s: %v", rel, err)
+			t.Fatalf("%s: %v", what, err)
 		}
 		if len(m) > 0 {
 			out = append(out, &unstructured.Unstructured{Object: m})
