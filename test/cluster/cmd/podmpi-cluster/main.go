@@ -36,25 +36,7 @@ import (
 )
 
 func main() {
-	closeInherited()
 	os.Exit(run(os.Args[1:]))
-}
-
-// closeInherited marks every descriptor this process inherited beyond
-// stdin, stdout and stderr close-on-exec: the daemons it starts (etcd, the
-// API server, containerd, ...) outlive it, and one that kept a descriptor
-// of its caller's would hold what that stands for, such as the lock of a
-// `flock <file> make cluster-up`, until the cluster is taken down.
-func closeInherited() {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
-			syscall.CloseOnExec(fd)
-		}
-	}
 }
 
 func usage() int {
