@@ -318,15 +318,15 @@ func debianVersions(ctx context.Context) map[string]string {
 }
 
 // RuntimeFiles are the podmpi ClusterTrainingRuntimes make cluster-up
-// installs, by the MPI of their image (ImageMPIs).
+// installs (deploy/runtimes), by the MPI of their image (ImageMPIs).
 var RuntimeFiles = map[string]string{
-	"openmpi":  "examples/trainer/clustertrainingruntime-openmpi.yaml",
-	"mpich":    "examples/trainer/clustertrainingruntime-mpich.yaml",
-	"intelmpi": "examples/trainer/clustertrainingruntime-intelmpi.yaml",
+	"openmpi":  "deploy/runtimes/clustertrainingruntime-openmpi.yaml",
+	"mpich":    "deploy/runtimes/clustertrainingruntime-mpich.yaml",
+	"intelmpi": "deploy/runtimes/clustertrainingruntime-intelmpi.yaml",
 }
 
-// InstallRuntimes applies the podmpi runtimes from examples/ with the image
-// of this cluster.
+// InstallRuntimes applies the podmpi runtimes of deploy/runtimes with the
+// images of this cluster (SetImages).
 func (c *Cluster) InstallRuntimes(ctx context.Context, images map[string]string) error {
 	var all []*unstructured.Unstructured
 	for mpi, f := range RuntimeFiles {
@@ -339,17 +339,31 @@ func (c *Cluster) InstallRuntimes(ctx context.Context, images map[string]string)
 			return fmt.Errorf("%s: %w", f, err)
 		}
 		for _, o := range objs {
-			SetImages(o, images[mpi])
+			SetImages(o, images[mpi], images)
 		}
 		all = append(all, objs...)
 	}
 	return c.applyObjects(ctx, all, "podmpi-cluster")
 }
 
-// SetImages sets the image of every container in an object's pod templates
-// (ClusterTrainingRuntime, MPIJob, TrainJob-free objects alike).
-func SetImages(o *unstructured.Unstructured, image string) {
-	EachContainer(o, func(c map[string]any) { c["image"] = image })
+// PodmpiInitContainer is the init container of the runtimes and MPIJobs
+// that brings podmpi into a pod: launcher install copies /opt/podmpi of its
+// image into the emptyDir the other containers mount.
+const PodmpiInitContainer = "podmpi"
+
+// SetImages sets the image of every container and init container in an
+// object's pod templates (ClusterTrainingRuntime, MPIJob, TrainJob-free
+// objects alike) to image, but that of PodmpiInitContainer to images'
+// binaries-only image ("podmpi"); on a cluster without that image, to image
+// too, which works for podmpi's own images: they hold /opt/podmpi, launcher
+// install included.
+func SetImages(o *unstructured.Unstructured, image string, images map[string]string) {
+	eachContainer(o, func(init bool, c map[string]any) {
+		c["image"] = image
+		if init && c["name"] == PodmpiInitContainer && images["podmpi"] != "" {
+			c["image"] = images["podmpi"]
+		}
+	})
 }
 
 // SetEnv sets an environment variable in every container of an object's
@@ -371,6 +385,11 @@ func SetEnv(o *unstructured.Unstructured, name, value string) {
 // EachContainer calls f with every container and init container anywhere
 // in an object.
 func EachContainer(o *unstructured.Unstructured, f func(c map[string]any)) {
+	eachContainer(o, func(_ bool, c map[string]any) { f(c) })
+}
+
+// eachContainer is EachContainer, telling f whether c is an init container.
+func eachContainer(o *unstructured.Unstructured, f func(init bool, c map[string]any)) {
 	var walk func(v any)
 	walk = func(v any) {
 		switch t := v.(type) {
@@ -380,7 +399,7 @@ func EachContainer(o *unstructured.Unstructured, f func(c map[string]any)) {
 					if list, ok := x.([]any); ok {
 						for _, ct := range list {
 							if m, ok := ct.(map[string]any); ok {
-								f(m)
+								f(k == "initContainers", m)
 							}
 						}
 					}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -144,22 +145,43 @@ spec:
 }
 
 func TestSetImages(t *testing.T) {
-	objs, err := decodeObjects([]byte(`kind: X
+	const in = `kind: X
 spec:
   a:
     template:
       spec:
-        initContainers: [{name: i, image: old}]
+        initContainers: [{name: podmpi, image: old}, {name: i, image: old}]
         containers: [{name: c, image: old}, {name: d, image: old}]
-  b: [{template: {spec: {containers: [{name: e, image: old}]}}}]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	SetImages(objs[0], "new:1")
-	b, _ := encodeObjects(objs)
-	if strings.Contains(string(b), "old") || strings.Count(string(b), "new:1") != 4 {
-		t.Errorf("SetImages left:\n%s", b)
+  b: [{template: {spec: {containers: [{name: podmpi, image: old}]}}}]
+`
+	for _, tc := range []struct {
+		images map[string]string
+		want   string // each container's "name=image", sorted
+	}{
+		// The binaries-only image goes to the init container podmpi only
+		// (a container of that name is not it).
+		{map[string]string{"openmpi": "new:1", "podmpi": "bin:1"}, "c=new:1, d=new:1, init i=new:1, init podmpi=bin:1, podmpi=new:1"},
+		// Without one, every container gets the MPI image, which holds
+		// /opt/podmpi too.
+		{map[string]string{"openmpi": "new:1"}, "c=new:1, d=new:1, init i=new:1, init podmpi=new:1, podmpi=new:1"},
+	} {
+		objs, err := decodeObjects([]byte(in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		SetImages(objs[0], tc.images["openmpi"], tc.images)
+		var got []string
+		eachContainer(objs[0], func(init bool, c map[string]any) {
+			s := fmt.Sprintf("%s=%s", c["name"], c["image"])
+			if init {
+				s = "init " + s
+			}
+			got = append(got, s)
+		})
+		sort.Strings(got)
+		if g := strings.Join(got, ", "); g != tc.want {
+			t.Errorf("SetImages with %v: %s, want %s", tc.images, g, tc.want)
+		}
 	}
 }
 
