@@ -16,10 +16,10 @@ import (
 // the TrainJob or MPIJob, the Kubeflow Python SDK's get_job_events(), the launcher
 // pod's termination message and log, which stay after the failure.
 
-// applyRBAC applies examples/rbac in ns, as docs/quickstart.md says.
+// applyRBAC applies deploy/rbac in ns, as docs/install.md says.
 func applyRBAC(t *testing.T, ns string) {
 	t.Helper()
-	if _, err := kubectl(ctxT(t, time.Minute), nil, "apply", "-n", ns, "-k", e.repo+"/examples/rbac"); err != nil {
+	if _, err := kubectl(ctxT(t, time.Minute), nil, "apply", "-n", ns, "-k", e.repo+"/deploy/rbac"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -108,7 +108,7 @@ func launcherEvidence(t *testing.T, ns string, r trainJobResult, want ...string)
 // trainJobFailures: TrainJobs whose ranks fail are Failed within 2 minutes
 // of their launcher's start, with one launcher run whose pod stays with the
 // root cause; kubectl describe and the SDK show the podmpi Warning. In ns,
-// which has examples/rbac.
+// which has deploy/rbac.
 func trainJobFailures(t *testing.T, ns string) {
 	t.Run("exit-7", func(t *testing.T) { rankExit7(t, ns, "podmpi-openmpi", exit7) })
 	t.Run("segfault", func(t *testing.T) {
@@ -156,7 +156,7 @@ var (
 )
 
 // trainJobWithoutRBAC: the same failure in a namespace without
-// examples/rbac: today's diagnosis in the termination message, the launcher
+// deploy/rbac: today's diagnosis in the termination message, the launcher
 // saying once why it records no Event, and none recorded.
 func trainJobWithoutRBAC(t *testing.T) {
 	installRuntimes(t, nil)
@@ -169,7 +169,7 @@ func trainJobWithoutRBAC(t *testing.T) {
 	}
 	launcherEvidence(t, ns, r, "rank 3", "exited with status 7")
 	noPodmpiEvents(t, ns, "TrainJob", r.name)
-	if !strings.Contains(r.log, "apply examples/rbac") {
+	if !strings.Contains(r.log, "apply deploy/rbac") {
 		t.Errorf("the launcher does not say why it records no Event:\n%s", lastLines(r.log, 20))
 	}
 }
@@ -209,7 +209,7 @@ const failedWaiting = "WorkersNotResolved|SlotsUnknown|ProbeFailedUnreachable"
 // cannot be scheduled (mpi-operator's default starts the launcher at once,
 // so it waits, and says why), a rank's SIGSEGV. The launcher fails once
 // (restartPolicy Never, backoffLimit 0) and its pod stays. With rbac (ns
-// has examples/rbac) describe shows the Warnings; without, the termination
+// has deploy/rbac) describe shows the Warnings; without, the termination
 // message still names the worker or rank and the cause, and the launcher
 // records no Event.
 //

@@ -358,7 +358,7 @@ func restrictedPod(name, image, secret string, command []string) *corev1.Pod {
 var _ = context.Background
 
 // withAndWithoutRBAC runs a drill twice, each in a namespace of its own:
-// with examples/rbac (the launcher records Events and reads the pods) and
+// with deploy/rbac (the launcher records Events and reads the pods) and
 // without (the same diagnosis in the termination message, and no podmpi
 // Event).
 func withAndWithoutRBAC(t *testing.T, prefix string, drill func(t *testing.T, ns string, rbac bool)) {
@@ -378,7 +378,7 @@ func withAndWithoutRBAC(t *testing.T, prefix string, drill func(t *testing.T, ns
 }
 
 // noPodmpiEvents fails when the launcher recorded an Event on kind/name:
-// without examples/rbac it may not.
+// without deploy/rbac it may not.
 func noPodmpiEvents(t *testing.T, ns, kind, name string) {
 	t.Helper()
 	if evs := podmpiEvents(t, ns, kind, name); len(evs) != 0 {

@@ -39,7 +39,7 @@ func TestHorovod(t *testing.T) {
 	}
 	rt.SetName("podmpi-horovod")
 	rt.SetLabels(map[string]string{"trainer.kubeflow.org/framework": "podmpi-horovod"})
-	cluster.SetImages(rt, image)
+	cluster.SetImages(rt, image, e.info.Images)
 	apply(t, "", rt)
 	ns := namespace(t, "horovod", true)
 	tj := trainJob(t, "podmpi-horovod")

@@ -119,7 +119,7 @@ func randSuffix() string {
 }
 
 // namespace creates a namespace that enforces the restricted Pod Security
-// Standard and examples/networkpolicy (or neither when restricted is false)
+// Standard and deploy/networkpolicy (or neither when restricted is false)
 // and deletes it after the test, logging its pods and events first when the
 // test failed.
 func namespace(t *testing.T, prefix string, restricted bool) string {

@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,33 +15,65 @@ import (
 	"github.com/podmpi/podmpi/test/cluster"
 )
 
-var mpiJobFiles = map[string]string{
-	"openmpi":  "examples/mpi-operator/mpijob-openmpi.yaml",
-	"mpich":    "examples/mpi-operator/mpijob-mpich.yaml",
-	"intelmpi": "examples/mpi-operator/mpijob-intelmpi.yaml",
-}
+// mpiJobSamples are the sample MPIJobs with deploy/mpi-operator, the
+// Component that brings podmpi into their pods, as a user applies them
+// (kubectl apply -k): the MPIJob files alone no longer run podmpi.
+const mpiJobSamples = "examples/mpi-operator"
 
-// mpiJob is an example MPIJob with this cluster's image and the workers'
+// mpiImplementations are the MPIJobs' spec.mpiImplementation by the MPI of
+// their image.
+var mpiImplementations = map[string]string{"openmpi": "OpenMPI", "mpich": "MPICH", "intelmpi": "Intel"}
+
+// mpiJob is an example MPIJob with this cluster's images and the workers'
 // CPU request lowered (two workers asking for 2 CPUs each do not fit this
 // 2-core node), under a unique name.
 func mpiJob(t *testing.T, mpi string, mutate func(*unstructured.Unstructured)) *unstructured.Unstructured {
 	t.Helper()
 	var job *unstructured.Unstructured
-	for _, o := range readObjects(t, mpiJobFiles[mpi]) {
-		if o.GetKind() == "MPIJob" {
+	for _, o := range kustomized(t, mpiJobSamples) {
+		if impl, _, _ := unstructured.NestedString(o.Object, "spec", "mpiImplementation"); o.GetKind() == "MPIJob" && impl == mpiImplementations[mpi] {
 			job = o
 		}
 	}
 	if job == nil {
-		t.Fatalf("%s: no MPIJob", mpiJobFiles[mpi])
+		t.Fatalf("%s renders no MPIJob of mpiImplementation %q", mpiJobSamples, mpiImplementations[mpi])
 	}
 	job.SetName(job.GetName() + "-" + randSuffix())
-	cluster.SetImages(job, e.info.Images[mpi])
+	cluster.SetImages(job, e.info.Images[mpi], e.info.Images)
 	setCPURequest(t, job, "Worker", "100m")
 	if mutate != nil {
 		mutate(job)
 	}
 	return job
+}
+
+// kustomizeCache holds each kustomization kustomized rendered, by folder.
+var kustomizeCache = struct {
+	sync.Mutex
+	objs map[string][]*unstructured.Unstructured
+}{objs: map[string][]*unstructured.Unstructured{}}
+
+// kustomized renders dir of the repository as kubectl apply -k does
+// (kubectl kustomize), once per test binary, and returns copies of its
+// objects.
+func kustomized(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	kustomizeCache.Lock()
+	defer kustomizeCache.Unlock()
+	objs, ok := kustomizeCache.objs[dir]
+	if !ok {
+		out, err := kubectl(ctxT(t, time.Minute), nil, "kustomize", filepath.Join(e.repo, dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs = decodeYAML(t, out)
+		kustomizeCache.objs[dir] = objs
+	}
+	out := make([]*unstructured.Unstructured, len(objs))
+	for i, o := range objs {
+		out[i] = o.DeepCopy()
+	}
+	return out
 }
 
 func setCPURequest(t *testing.T, job *unstructured.Unstructured, role, cpu string) {
@@ -132,7 +166,8 @@ func runMPIJobOnce(t *testing.T, ns string, mk func() *unstructured.Unstructured
 	return r
 }
 
-// TestMPIOperator runs the examples/mpi-operator MPIJobs (Open MPI and MPICH
+// TestMPIOperator runs the examples/mpi-operator MPIJobs (with
+// deploy/mpi-operator) (Open MPI and MPICH
 // under every pinned mpi-operator, Intel MPI under the first) and checks
 // every rank's line, then the failure drills.
 func TestMPIOperator(t *testing.T) {

@@ -16,11 +16,11 @@ import (
 )
 
 const (
-	netpolFile              = "examples/networkpolicy/networkpolicy.yaml"
-	trainerStatusPolicyFile = "examples/networkpolicy/trainer-status.yaml"
+	netpolFile              = "deploy/networkpolicy/networkpolicy.yaml"
+	trainerStatusPolicyFile = "deploy/networkpolicy/trainer-status.yaml"
 )
 
-// nodeDNSPolicy adds what this cluster needs beyond examples/networkpolicy:
+// nodeDNSPolicy adds what this cluster needs beyond deploy/networkpolicy:
 // its CoreDNS is served by the node at the bridge address (as NodeLocal
 // DNSCache is on a link-local one), not by kube-dns pods in kube-system, so
 // DNS egress to that address is opened by a second policy, as the example's
@@ -41,7 +41,7 @@ func nodeDNSPolicy() *unstructured.Unstructured {
 }
 
 // nodeTrainerStatusPolicy adds, as nodeDNSPolicy does for DNS, what
-// examples/networkpolicy/trainer-status.yaml cannot select here: Trainer's
+// deploy/networkpolicy/trainer-status.yaml cannot select here: Trainer's
 // controller runs on the node, not as a pod in kubeflow-system, so its
 // status endpoint (the Service's port, which the node serves) is opened at
 // the node's address, for the launcher pods only, as the example opens it.
@@ -179,7 +179,7 @@ threading.Event().wait()
 }
 
 // networkPolicyDrill checks, in the isolated namespace ns where a job runs
-// (worker and launcher given), what examples/networkpolicy allows and
+// (worker and launcher given), what deploy/networkpolicy allows and
 // refuses; then it deletes the policies and checks that every refused
 // connection is made: the same checks pass without the policy, so they can
 // fail.
@@ -223,7 +223,7 @@ func networkPolicyDrill(t *testing.T, ns string, worker, launcher *corev1.Pod) {
 	if t.Failed() {
 		return
 	}
-	t.Logf("under examples/networkpolicy: %d connections allowed, %d refused as the policy says", len(allowed), len(refused))
+	t.Logf("under deploy/networkpolicy: %d connections allowed, %d refused as the policy says", len(allowed), len(refused))
 
 	// The same checks without the policy: every refused connection is made.
 	if err := e.cs.NetworkingV1().NetworkPolicies(ns).DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {

@@ -19,7 +19,13 @@ import (
 	"github.com/podmpi/podmpi/test/cluster"
 )
 
-const openshiftOverlay = "examples/overlays/openshift"
+// The OpenShift install of the runtimes (deploy/openshift/runtimes) and the
+// sample MPIJobs as they run on OpenShift (examples/openshift, with
+// deploy/openshift/mpi-operator).
+const (
+	openshiftRuntimes = "deploy/openshift/runtimes"
+	openshiftMPIJobs  = "examples/openshift"
+)
 
 // project is an OpenShift-like project: a namespace under the restricted-v2
 // emulation (cluster.SCCLabel), the restricted Pod Security Standard and the
@@ -108,17 +114,12 @@ func TestRestrictedV2(t *testing.T) {
 	t.Logf("outside the emulation: id printed %q, runAsUser 1000 admitted", strings.Join(strings.Fields(out), " "))
 }
 
-// openshiftObjects renders examples/overlays/openshift (kubectl kustomize)
-// and returns the objects of kind with this cluster's images and the CPU
-// requests lowered as the other tests do.
-func openshiftObjects(t *testing.T, kind string) []*unstructured.Unstructured {
+// openshiftObjects renders dir (kubectl kustomize) and returns the objects
+// of kind with this cluster's images, Intel MPI's left out.
+func openshiftObjects(t *testing.T, dir, kind string) []*unstructured.Unstructured {
 	t.Helper()
-	out, err := kubectl(ctxT(t, time.Minute), nil, "kustomize", e.repo+"/"+openshiftOverlay)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var objs []*unstructured.Unstructured
-	for _, o := range decodeYAML(t, out) {
+	for _, o := range kustomized(t, dir) {
 		if o.GetKind() != kind {
 			continue
 		}
@@ -132,11 +133,11 @@ func openshiftObjects(t *testing.T, kind string) []*unstructured.Unstructured {
 			// make image-test already show.
 			continue
 		}
-		cluster.SetImages(o, e.info.Images[mpi])
+		cluster.SetImages(o, e.info.Images[mpi], e.info.Images)
 		objs = append(objs, o)
 	}
 	if len(objs) == 0 {
-		t.Fatalf("%s renders no %s", openshiftOverlay, kind)
+		t.Fatalf("%s renders no %s", dir, kind)
 	}
 	return objs
 }
@@ -165,26 +166,24 @@ func checkProjectPods(t *testing.T, ns string, uid, gid int64, selector string) 
 	t.Logf("%d pods ran as UID %d, GID 0, fsGroup %d, read-only root", len(pods), uid, gid)
 }
 
-// trainerOpenShift runs the overlay's runtimes and TrainJob in a project.
+// trainerOpenShift runs examples/trainer's TrainJob on the OpenShift
+// runtimes in a project.
 func trainerOpenShift(t *testing.T) {
 	ns, uid, gid := project(t, "openshift")
-	for _, rt := range openshiftObjects(t, "ClusterTrainingRuntime") {
+	for _, rt := range openshiftObjects(t, openshiftRuntimes, "ClusterTrainingRuntime") {
 		apply(t, "", rt)
 	}
 	t.Cleanup(func() { installRuntimes(t, nil) })
-	for _, tj := range openshiftObjects(t, "TrainJob") {
-		tj.SetName(tj.GetName() + "-" + randSuffix())
-		setNested(t, tj, "100m", "spec", "trainer", "resourcesPerNode", "requests", "cpu")
-		r := runTrainJob(t, ns, tj, 4*time.Minute)
-		checkTrainJob(t, ns, r, 3, 6)
-		checkProjectPods(t, ns, uid, gid, "jobset.sigs.k8s.io/jobset-name="+tj.GetName())
-	}
+	tj := trainJob(t, "podmpi-openmpi")
+	r := runTrainJob(t, ns, tj, 4*time.Minute)
+	checkTrainJob(t, ns, r, 3, 6)
+	checkProjectPods(t, ns, uid, gid, "jobset.sigs.k8s.io/jobset-name="+tj.GetName())
 }
 
-// mpiOperatorOpenShift runs the overlay's MPIJobs in a project.
+// mpiOperatorOpenShift runs the OpenShift sample MPIJobs in a project.
 func mpiOperatorOpenShift(t *testing.T) {
 	ns, uid, gid := project(t, "openshift")
-	for _, job := range openshiftObjects(t, "MPIJob") {
+	for _, job := range openshiftObjects(t, openshiftMPIJobs, "MPIJob") {
 		job.SetName(job.GetName() + "-" + randSuffix())
 		setCPURequest(t, job, "Worker", "100m")
 		r := runMPIJobOnce(t, ns, func() *unstructured.Unstructured { return job })

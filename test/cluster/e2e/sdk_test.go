@@ -126,7 +126,7 @@ func runSDK(t *testing.T, ns string, timeout time.Duration, args ...string) sdkR
 }
 
 // TestSDKReadsRuntimes: the Kubeflow Python SDK takes every podmpi runtime
-// of examples/trainer (Intel MPI's too, whether or not this cluster has its
+// of deploy/runtimes (Intel MPI's too, whether or not this cluster has its
 // image) for an MPI runtime of podmpi's framework, and the command it would
 // give a CustomTrainer's TrainJob runs the function: the driver reads each
 // file with the functions get_runtime and train call, and the Go test runs
@@ -139,9 +139,9 @@ func TestSDKReadsRuntimes(t *testing.T) {
 	}
 	py := sdkPython(t)
 	repo := repoDir()
-	files, err := filepath.Glob(filepath.Join(repo, "examples", "trainer", "clustertrainingruntime-*.yaml"))
+	files, err := filepath.Glob(filepath.Join(repo, "deploy", "runtimes", "clustertrainingruntime-*.yaml"))
 	if err != nil || len(files) == 0 {
-		t.Fatalf("no runtimes in examples/trainer (%v)", err)
+		t.Fatalf("no runtimes in deploy/runtimes (%v)", err)
 	}
 	for _, f := range files {
 		t.Run(strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "clustertrainingruntime-"), ".yaml"), func(t *testing.T) {

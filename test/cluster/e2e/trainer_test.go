@@ -21,16 +21,16 @@ const (
 	nodeSel      = "jobset.sigs.k8s.io/replicatedjob-name=node"
 )
 
-// installRuntimes applies the podmpi ClusterTrainingRuntimes of examples/
-// with this cluster's images (mutate, if set, changes them first) and
-// returns them.
+// installRuntimes applies the podmpi ClusterTrainingRuntimes of
+// deploy/runtimes with this cluster's images (mutate, if set, changes them
+// first) and waits until Trainer serves them.
 func installRuntimes(t *testing.T, mutate func(mpi string, o *unstructured.Unstructured)) {
 	t.Helper()
 	var runtimes []string
 	for mpi, f := range cluster.RuntimeFiles {
 		objs := readObjects(t, f)
 		for _, o := range objs {
-			cluster.SetImages(o, e.info.Images[mpi])
+			cluster.SetImages(o, e.info.Images[mpi], e.info.Images)
 			if mutate != nil {
 				mutate(mpi, o)
 			}
@@ -177,9 +177,9 @@ func renderedLauncherPods(t *testing.T, ns string, tj *unstructured.Unstructured
 	return n
 }
 
-// TestTrainer runs examples/trainer under every pinned Trainer (each with the
-// JobSet its go.mod names): the Open MPI and MPICH runtimes with the shipped
-// TrainJob, checking one launcher pod, the node pods and every rank's line
+// TestTrainer runs examples/trainer's TrainJob under every pinned Trainer
+// (each with the JobSet its go.mod names) on deploy/runtimes' Open MPI and
+// MPICH runtimes, checking one launcher pod, the node pods and every rank's line
 // (the Intel MPI runtime too, under the first release), then the failure
 // drills.
 func TestTrainer(t *testing.T) {
@@ -291,7 +291,7 @@ func launcherPhases(log string) string {
 }
 
 // TestTrainerLauncherCountCheckCatches proves the launcher-count check can
-// fail: a runtime with mlPolicy.numNodes 3 (what examples/trainer had) makes
+// fail: a runtime with mlPolicy.numNodes 3 (what the runtimes once had) makes
 // Trainer render three launcher pods. Run, such a job must fail within 30 s,
 // each launcher naming the others.
 func TestTrainerLauncherCountCheckCatches(t *testing.T) {
