@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -38,8 +39,10 @@ import (
 // OpenSSH's job lives through a fault, podmpi's must complete with its
 // launcher never restarted; where OpenSSH's dies, podmpi's must fail naming
 // the host and the cause, in the launcher's termination message and in an
-// Event on the job, within 2 minutes of the fault. docs/reliability.md has
-// the table of a run.
+// Event on the job, within 2 minutes of the fault. Either way a TrainJob's
+// status must say how podmpi's job ended. The TrainJob faults alternate
+// between the runtime's two layouts (the launcher a node or not; OpenSSH's
+// runtime the same). docs/reliability.md has the table of a run.
 //
 // "Lives" means the run of the launcher the fault hit completes: a Job that
 // reruns a failed launcher runs the whole job again from the start, which
@@ -63,7 +66,10 @@ type fault struct {
 	pausesAPI   bool // the API server does not answer while it lasts: the drill does not ask it
 	onLauncher  bool // hits the launcher pod
 	mpiJob      bool // the jobs are MPIJobs under mpi-operator (else TrainJobs under Trainer)
-	noRBAC      bool // podmpi's namespace without examples/rbac: the launcher sees only DNS and the agents
+	// launcherOff: the TrainJobs' runtimes do not run ranks on the launcher
+	// (runLauncherAsNode false; else true, as deploy/runtimes ships it).
+	launcherOff bool
+	noRBAC      bool // podmpi's namespace without deploy/rbac: the launcher sees only DNS and the agents
 	sidecar     bool // the node pods run a native sidecar (an init container with restartPolicy Always)
 	gate        bool // the node pods have a readiness gate, held True by the drill but while the fault lasts
 	// prelude runs in the rank on the launcher pod before its sleep, given
@@ -88,6 +94,25 @@ func (f fault) rankSleep() time.Duration {
 		return f.sleep
 	}
 	return f.d + time.Minute
+}
+
+// withLauncherOff is f on the runtimes' other layout: the launcher not a
+// node (see fault.launcherOff).
+func withLauncherOff(f fault) fault {
+	f.launcherOff = true
+	return f
+}
+
+// layout names the TrainJobs' layout of f for the table.
+func (f fault) layout() string {
+	switch {
+	case f.mpiJob:
+		return ""
+	case f.launcherOff:
+		return "TrainJob, the launcher not a node"
+	default:
+		return "TrainJob, the launcher a node"
+	}
 }
 
 // podDrop drops every packet between a node pod and the other pods for d,
@@ -365,7 +390,7 @@ func sshDuringCut(d time.Duration) fault {
 // cgroupfs driver): the worker-agent (or sshd), the MPI daemon and the
 // ranks all but stop, and the readiness probe fails.
 //
-// Under mpi-operator, without examples/rbac: podmpi's worker fails its
+// Under mpi-operator, without deploy/rbac: podmpi's worker fails its
 // readiness probe within seconds (period 2 s, failureThreshold 1), its name
 // leaves DNS (the headless Service publishes only Ready addresses), and
 // the launcher has neither the API nor the name to tell a slow worker
@@ -453,32 +478,39 @@ func launcherLost() fault {
 
 // podFaults hit one pod of each job: they run side by side, each pair of
 // jobs in namespaces of its own.
+//
+// The TrainJob faults alternate between the runtimes' two layouts (the
+// launcher a node, as shipped, and not), one run of the suite covering both
+// without running every fault twice; sshDuringCut needs the rank on the
+// launcher's pod.
 func podFaults() []fault {
 	return []fault{
-		sidecarRestart(),
+		withLauncherOff(sidecarRestart()),
 		workerNotReady(20 * time.Second),
 		sshDuringCut(30 * time.Second),
 		cpuStarve(30 * time.Second),
-		podDrop(90 * time.Second),
+		withLauncherOff(podDrop(90 * time.Second)),
 		workerDeleted(),
-		launcherLost(),
+		withLauncherOff(launcherLost()),
 	}
 }
 
 // clusterFaults hit every job on the cluster: one at a time, with nothing
 // else of the suite running.
 func clusterFaults() []fault {
-	return []fault{daemonPause("kube-apiserver", time.Minute), kubeletRestart(), dnsPause(time.Minute)}
+	return []fault{daemonPause("kube-apiserver", time.Minute), withLauncherOff(kubeletRestart()), dnsPause(time.Minute)}
 }
 
 // TestFaults runs every fault of podFaults and clusterFaults against a
-// podmpi job and an OpenSSH job at once, fails where podmpi's does worse
-// (judge), and logs the table docs/reliability.md shows
-// (PODMPI_CLUSTER_FAULTS_OUT=<file> writes it there too).
+// podmpi job and an OpenSSH job at once, fails where podmpi's does worse or
+// its TrainJob's status does not say how it ended (judge), and logs the
+// table docs/reliability.md shows (PODMPI_CLUSTER_FAULTS_OUT=<file> writes
+// it there too).
 //
 // The pod faults run side by side (-parallel 8), each job asking for 0.05
-// CPU and 256 MiB per pod (2 pods a TrainJob, 3 an MPIJob: all 14 jobs fit
-// the 2-core node at once; the ranks sleep). The cluster faults follow, one
+// CPU and 256 MiB per pod (2 pods a TrainJob whose launcher is a node, 3 one
+// whose launcher is not and an MPIJob: all 14 jobs fit the 2-core node at
+// once; the ranks sleep). The cluster faults follow, one
 // after the other: they would hit the other drills' jobs too. A paused API
 // server costs mpi-operator its leader lease, and it exits: the drill starts
 // it again (podmpi-cluster controllers) and the table says so; the group
@@ -489,7 +521,7 @@ func TestFaults(t *testing.T) {
 	tool(t, "controllers")
 	installRuntimes(t, nil)
 	openSSHImage := installOpenSSHRuntime(t, "openmpi")
-	installSidecarRuntimes(t, openSSHImage)
+	installFaultRuntimes(t, openSSHImage)
 	var rows faultRows
 	run := func(t *testing.T, f fault) {
 		row := faultDrill(t, f, openSSHImage)
@@ -497,7 +529,8 @@ func TestFaults(t *testing.T) {
 		for _, p := range judge(f, row.openssh, row.podmpi) {
 			t.Error(p)
 		}
-		t.Logf("%s\n  OpenSSH: %s\n  podmpi:  %s\n  podmpi's message: %s", row.fault(), row.openssh.summary(), row.podmpi.summary(), row.podmpi.message())
+		t.Logf("%s\n  OpenSSH: %s\n  podmpi:  %s\n  podmpi's message: %s\n  podmpi's TrainJob status: %s", row.fault(), row.openssh.summary(), row.podmpi.summary(),
+			row.podmpi.message(), row.podmpi.statusSummary())
 	}
 	pod, clusterWide := podFaults(), clusterFaults()
 	for i := range pod {
@@ -581,7 +614,7 @@ type leg struct {
 // judge weighs.
 type legResult struct {
 	Runtime  string
-	RBAC     bool   // the launcher could record Events (examples/rbac)
+	RBAC     bool   // the launcher could record Events (deploy/rbac)
 	Host     string // the host the fault hit (its first DNS label)
 	Complete bool
 	Ended    bool          // the job reached its end condition (else the drill stopped waiting)
@@ -597,8 +630,13 @@ type legResult struct {
 	TermMessage string
 	// Events are podmpi's Warnings on the job ("Reason: message").
 	Events []string
-	Warn   string // the first WARN line of podmpi's launcher (its msg and host)
-	Errors string // ERROR lines of podmpi's launcher in a job that lived
+	// Status is podmpi's TrainJob's .status.trainerStatus.metrics by name
+	// when the job ended (nil for an MPIJob, or without Trainer's status
+	// API); StatusAPI says it is expected.
+	Status    map[string]string
+	StatusAPI bool
+	Warn      string // the first WARN line of podmpi's launcher (its msg and host)
+	Errors    string // ERROR lines of podmpi's launcher in a job that lived
 	// Orphans (onLauncher): how long the old launcher's daemons and ranks
 	// outlived the new launcher's start (OrphansLeft: still running when the
 	// job ended), and whether they ended before their own sleep did (so that
@@ -651,7 +689,7 @@ func (l *leg) ranksScript(host string) string {
 }
 
 // trainJobLeg: the example TrainJob on 2 nodes x 1 rank (the launcher runs
-// the second rank), small requests.
+// the second rank, or with launcherOff a second node pod), small requests.
 func (l *leg) trainJobLeg(t *testing.T) {
 	t.Helper()
 	rt := "podmpi-openmpi"
@@ -667,9 +705,16 @@ func (l *leg) trainJobLeg(t *testing.T) {
 		openSSHTrainJob(t, tj, "openmpi")
 		rt = "openssh-openmpi"
 	}
-	if l.f.sidecar {
-		setNested(t, tj, rt+"-sidecar", "spec", "runtimeRef", "name")
+	if l.f.launcherOff {
+		if l.f.prelude != nil {
+			t.Fatalf("%s: the launcher is not a node, so no rank runs the prelude on its pod", l.f.name)
+		}
+		rt += launcherOffSuffix
 	}
+	if l.f.sidecar {
+		rt += sidecarSuffix
+	}
+	setNested(t, tj, rt, "spec", "runtimeRef", "name")
 	sel := "jobset.sigs.k8s.io/jobset-name=" + name
 	l.job, l.gvr, l.success, l.failure = tj, trainJobGVR, "Complete", "Failed"
 	l.launcherSel, l.nodeSel, l.targetSuffix = sel+","+launcherSel, sel+","+nodeSel, "-node-0-0"
@@ -725,10 +770,17 @@ func openSSHMPIJob(t *testing.T, job *unstructured.Unstructured, image string) {
 	for _, role := range []string{"Launcher", "Worker"} {
 		spec := []string{"spec", "mpiReplicaSpecs", role, "template", "spec"}
 		unstructured.RemoveNestedField(job.Object, append(spec, "securityContext")...)
+		// Nothing of podmpi: its init container and the volume it fills
+		// (deploy/mpi-operator's).
+		unstructured.RemoveNestedField(job.Object, append(spec, "initContainers")...)
+		vols, _, _ := unstructured.NestedSlice(job.Object, append(spec, "volumes")...)
+		setNested(t, job, withoutNamed(vols, podmpiVolume), append(spec, "volumes")...)
 		cs, _, _ := unstructured.NestedSlice(job.Object, append(spec, "containers")...)
 		c := cs[0].(map[string]any)
 		c["image"] = image
 		c["securityContext"] = map[string]any{"runAsUser": int64(1000)}
+		mounts, _ := c["volumeMounts"].([]any)
+		c["volumeMounts"] = withoutNamed(mounts, podmpiVolume)
 		delete(c, "env")
 		delete(c, "livenessProbe")
 		if role == "Launcher" {
@@ -745,49 +797,102 @@ func openSSHMPIJob(t *testing.T, job *unstructured.Unstructured, image string) {
 	}
 }
 
-// installSidecarRuntimes applies podmpi-openmpi-sidecar and
-// openssh-openmpi-sidecar: the two runtimes with a native sidecar in the
-// node pods (an init container with restartPolicy Always that only idles,
-// in the shape of the restricted Pod Security Standard).
-func installSidecarRuntimes(t *testing.T, openSSHImage string) {
+// podmpiVolume is the emptyDir into which the runtimes' and
+// deploy/mpi-operator's init container copies /opt/podmpi.
+const podmpiVolume = "podmpi"
+
+// withoutNamed is list (of volumes, mounts, containers) without the items
+// named name.
+func withoutNamed(list []any, name string) []any {
+	out := []any{}
+	for _, x := range list {
+		if m, ok := x.(map[string]any); !ok || m["name"] != name {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// The runtimes of the fault drills besides podmpi-openmpi and
+// openssh-openmpi are named by these suffixes: the launcher not a node
+// (fault.launcherOff), and a native sidecar in the node pods (fault.sidecar),
+// in that order.
+const (
+	launcherOffSuffix = "-launcher-off"
+	sidecarSuffix     = "-sidecar"
+)
+
+// installFaultRuntimes applies the variants of podmpi-openmpi and
+// openssh-openmpi the drills run: each with the launcher not a node
+// (runLauncherAsNode false), with a native sidecar in the node pods (an
+// init container with restartPolicy Always that only idles, in the shape of
+// the restricted Pod Security Standard), and with both.
+func installFaultRuntimes(t *testing.T, openSSHImage string) {
 	t.Helper()
-	var rts []*unstructured.Unstructured
+	var bases []*unstructured.Unstructured
 	for _, o := range readObjects(t, cluster.RuntimeFiles["openmpi"]) {
 		if o.GetKind() == "ClusterTrainingRuntime" {
-			cluster.SetImages(o, e.info.Images["openmpi"])
-			rts = append(rts, o)
+			cluster.SetImages(o, e.info.Images["openmpi"], e.info.Images)
+			bases = append(bases, o)
 		}
 	}
-	rts = append(rts, openSSHRuntimeObject(t, "openmpi", openSSHImage))
-	for _, rt := range rts {
-		rt.SetName(rt.GetName() + "-sidecar")
-		jobs, _, _ := unstructured.NestedSlice(rt.Object, "spec", "template", "spec", "replicatedJobs")
-		for _, x := range jobs {
-			rj := x.(map[string]any)
-			if rj["name"] != "node" {
-				continue
-			}
-			image := ""
-			cluster.EachContainer(rt, func(c map[string]any) { image, _ = c["image"].(string) })
-			spec := []string{"template", "spec", "template", "spec"}
-			if err := unstructured.SetNestedSlice(rj, []any{map[string]any{
-				"name": sidecarName, "image": image, "restartPolicy": "Always",
-				// tail, not sleep: the drills tell the ranks' sleep by its name.
-				"command": []any{"tail", "-f", "/dev/null"},
-				"resources": map[string]any{"requests": map[string]any{"cpu": "10m", "memory": "16Mi"},
-					"limits": map[string]any{"memory": "16Mi"}},
-				"securityContext": map[string]any{
-					"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "runAsNonRoot": true,
-					"capabilities":   map[string]any{"drop": []any{"ALL"}},
-					"seccompProfile": map[string]any{"type": "RuntimeDefault"},
-				},
-			}}, append(spec, "initContainers")...); err != nil {
-				t.Fatal(err)
-			}
+	bases = append(bases, openSSHRuntimeObject(t, "openmpi", openSSHImage))
+	var rts []*unstructured.Unstructured
+	for _, base := range bases {
+		// The node container's image: podmpi's init container may have
+		// the binaries-only image, which has no tail.
+		image := e.info.Images["openmpi"]
+		if !strings.HasPrefix(base.GetName(), "podmpi-") {
+			image = openSSHImage
 		}
-		setNested(t, rt, jobs, "spec", "template", "spec", "replicatedJobs")
+		for _, v := range []struct {
+			launcherOff, sidecar bool
+		}{{true, false}, {false, true}, {true, true}} {
+			rt := base.DeepCopy()
+			if v.launcherOff {
+				rt.SetName(rt.GetName() + launcherOffSuffix)
+				setNested(t, rt, false, "spec", "mlPolicy", "mpi", "runLauncherAsNode")
+			}
+			if v.sidecar {
+				rt.SetName(rt.GetName() + sidecarSuffix)
+				addSidecar(t, rt, image)
+			}
+			rts = append(rts, rt)
+		}
 	}
 	apply(t, "", rts...)
+}
+
+// addSidecar adds the sidecar-restart drill's native sidecar (image) to the
+// node pods of runtime rt.
+func addSidecar(t *testing.T, rt *unstructured.Unstructured, image string) {
+	t.Helper()
+	jobs, _, _ := unstructured.NestedSlice(rt.Object, "spec", "template", "spec", "replicatedJobs")
+	for _, x := range jobs {
+		rj := x.(map[string]any)
+		if rj["name"] != "node" {
+			continue
+		}
+		spec := []string{"template", "spec", "template", "spec"}
+		// After podmpi's own init container, which the node container
+		// needs first.
+		inits, _, _ := unstructured.NestedSlice(rj, append(spec, "initContainers")...)
+		if err := unstructured.SetNestedSlice(rj, append(inits, map[string]any{
+			"name": sidecarName, "image": image, "restartPolicy": "Always",
+			// tail, not sleep: the drills tell the ranks' sleep by its name.
+			"command": []any{"tail", "-f", "/dev/null"},
+			"resources": map[string]any{"requests": map[string]any{"cpu": "10m", "memory": "16Mi"},
+				"limits": map[string]any{"memory": "16Mi"}},
+			"securityContext": map[string]any{
+				"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "runAsNonRoot": true,
+				"capabilities":   map[string]any{"drop": []any{"ALL"}},
+				"seccompProfile": map[string]any{"type": "RuntimeDefault"},
+			},
+		}), append(spec, "initContainers")...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setNested(t, rt, jobs, "spec", "template", "spec", "replicatedJobs")
 }
 
 // faultRow is one fault's two jobs.
@@ -799,8 +904,11 @@ type faultRow struct {
 
 func (r faultRow) fault() string {
 	s := r.f.what
+	if l := r.f.layout(); l != "" {
+		s += "; " + l
+	}
 	if r.f.noRBAC {
-		s += "; podmpi without examples/rbac"
+		s += "; podmpi without deploy/rbac"
 	}
 	if len(r.notes) > 0 {
 		s += " (" + strings.Join(r.notes, "; ") + ")"
@@ -824,10 +932,11 @@ func (rs *faultRows) table() string {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	var b strings.Builder
-	b.WriteString("| fault | OpenSSH's job | podmpi's job | podmpi's message |\n|---|---|---|---|\n")
+	b.WriteString("| fault | OpenSSH's job | podmpi's job | podmpi's message | podmpi's TrainJob status |\n|---|---|---|---|---|\n")
 	sort.SliceStable(rs.rows, func(i, j int) bool { return rs.rows[i].f.seq < rs.rows[j].f.seq })
 	for _, r := range rs.rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", cell(r.fault()), cell(r.openssh.summary()), cell(r.podmpi.summary()), cell(r.podmpi.message()))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", cell(r.fault()), cell(r.openssh.summary()), cell(r.podmpi.summary()), cell(r.podmpi.message()),
+			cell(r.podmpi.statusSummary()))
 	}
 	return b.String()
 }
@@ -890,6 +999,34 @@ func (r legResult) message() string {
 	return "none (no WARN or ERROR)"
 }
 
+// statusSummary is what the TrainJob's status said of podmpi's job, for
+// the table: its phase and exit code, and after a failure the reason, the
+// root cause's host and rank, and the root cause.
+func (r legResult) statusSummary() string {
+	if !r.StatusAPI {
+		return "-"
+	}
+	st := r.Status
+	if st["podmpi_phase"] == "" {
+		return "no podmpi_phase"
+	}
+	s := fmt.Sprintf("%s, exit code %s", st["podmpi_phase"], st["podmpi_exit_code"])
+	for _, k := range []string{"podmpi_reason", "podmpi_root_cause_host", "podmpi_root_cause_rank", "podmpi_root_cause"} {
+		if v := st[k]; v != "" {
+			s += ", " + strings.TrimPrefix(k, "podmpi_") + " " + v
+		}
+	}
+	return s
+}
+
+// sameHost: two host names (a bare one, a pod's FQDN) name the same pod,
+// by their first label.
+func sameHost(a, b string) bool {
+	a, _, _ = strings.Cut(a, ".")
+	b, _, _ = strings.Cut(b, ".")
+	return a != "" && a == b
+}
+
 func secs(d time.Duration) string { return d.Round(time.Second).String() }
 
 func clip(s string, n int) string {
@@ -901,7 +1038,11 @@ func clip(s string, n int) string {
 
 // judge returns where podmpi's job did worse than OpenSSH's under f: the
 // suite's rule (see the top of this file), and what makes a lived job
-// clean (no ERROR logged, the watch's WARN where the fault must show).
+// clean (no ERROR logged, the watch's WARN where the fault must show). A
+// TrainJob's status (Trainer's status API) must say how podmpi's job ended:
+// podmpi_phase succeeded and exit code 0 when Complete; failed, with the
+// launcher's exit code, the reason and the root cause, and the host where
+// the host must be named, when Failed.
 func judge(f fault, openssh, podmpi legResult) []string {
 	var problems []string
 	add := func(format string, a ...any) { problems = append(problems, fmt.Sprintf(f.name+": "+format, a...)) }
@@ -935,6 +1076,9 @@ func judge(f fault, openssh, podmpi legResult) []string {
 		if !strings.Contains(podmpi.TermMessage, podmpi.Host) || !strings.Contains(podmpi.TermMessage, f.cause) {
 			add("podmpi's termination message does not name the host %s and the cause %q:\n%s", podmpi.Host, f.cause, podmpi.TermMessage)
 		}
+		if podmpi.StatusAPI && podmpi.Ended && !sameHost(podmpi.Status["podmpi_root_cause_host"], podmpi.Host) {
+			add("podmpi's TrainJob status does not name the host %s as the root cause's: %s", podmpi.Host, podmpi.statusSummary())
+		}
 		if podmpi.RBAC {
 			named := false
 			for _, ev := range podmpi.Events {
@@ -943,6 +1087,17 @@ func judge(f fault, openssh, podmpi legResult) []string {
 			if !named {
 				add("no podmpi Event on the job names %s: %q", podmpi.Host, podmpi.Events)
 			}
+		}
+	}
+	// The TrainJob's status says how podmpi's job ended, whichever way.
+	if podmpi.StatusAPI && podmpi.Ended {
+		st := podmpi.Status
+		switch {
+		case podmpi.Complete && (st["podmpi_phase"] != "succeeded" || st["podmpi_exit_code"] != "0"):
+			add("podmpi's TrainJob is Complete, but its status says %s, not podmpi_phase succeeded and podmpi_exit_code 0", podmpi.statusSummary())
+		case !podmpi.Complete && (st["podmpi_phase"] != "failed" || st["podmpi_reason"] == "" || st["podmpi_root_cause"] == "" ||
+			podmpi.Died != nil && st["podmpi_exit_code"] != strconv.Itoa(int(podmpi.Died.ExitCode))):
+			add("podmpi's TrainJob Failed, but its status says %s, not podmpi_phase failed with the launcher's exit code, the reason and the root cause", podmpi.statusSummary())
 		}
 	}
 	if f.onLauncher && (podmpi.OrphansLeft || !podmpi.OrphansEnded) {
@@ -1255,11 +1410,18 @@ func (l *leg) finish(t *testing.T, ctx context.Context, ended bool) {
 	if r.Host == "" {
 		r.Host = l.target.Name
 	}
+	// The TrainJob's status as the job ended: TestFaults runs Trainer's
+	// first pinned release.
+	r.StatusAPI = l.runtime == "podmpi" && !l.f.mpiJob && cluster.TrainerStatus(e.pins.Trainer[0])
 	if o, err := getObj(ctx, l.gvr, l.ns, l.job.GetName()); err == nil {
 		if st, msg := condition(o, l.success); st == "True" {
 			r.Complete, r.Message = true, msg
 		} else if _, msg := condition(o, l.failure); msg != "" {
 			r.Message = msg
+		}
+		if r.StatusAPI {
+			st, _, _ := unstructured.NestedMap(o.Object, "status", "trainerStatus")
+			r.Status = statusMetrics(st)
 		}
 	}
 	if launchers, err := podsWith(ctx, l.ns, l.launcherSel); err == nil {
@@ -1727,6 +1889,19 @@ func TestFaultJudge(t *testing.T) {
 	rerun := legResult{Complete: true, Ended: true, Runs: 2, Died: &launcherEnd{After: 3 * time.Second, ExitCode: 1, Line: "ORTE has lost communication"}}
 	named := died(20*time.Second, "root cause: worker job-node-0-0 is gone: deleted", "WorkerGone: worker job-node-0-0 is gone")
 	drop := podDrop(90 * time.Second)
+	// The same outcomes with the TrainJob's status read.
+	withStatus := func(r legResult, st map[string]string) legResult {
+		r.StatusAPI, r.Status = true, st
+		return r
+	}
+	succeeded := map[string]string{"podmpi_phase": "succeeded", "podmpi_exit_code": "0"}
+	failed := map[string]string{"podmpi_phase": "failed", "podmpi_exit_code": "74", "podmpi_reason": "WorkerGone",
+		"podmpi_root_cause": "root cause: worker job-node-0-0 is gone: deleted", "podmpi_root_cause_host": "job-node-0-0.job"}
+	without := func(m map[string]string, key string, v string) map[string]string {
+		c := maps.Clone(m)
+		c[key] = v
+		return c
+	}
 	for _, tc := range []struct {
 		name            string
 		f               fault
@@ -1750,6 +1925,19 @@ func TestFaultJudge(t *testing.T) {
 		{"orphans that died on their own", launcherLost(), lived, legResult{Complete: true, Ended: true, Runs: 1, Orphans: time.Minute},
 			[]string{"left the old launcher's MPI daemon"}},
 		{"orphans ended", launcherLost(), lived, legResult{Complete: true, Ended: true, Runs: 1, Orphans: 5 * time.Second, OrphansEnded: true}, nil},
+		{"a lived TrainJob whose status says so", drop, lived, withStatus(lived, succeeded), nil},
+		{"a lived TrainJob whose status lacks the end", drop, lived, withStatus(lived, map[string]string{"podmpi_phase": "running"}),
+			[]string{"Complete, but its status says running"}},
+		{"a lived TrainJob whose status has no podmpi metric", drop, lived, withStatus(lived, map[string]string{}),
+			[]string{"its status says no podmpi_phase"}},
+		{"a failed TrainJob whose status names the host", workerDeleted(), rerun, withStatus(named, failed), nil},
+		{"a failed TrainJob whose status names another host", workerDeleted(), rerun, withStatus(named, without(failed, "podmpi_root_cause_host", "job-node-0-1.job")),
+			[]string{"status does not name the host job-node-0-0"}},
+		{"a failed TrainJob whose status says succeeded", workerDeleted(), rerun, withStatus(named, without(failed, "podmpi_phase", "succeeded")),
+			[]string{"Failed, but its status says succeeded"}},
+		{"a failed TrainJob whose status has another exit code", workerDeleted(), rerun, withStatus(named, without(failed, "podmpi_exit_code", "1")),
+			[]string{"Failed, but its status says failed, exit code 1"}},
+		{"no status read of an MPIJob", drop, lived, lived, nil},
 	} {
 		got := judge(tc.f, tc.openssh, tc.podmpi)
 		if len(got) != len(tc.want) {
@@ -1764,14 +1952,18 @@ func TestFaultJudge(t *testing.T) {
 	}
 
 	var rows faultRows
-	rows.add(faultRow{f: workerDeleted(), openssh: rerun, podmpi: named})
+	rows.add(faultRow{f: workerDeleted(), openssh: rerun, podmpi: withStatus(named, failed)})
 	rows.add(faultRow{f: dnsPause(time.Minute), notes: []string{"x | y"}, openssh: lived, podmpi: lived})
+	rows.add(faultRow{f: withLauncherOff(podDrop(90 * time.Second)), openssh: lived, podmpi: withStatus(lived, succeeded)})
+	rows.add(faultRow{f: cpuStarve(30 * time.Second), openssh: lived, podmpi: lived})
 	table := rows.table()
 	for _, want := range []string{
-		"| fault | OpenSSH's job | podmpi's job | podmpi's message |",
-		"| a worker pod deleted (grace 0) | the launcher's run failed 3s after the fault (exit 1: ORTE has lost communication); its Job ran the launcher 2 times",
-		"| root cause: worker job-node-0-0 is gone: deleted (Event WorkerGone) |",
-		"| CoreDNS paused (SIGSTOP) for 1m0s (x \\| y) | Complete, the launcher never restarted | Complete, the launcher never restarted | WARN a worker-agent stopped answering (host job-node-0-0) |",
+		"| fault | OpenSSH's job | podmpi's job | podmpi's message | podmpi's TrainJob status |",
+		"| a worker pod deleted (grace 0); TrainJob, the launcher a node | the launcher's run failed 3s after the fault (exit 1: ORTE has lost communication); its Job ran the launcher 2 times",
+		"| root cause: worker job-node-0-0 is gone: deleted (Event WorkerGone) | failed, exit code 74, reason WorkerGone, root_cause_host job-node-0-0.job, root_cause root cause: worker job-node-0-0 is gone: deleted |",
+		"| CoreDNS paused (SIGSTOP) for 1m0s; TrainJob, the launcher a node (x \\| y) | Complete, the launcher never restarted | Complete, the launcher never restarted | WARN a worker-agent stopped answering (host job-node-0-0) | - |",
+		"| a worker cut off from the other pods for 1m30s (packets dropped); TrainJob, the launcher not a node | Complete, the launcher never restarted | Complete, the launcher never restarted | WARN a worker-agent stopped answering (host job-node-0-0) | succeeded, exit code 0 |",
+		"| a worker pod held at 1% of a CPU for 30s under mpi-operator (its cgroup's CPU quota); podmpi without deploy/rbac | ",
 	} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)
