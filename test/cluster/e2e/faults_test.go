@@ -852,6 +852,11 @@ func installFaultRuntimes(t *testing.T, openSSHImage string) {
 			if v.launcherOff {
 				rt.SetName(rt.GetName() + launcherOffSuffix)
 				setNested(t, rt, false, "spec", "mlPolicy", "mpi", "runLauncherAsNode")
+				// The TrainJob's resourcesPerNode no longer reaches the
+				// node pods (see setNodeRequests): OpenSSH's ask for none.
+				if strings.HasPrefix(base.GetName(), "podmpi-") {
+					setNodeRequests(t, rt, "50m", "256Mi")
+				}
 			}
 			if v.sidecar {
 				rt.SetName(rt.GetName() + sidecarSuffix)

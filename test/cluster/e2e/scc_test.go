@@ -167,14 +167,25 @@ func checkProjectPods(t *testing.T, ns string, uid, gid int64, selector string) 
 }
 
 // trainerOpenShift runs examples/trainer's TrainJob on the OpenShift
-// runtimes in a project.
+// runtimes in a project. They are applied under names of their own: applied
+// over the cluster's, they would keep the fields only those set (the
+// runAsUser that deploy/openshift/runtimes leaves to the SCC), which
+// server-side apply leaves to the manager that set them.
 func trainerOpenShift(t *testing.T) {
 	ns, uid, gid := project(t, "openshift")
+	var names []string
 	for _, rt := range openshiftObjects(t, openshiftRuntimes, "ClusterTrainingRuntime") {
+		rt.SetName(rt.GetName() + "-openshift")
 		apply(t, "", rt)
+		names = append(names, rt.GetName())
 	}
-	t.Cleanup(func() { installRuntimes(t, nil) })
-	tj := trainJob(t, "podmpi-openmpi")
+	t.Cleanup(func() {
+		for _, n := range names {
+			_, _ = kubectl(context.Background(), nil, "delete", "clustertrainingruntime", n, "--ignore-not-found")
+		}
+	})
+	waitRuntimesServed(t, names...)
+	tj := trainJob(t, "podmpi-openmpi-openshift")
 	r := runTrainJob(t, ns, tj, 4*time.Minute)
 	checkTrainJob(t, ns, r, 3, 6)
 	checkProjectPods(t, ns, uid, gid, "jobset.sigs.k8s.io/jobset-name="+tj.GetName())

@@ -266,6 +266,7 @@ func sdkMountedRuntime(t *testing.T, ns, dir, name string, launcherAsNode bool) 
 	rt.SetKind("TrainingRuntime")
 	rt.SetName(name)
 	setNested(t, rt, launcherAsNode, "spec", "mlPolicy", "mpi", "runLauncherAsNode")
+	setNodeRequests(t, rt, "50m", "256Mi")
 	rjs, _, _ := unstructured.NestedSlice(rt.Object, "spec", "template", "spec", "replicatedJobs")
 	for i, rj := range rjs {
 		pod, _, _ := unstructured.NestedMap(rj.(map[string]any), "template", "spec", "template", "spec")
@@ -289,6 +290,34 @@ func sdkMountedRuntime(t *testing.T, ns, dir, name string, launcherAsNode bool) 
 	}
 	apply(t, ns, rt)
 	return rt.GetName()
+}
+
+// setNodeRequests sets the CPU and memory requests of the node container in
+// runtime rt's node pods. A TrainJob's trainer.resourcesPerNode does not
+// reach them when the launcher is not a node: Trainer v2.3 merges it into
+// the launcher's container, and into the node pods' only with
+// runLauncherAsNode (their 500m of deploy/runtimes would leave room for
+// two such jobs on this 2-core node).
+func setNodeRequests(t *testing.T, rt *unstructured.Unstructured, cpu, memory string) {
+	t.Helper()
+	rjs, _, _ := unstructured.NestedSlice(rt.Object, "spec", "template", "spec", "replicatedJobs")
+	for _, x := range rjs {
+		rj := x.(map[string]any)
+		if rj["name"] != "node" {
+			continue
+		}
+		path := []string{"template", "spec", "template", "spec", "containers"}
+		cs, _, _ := unstructured.NestedSlice(rj, path...)
+		for _, c := range cs {
+			if c := c.(map[string]any); c["name"] == "node" {
+				c["resources"] = map[string]any{"requests": map[string]any{"cpu": cpu, "memory": memory}}
+			}
+		}
+		if err := unstructured.SetNestedSlice(rj, cs, path...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setNested(t, rt, rjs, "spec", "template", "spec", "replicatedJobs")
 }
 
 // trainerStatus is the TrainJob's .status.trainerStatus.
