@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	metafake "k8s.io/client-go/metadata/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/podmpi/podmpi/agent/kube"
 	"github.com/podmpi/podmpi/agent/kube/kubetest"
@@ -157,7 +158,10 @@ func TestEventBeforeResolve(t *testing.T) {
 }
 
 // TestDescribeStarted: a pod's containers have started once one of them
-// (a sidecar init container too) runs or ran; a new pod's have not.
+// (a sidecar init container too) runs or ran; a new pod's have not, nor
+// those of a new pod through its regular init containers (podmpi's own,
+// which copies /opt/podmpi in, done or running): no worker-agent serves
+// from one.
 func TestDescribeStarted(t *testing.T) {
 	creating := func(p *corev1.Pod) {
 		p.Status.Phase = corev1.PodPending
@@ -169,6 +173,29 @@ func TestDescribeStarted(t *testing.T) {
 		p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "agent", State: corev1.ContainerState{
 			Running: &corev1.ContainerStateRunning{}}}}
 	}
+	// The same sidecar as the spec shows it: restartPolicy Always.
+	sidecarInSpec := func(p *corev1.Pod) {
+		sidecar(p)
+		p.Spec.InitContainers = []corev1.Container{{Name: "agent", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}}
+	}
+	// podmpi's init container (deploy/runtimes, deploy/mpi-operator), done
+	// or running, and the worker-agent's container not started yet.
+	initDone := func(p *corev1.Pod) {
+		creating(p)
+		p.Spec.InitContainers = []corev1.Container{{Name: "podmpi"}}
+		p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "podmpi", State: corev1.ContainerState{
+			Terminated: &corev1.ContainerStateTerminated{Reason: "Completed"}}}}
+	}
+	initRunning := func(p *corev1.Pod) {
+		initDone(p)
+		p.Status.InitContainerStatuses[0].State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	}
+	// Through podmpi's init container, the worker's running.
+	initThenRunning := func(p *corev1.Pod) {
+		initDone(p)
+		p.Status.Phase = corev1.PodRunning
+		p.Status.ContainerStatuses[0].State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	}
 	running := func(p *corev1.Pod) {
 		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "node", State: corev1.ContainerState{
 			Running: &corev1.ContainerStateRunning{}}}}
@@ -177,7 +204,8 @@ func TestDescribeStarted(t *testing.T) {
 		name string
 		mut  func(*corev1.Pod)
 		want bool
-	}{{"creating", creating, false}, {"sidecar", sidecar, true}, {"running", running, true}} {
+	}{{"creating", creating, false}, {"sidecar", sidecar, true}, {"sidecar-in-spec", sidecarInSpec, true}, {"init-container-done", initDone, false},
+		{"init-container-running", initRunning, false}, {"init-container-then-running", initThenRunning, true}, {"running", running, true}} {
 		if got := kube.Describe(pod("w-1-abc", "w-1", nil, c.mut)).Started; got != c.want {
 			t.Errorf("%s: Started = %v, want %v", c.name, got, c.want)
 		}

@@ -31,8 +31,13 @@ type PodState struct {
 	// and the agent's own start time (its /events) says whether it
 	// restarted. They are for messages.
 	Restarts []Restart
-	// Started: one of its containers (an init container too: a sidecar
-	// runs through the pod's Pending phase) runs or has run.
+	// Started: one of the containers that may run a worker-agent runs or
+	// has run: its containers and its init containers but those the spec
+	// shows as regular ones. A native sidecar (restartPolicy Always) serves
+	// through the pod's Pending phase; a regular init container runs to its
+	// end before the others start and serves nothing (podmpi's own, which
+	// copies /opt/podmpi for the worker-agent, is one), so a new pod that is
+	// through it has started nothing of a worker.
 	Started bool
 	// Why says, in one sentence that follows the pod's name, why it is
 	// not running and ready (or what happened to it); "" when it runs and
@@ -97,6 +102,19 @@ var hints = map[string]string{
 	"OOMKilled":                  "its container used more memory than its limit: raise resources.limits.memory",
 }
 
+// regularInitContainers are the init containers of p's spec that are not
+// native sidecars (no restartPolicy Always): each runs to its end before the
+// next starts.
+func regularInitContainers(p *corev1.Pod) map[string]bool {
+	out := map[string]bool{}
+	for _, c := range p.Spec.InitContainers {
+		if c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+			out[c.Name] = true
+		}
+	}
+	return out
+}
+
 // Describe reads a pod.
 func Describe(p *corev1.Pod) PodState {
 	s := PodState{Name: p.Name, Hostname: p.Spec.Hostname, UID: p.UID, Node: p.Spec.NodeName, Phase: p.Status.Phase,
@@ -116,8 +134,10 @@ func Describe(p *corev1.Pod) PodState {
 	waitingReason := ""
 	agent := AgentContainer(p)
 	inits := len(p.Status.InitContainerStatuses)
+	regular := regularInitContainers(p)
 	for i, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
-		if cs.State.Running != nil || cs.State.Terminated != nil || cs.LastTerminationState.Terminated != nil {
+		mayServe := i >= inits || !regular[cs.Name]
+		if mayServe && (cs.State.Running != nil || cs.State.Terminated != nil || cs.LastTerminationState.Terminated != nil) {
 			s.Started = true
 		}
 		var r *Restart
