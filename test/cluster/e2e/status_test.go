@@ -17,9 +17,11 @@ import (
 
 // TestTrainerStatus: Trainer's TrainJob status API (gate TrainJobStatus,
 // which this cluster turns on under v2.2 and later) on MPI TrainJobs.
-// Trainer gives its variables to the launcher only; rank 0 runs on a node
-// pod and calls the Kubeflow SDK's own update_trainjob_status, unchanged:
-// its progress shows in .status.trainerStatus, beside podmpi's metrics.
+// Trainer gives its variables to the launcher only; rank 0 calls the
+// Kubeflow SDK's own update_trainjob_status, unchanged, from a node pod
+// (the launcher not a node) or from the launcher's pod (a node, where Open
+// MPI puts rank 0 on mpirun's own host): its progress shows in
+// .status.trainerStatus, beside podmpi's metrics.
 // The SDK is the venv of scripts/sdk-venv.sh, mounted read-only into the
 // job's pods at its own path (a namespace without the restricted standard:
 // hostPath), whose python is the image's (Debian bookworm's 3.11, as the
@@ -252,9 +254,8 @@ func firstLine(s string) string {
 
 // sdkMountedRuntime is a TrainingRuntime name in ns: podmpi-openmpi with
 // the SDK's venv (dir) mounted read-only at its own path in the launcher
-// and node pods, and the launcher a node (runLauncherAsNode, as shipped) or
-// not. Either way rank 0 runs on a node pod, which Trainer gives none of its
-// status variables.
+// and node pods, the launcher a node (runLauncherAsNode, as shipped) or
+// not, and small requests for the node pods (setNodeRequests).
 func sdkMountedRuntime(t *testing.T, ns, dir, name string, launcherAsNode bool) string {
 	t.Helper()
 	objs := readObjects(t, cluster.RuntimeFiles["openmpi"])
