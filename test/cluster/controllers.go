@@ -442,7 +442,7 @@ func (c *Cluster) installTrainer(ctx context.Context, v string) error {
 	if err := os.MkdirAll(filepath.Join(dir, "tmp"), 0o755); err != nil {
 		return err
 	}
-	newConfig := Minor(v) != "0" // v2.0.0 takes flags; later releases a Configuration file
+	newConfig := !TrainerConfigFlags(v)
 	// status: the release has the TrainJob status API (v2.2 and later),
 	// which this cluster turns on (TrainerStatus).
 	status := TrainerStatus(v)
@@ -484,33 +484,7 @@ func (c *Cluster) installTrainer(ctx context.Context, v string) error {
 		}
 	}
 	if newConfig {
-		cfg := fmt.Sprintf(`apiVersion: config.trainer.kubeflow.org/v1alpha1
-kind: Configuration
-health:
-  healthProbeBindAddress: 127.0.0.1:%d
-  readinessEndpointName: readyz
-  livenessEndpointName: healthz
-metrics:
-  bindAddress: 127.0.0.1:%d
-  secureServing: false
-webhook:
-  port: %d
-  host: %s
-leaderElection:
-  leaderElect: false
-certManagement:
-  enable: true
-  webhookServiceName: kubeflow-trainer-controller-manager
-  webhookSecretName: kubeflow-trainer-webhook-cert
-statusServer:
-  port: %d
-`, TrainerHealthPort, TrainerMetricsPort, TrainerWebhookPort, Gateway, TrainerStatusPort)
-		if status {
-			// The TrainJob status API (alpha, off by default upstream) is on
-			// in this cluster, as a Trainer that serves it would run it.
-			cfg += "featureGates:\n  TrainJobStatus: true\n"
-		}
-		if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(cfg), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(trainerConfig(v)), 0o644); err != nil {
 			return err
 		}
 	}
