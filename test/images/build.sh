@@ -45,6 +45,11 @@ done
 
 engine_init
 trap 'wait' EXIT
+# One build at a time: a second run (.ci/run starts one in the background,
+# the cluster tests another) waits here, then finds the images built.
+lock=${TMPDIR:-/tmp}/podmpi-test-images.lock
+exec 9>"$lock"
+flock 9
 logdir=${PODMPI_TEST_IMAGE_LOGS:-${TMPDIR:-/tmp}/podmpi-test-image-logs}
 mkdir -p "$logdir"
 
@@ -145,3 +150,12 @@ for w in "${!jobs[@]}"; do
 	wait "${jobs[$w]}" || failed+=("$w")
 done
 [[ ${#failed[@]} -eq 0 ]] || die "test images that did not build: ${failed[*]}"
+# Each image's older tags (an input changed since) go, with the layers only
+# they held: every change would otherwise leave hundreds of MB behind.
+for w in "${todo[@]}"; do
+	keep=localhost/podmpi-test/$w:$(key "$w")
+	mapfile -t old < <("${ENGINE[@]}" images --format '{{.Repository}}:{{.Tag}}' | grep -E "^localhost/podmpi-test/$w:" | grep -vxF "$keep" || true)
+	if [[ ${#old[@]} -gt 0 ]]; then
+		"${ENGINE[@]}" rmi "${old[@]}" >/dev/null 2>&1 || note "some older tags of $w were kept: in use"
+	fi
+done
