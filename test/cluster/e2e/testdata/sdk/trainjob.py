@@ -77,6 +77,8 @@ def main():
     p.add_argument("--num-nodes", type=int, default=3)
     p.add_argument("--env", action="append", default=[], help="NAME=VALUE for the TrainJob's trainer.env")
     p.add_argument("--timeout", type=int, default=300, help="seconds wait_for_job_status waits")
+    p.add_argument("--image", help="CustomTrainer's image (the TrainJob's trainer.image)")
+    p.add_argument("--cpu", help="CustomTrainer's resources_per_node cpu (e.g. 250m)")
     a = p.parse_args()
     if a.render:
         return render(a.render)
@@ -111,7 +113,9 @@ def main():
         return 1
     out["runtime_trainer"] = trainer_json(rt.trainer)
     start = time.monotonic()
-    name = call("train", lambda: client.train(runtime=rt, trainer=CustomTrainer(func=func, num_nodes=a.num_nodes, env=env)))
+    resources = {"cpu": a.cpu} if a.cpu else None
+    trainer = CustomTrainer(func=func, num_nodes=a.num_nodes, env=env, image=a.image, resources_per_node=resources)
+    name = call("train", lambda: client.train(runtime=rt, trainer=trainer))
     if name is None:
         print(json.dumps(out))
         return 1
