@@ -308,6 +308,15 @@ func byoiRuntime(t *testing.T, ns, mpi, name, nodeImage, pathMPI string, mutate 
 		cs[0] = c
 		pod["containers"] = cs
 		bringPodmpi(t, pod, binaries, pathMPI)
+		// The shipped runtimes' init container names the released
+		// binaries-only image: this cluster has its own.
+		ics, _, _ := unstructured.NestedSlice(pod, "initContainers")
+		for _, x := range ics {
+			if m := x.(map[string]any); m["name"] == "podmpi" {
+				m["image"], m["imagePullPolicy"] = binaries, "IfNotPresent"
+			}
+		}
+		pod["initContainers"] = ics
 	})
 	if mutate != nil {
 		mutate(rt)
