@@ -52,7 +52,7 @@ const (
 	// TrainerStatusPort is upstream's: Trainer gives the pods its status
 	// server's URL with the port it listens on
 	// (https://<its Service>.<namespace>.svc:<port>), and the Service and
-	// examples/networkpolicy say 10443.
+	// deploy/networkpolicy say 10443.
 	TrainerStatusPort = 10443
 	MPIOperatorPort   = 18086 // --monitoring-port (v0.6.0 also hard-codes health on 8080)
 	KubeRouterHealth  = 18087 // kube-router's health server (all addresses: it takes no host)

@@ -23,7 +23,7 @@ var quotaHard = corev1.ResourceList{
 }
 
 // quotaNamespace is a restricted namespace (the shipped NetworkPolicy
-// enforced, examples/rbac applied) under a ResourceQuota of quotaHard, and
+// enforced, deploy/rbac applied) under a ResourceQuota of quotaHard, and
 // proves the quota enforces: a pod without requests or limits is refused.
 func quotaNamespace(t *testing.T) string {
 	t.Helper()
