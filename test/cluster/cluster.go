@@ -369,17 +369,21 @@ func SetImages(o *unstructured.Unstructured, image string, images map[string]str
 // SetEnv sets an environment variable in every container of an object's
 // pod templates (over a value or valueFrom there).
 func SetEnv(o *unstructured.Unstructured, name, value string) {
-	EachContainer(o, func(c map[string]any) {
-		env, _ := c["env"].([]any)
-		for _, x := range env {
-			if m, ok := x.(map[string]any); ok && m["name"] == name {
-				delete(m, "valueFrom")
-				m["value"] = value
-				return
-			}
+	EachContainer(o, func(c map[string]any) { SetContainerEnv(c, name, value) })
+}
+
+// SetContainerEnv sets an environment variable of one container (over a
+// value or valueFrom there).
+func SetContainerEnv(c map[string]any, name, value string) {
+	env, _ := c["env"].([]any)
+	for _, x := range env {
+		if m, ok := x.(map[string]any); ok && m["name"] == name {
+			delete(m, "valueFrom")
+			m["value"] = value
+			return
 		}
-		c["env"] = append(env, map[string]any{"name": name, "value": value})
-	})
+	}
+	c["env"] = append(env, map[string]any{"name": name, "value": value})
 }
 
 // EachContainer calls f with every container and init container anywhere

@@ -191,7 +191,7 @@ func bringPodmpi(t *testing.T, pod map[string]any, binaries, mpi string) {
 		t.Fatal("a pod template without containers")
 	}
 	c := cs[0].(map[string]any)
-	setEnvOf(c, "PATH", podmpiPath(mpi))
+	cluster.SetContainerEnv(c, "PATH", podmpiPath(mpi))
 	if !hasPodmpiInit(pod) {
 		vols, _, _ := unstructured.NestedSlice(pod, "volumes")
 		pod["volumes"] = append(vols, map[string]any{"name": "podmpi", "emptyDir": map[string]any{}})
@@ -227,19 +227,6 @@ var podmpiInit = func(binaries string) map[string]any {
 		"securityContext": restrictedSecurity(),
 		"resources":       map[string]any{"requests": map[string]any{"cpu": "10m", "memory": "32Mi"}},
 	}
-}
-
-// setEnvOf sets one variable of a container (over a value or valueFrom).
-func setEnvOf(c map[string]any, name, value string) {
-	env, _ := c["env"].([]any)
-	for _, x := range env {
-		if m, ok := x.(map[string]any); ok && m["name"] == name {
-			delete(m, "valueFrom")
-			m["value"] = value
-			return
-		}
-	}
-	c["env"] = append(env, map[string]any{"name": name, "value": value})
 }
 
 func toAny(s []string) []any {

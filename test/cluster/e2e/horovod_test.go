@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -47,18 +46,7 @@ func TestHorovod(t *testing.T) {
 	unstructured.RemoveNestedField(tj.Object, "spec", "trainer", "args")
 	setNested(t, tj, []any{"horovodrun", "-np", "3", "--hostfile", "/etc/mpi/hostfile", "-p", "2222",
 		"python3", "/usr/local/share/podmpi/horovod_allreduce.py"}, "spec", "trainer", "command")
-	r := runTrainJob(t, ns, tj, 5*time.Minute)
-	if !r.complete {
-		t.Fatalf("TrainJob %s: %s; launcher log:\n%s", r.name, r.message, lastLines(r.log, 60))
-	}
-	hosts := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)rank (\d)/3 on (\S+): allreduce=6 \(expect 6\) ok$`).FindAllStringSubmatch(r.log, -1) {
-		hosts[m[2]] = true
-	}
-	if len(hosts) != 3 || !strings.Contains(r.log, "podmpi-horovod-check: OK") {
-		t.Fatalf("want a correct allreduce on each of the 3 pods and podmpi-horovod-check: OK; ranks on %v; launcher log:\n%s", hosts, lastLines(r.log, 60))
-	}
-	t.Logf("TrainJob %s: Complete in %s; Horovod ranks on %v", r.name, r.finished.Sub(r.created).Round(100*time.Millisecond), hosts)
+	checkHorovod(t, runTrainJob(t, ns, tj, 5*time.Minute))
 }
 
 // horovodImage is the Horovod image of the cluster's tag in the cluster's

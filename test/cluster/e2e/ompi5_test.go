@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/podmpi/podmpi/test/cluster"
 )
 
 // prteV24 are the four PRRTE variables Trainer v2.4 sets in the launcher
@@ -73,7 +75,7 @@ func ompi5TrainJob(t *testing.T, ns, image string, asNode, prte bool) {
 			}
 			cs, _, _ := unstructured.NestedSlice(pod, "containers")
 			for k, v := range prteV24(ompi5Procs) {
-				setEnvOf(cs[0].(map[string]any), k, v)
+				cluster.SetContainerEnv(cs[0].(map[string]any), k, v)
 			}
 			pod["containers"] = cs
 		})
