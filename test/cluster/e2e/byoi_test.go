@@ -680,7 +680,7 @@ func byoiMPIJob(t *testing.T, ns, name, mpi string) {
 	image := testImage(t, name)
 	binaries := podmpiBinariesImage(t)
 	job := mpiJob(t, mpi, func(j *unstructured.Unstructured) {
-		cluster.SetImages(j, image)
+		cluster.SetImages(j, image, e.info.Images)
 		for _, role := range []string{"Launcher", "Worker"} {
 			path := []string{"spec", "mpiReplicaSpecs", role, "template", "spec"}
 			pod, _, _ := unstructured.NestedMap(j.Object, path...)
@@ -794,7 +794,7 @@ func badMPIJobLauncher(t *testing.T, ns, bad string) {
 	image := testImage(t, bad)
 	binaries := podmpiBinariesImage(t)
 	job := mpiJob(t, "openmpi", func(j *unstructured.Unstructured) {
-		cluster.SetImages(j, image)
+		cluster.SetImages(j, image, e.info.Images)
 		for _, role := range []string{"Launcher", "Worker"} {
 			path := []string{"spec", "mpiReplicaSpecs", role, "template", "spec"}
 			pod, _, _ := unstructured.NestedMap(j.Object, path...)
