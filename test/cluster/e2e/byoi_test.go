@@ -125,16 +125,16 @@ func testImage(t *testing.T, name string) string {
 }
 
 // podmpiBinariesImage is the binaries-only podmpi image (FROM scratch:
-// /opt/podmpi) of the cluster's tag, which images/build.sh builds before
-// the MPI images: the runtimes' init container copies podmpi from it.
+// /opt/podmpi) of the cluster's release, as the install manifests name it:
+// the node pulls it from the cluster's registry, where make cluster-up (and
+// make cluster-test's release) pushed it. The runtimes' init container
+// copies podmpi from it.
 func podmpiBinariesImage(t *testing.T) string {
 	t.Helper()
-	openmpi := e.info.Images["openmpi"]
-	ref := strings.Replace(openmpi, "/openmpi:", "/podmpi:", 1)
-	if ref == openmpi {
-		t.Fatalf("cannot name the podmpi image after the Open MPI image %q", openmpi)
+	ref := e.info.Images["podmpi"]
+	if ref == "" {
+		t.Fatalf("the cluster names no binaries-only podmpi image (cluster.json's images: %v)", e.info.Images)
 	}
-	importImage(t, ref)
 	return ref
 }
 
