@@ -38,6 +38,9 @@ func TestHorovod(t *testing.T) {
 	rt.SetName("podmpi-horovod")
 	rt.SetLabels(map[string]string{"trainer.kubeflow.org/framework": "podmpi-horovod"})
 	cluster.SetImages(rt, image, e.info.Images)
+	// The image's venv on the runtime's PATH, which replaces the image's,
+	// as images/README.md tells a Horovod user to write it.
+	cluster.SetEnv(rt, "PATH", podmpiPath("horovod"))
 	apply(t, "", rt)
 	ns := namespace(t, "horovod", true)
 	tj := trainJob(t, "podmpi-horovod")
