@@ -309,9 +309,7 @@ func byoiRuntime(t *testing.T, ns, mpi, name, nodeImage, pathMPI string, mutate 
 		mutate(rt)
 	}
 	if ns == "" {
-		t.Cleanup(func() {
-			_, _ = kubectl(context.Background(), nil, "delete", "clustertrainingruntime", name, "--ignore-not-found")
-		})
+		t.Cleanup(func() { deleteRuntimes(name) })
 	}
 	apply(t, ns, rt)
 	return name

@@ -179,13 +179,9 @@ func trainerOpenShift(t *testing.T) {
 		apply(t, "", rt)
 		names = append(names, rt.GetName())
 	}
-	t.Cleanup(func() {
-		for _, n := range names {
-			_, _ = kubectl(context.Background(), nil, "delete", "clustertrainingruntime", n, "--ignore-not-found")
-		}
-	})
-	waitRuntimesServed(t, names...)
 	tj := trainJob(t, "podmpi-openmpi-openshift")
+	t.Cleanup(func() { deleteRuntimes(names...) })
+	waitRuntimesServed(t, names...)
 	r := runTrainJob(t, ns, tj, 4*time.Minute)
 	checkTrainJob(t, ns, r, 3, 6)
 	checkProjectPods(t, ns, uid, gid, "jobset.sigs.k8s.io/jobset-name="+tj.GetName())

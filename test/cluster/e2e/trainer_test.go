@@ -301,11 +301,7 @@ func TestTrainerLauncherCountCheckCatches(t *testing.T) {
 		o.SetName(o.GetName() + "-three")
 		setNested(t, o, int64(3), "spec", "mlPolicy", "numNodes")
 	})
-	t.Cleanup(func() {
-		for _, n := range []string{"podmpi-openmpi-three", "podmpi-mpich-three"} {
-			_, _ = kubectl(context.Background(), nil, "delete", "clustertrainingruntime", n, "--ignore-not-found")
-		}
-	})
+	t.Cleanup(func() { deleteRuntimes("podmpi-openmpi-three", "podmpi-mpich-three") })
 	if n := renderedLauncherPods(t, ns, trainJob(t, "podmpi-openmpi-three")); n != 3 {
 		t.Fatalf("runtime with mlPolicy.numNodes 3: Trainer %s renders %d launcher pods; the check expects 3 here to show it catches the defect", e.info.Trainer, n)
 	}
@@ -374,4 +370,17 @@ func TestTrainerLauncherCountCheckCatches(t *testing.T) {
 			t.Errorf("no launcher's termination message names another launcher pod")
 		}
 	})
+}
+
+// deleteRuntimes deletes ClusterTrainingRuntimes a test made, without
+// waiting for them to go: Trainer's finalizer keeps a runtime while a
+// TrainJob names it, and the TrainJobs of a test's namespace may be deleted
+// only after the test's cleanup (Trainer v2.0.0 waits for every one,
+// Complete or not). The runtime goes when its last TrainJob does.
+func deleteRuntimes(names ...string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, n := range names {
+		_, _ = kubectl(ctx, nil, "delete", "clustertrainingruntime", n, "--ignore-not-found", "--wait=false")
+	}
 }
