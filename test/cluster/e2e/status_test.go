@@ -201,6 +201,10 @@ func rankWork(r trainJobResult) time.Duration {
 	return 0
 }
 
+// atOnceRuns is how many times rankExitsAtOnce runs its TrainJob when
+// Open MPI names no failed process.
+const atOnceRuns = 3
+
 // atOnceLine is what the failing rank of rankExitsAtOnce prints before it
 // exits: its rank and its host.
 var atOnceLine = regexp.MustCompile(`(?m)^podmpi-exits-at-once: rank (\d+) on (\S+)$`)
@@ -212,21 +216,40 @@ var atOnceLine = regexp.MustCompile(`(?m)^podmpi-exits-at-once: rank (\d+) on (\
 // host: in .status.trainerStatus (podmpi_root_cause_host and _rank, the
 // exit code and the reason) and in the RankFailed Warning on the TrainJob.
 // The host is the one the rank printed, not one the test works out.
+//
+// Open MPI 4 does not always say which rank failed: when the other ranks'
+// end (the job's abort) overtakes it, mpirun prints only that 1 process
+// returned a non-zero exit code, with no process name and no binding
+// report, and the agents' 500 ms account never saw a rank that lived a
+// millisecond. podmpi then says it does not know, as it must. Such a run
+// (no host named, and no "Process name:" in mpirun's output) is run again,
+// up to atOnceRuns times, and logged; a host that podmpi names is checked
+// at once.
 func rankExitsAtOnce(t *testing.T, ns string, lay statusLayout, pattern string) {
-	tj := statusTrainJob(t, lay.runtime, `case "$HOSTNAME" in `+pattern+`) echo "podmpi-exits-at-once: rank $OMPI_COMM_WORLD_RANK on $HOSTNAME"; exit 5;; esac; sleep 30`)
-	r := runTrainJob(t, ns, tj, 3*time.Minute)
-	if r.complete {
-		t.Fatalf("TrainJob %s completed; a rank exits 5", r.name)
+	var r trainJobResult
+	var m map[string]string
+	var rank, host string
+	for run := 1; ; run++ {
+		tj := statusTrainJob(t, lay.runtime, `case "$HOSTNAME" in `+pattern+`) echo "podmpi-exits-at-once: rank $OMPI_COMM_WORLD_RANK on $HOSTNAME"; exit 5;; esac; sleep 30`)
+		r = runTrainJob(t, ns, tj, 3*time.Minute)
+		if r.complete {
+			t.Fatalf("TrainJob %s completed; a rank exits 5", r.name)
+		}
+		if took := r.finished.Sub(r.created); took > 2*time.Minute {
+			t.Errorf("Failed %s after creation", took.Round(time.Second))
+		}
+		p := atOnceLine.FindStringSubmatch(r.log)
+		if p == nil {
+			t.Fatalf("the failing rank's own line is not in the launcher's log (mpirun's output):\n%s", lastLines(r.log, 40))
+		}
+		rank, host = p[1], p[2]
+		m = statusMetrics(trainerStatus(t, ns, r.name))
+		if m["podmpi_root_cause_host"] != "" || strings.Contains(r.log, "Process name:") || run == atOnceRuns {
+			break
+		}
+		t.Logf("%s: run %d of at most %d: mpirun named no failed process (its output has no process name) and podmpi named no host (%q): run again",
+			lay.name, run, atOnceRuns, m["podmpi_root_cause"])
 	}
-	if took := r.finished.Sub(r.created); took > 2*time.Minute {
-		t.Errorf("Failed %s after creation", took.Round(time.Second))
-	}
-	p := atOnceLine.FindStringSubmatch(r.log)
-	if p == nil {
-		t.Fatalf("the failing rank's own line is not in the launcher's log (mpirun's output):\n%s", lastLines(r.log, 40))
-	}
-	rank, host := p[1], p[2]
-	m := statusMetrics(trainerStatus(t, ns, r.name))
 	causeHost, _, _ := strings.Cut(m["podmpi_root_cause_host"], ".")
 	if m["podmpi_phase"] != "failed" || m["podmpi_exit_code"] != "5" || m["podmpi_reason"] != "RankFailed" ||
 		causeHost != host || m["podmpi_root_cause_rank"] != rank || !strings.Contains(m["podmpi_root_cause"], "rank "+rank) {
