@@ -24,6 +24,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/podmpi/podmpi/agent/exitcode"
+	"github.com/podmpi/podmpi/agent/imagecheck"
 	"github.com/podmpi/podmpi/agent/kube"
 	"github.com/podmpi/podmpi/agent/launcher/discovery"
 	"github.com/podmpi/podmpi/agent/launcher/mpirun"
@@ -32,6 +33,7 @@ import (
 	"github.com/podmpi/podmpi/agent/launcher/share"
 	"github.com/podmpi/podmpi/agent/launcher/slots"
 	"github.com/podmpi/podmpi/agent/launcherid"
+	"github.com/podmpi/podmpi/agent/layout"
 	"github.com/podmpi/podmpi/agent/sshclient"
 	"github.com/podmpi/podmpi/agent/worker/api"
 	"github.com/podmpi/podmpi/hostfile"
@@ -622,8 +624,17 @@ func (l *Launcher) implementation(ctx context.Context) (mpi.Implementation, stri
 	// --version runs on the real MPI launcher, never on podmpi's own
 	// mpirun name (l.program skips this binary).
 	prog := mpirun.DetectProgram(argv0)
-	if p, perr := l.program(prog); perr == nil && p != "" {
+	p, perr := l.program(prog)
+	if p != "" {
 		prog = p
+	}
+	if perr != nil {
+		if _, auto, _ := mpi.ParseImplementation(l.cfg.Implementation); auto {
+			// Only podmpi's own mpirun is on PATH: running it to ask its
+			// version would run the launcher again.
+			return "", "", &Failure{Phase: PhaseMPI, Code: exitcode.MPIRunNotFound, Err: fmt.Errorf("no MPI in this image: %w%s", perr, imageNote()),
+				Hint: "run the launcher on an image with an MPI (Open MPI, MPICH, Intel MPI) whose mpirun is on the container's PATH after /opt/podmpi/bin, or in one of the folders podmpi looks in"}
+		}
 	}
 	impl, ver, err := mpirun.Resolve(ctx, l.cfg.Implementation, prog)
 	switch {
@@ -687,4 +698,20 @@ func (l *Launcher) explainRefused(ctx context.Context, t probe.Target) *sshclien
 		f.Hint = fmt.Sprintf("this pod runs something other than worker-agent on port %d: check the worker container's command (worker-agent), or --worker.web-port", l.cfg.WorkerWebPort)
 	}
 	return f
+}
+
+// imageNote is what the image lacks besides an MPI for podmpi's
+// worker-agent, as the worker's own check says it ("; ..." with the facts:
+// a musl image, a glibc older than 2.28), "" when the image could run it or
+// no tree of podmpi's is found to check with.
+func imageNote() string {
+	root, err := layout.RunningRoot()
+	if err != nil {
+		return ""
+	}
+	var problem *imagecheck.Problem
+	if _, err := imagecheck.Worker("/", layout.RealWorkerAgent(root), os.Getenv); errors.As(err, &problem) {
+		return "; this image could not run podmpi's worker-agent either: " + problem.Error()
+	}
+	return ""
 }

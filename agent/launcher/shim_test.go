@@ -84,6 +84,28 @@ func TestProgramSkipsThisBinary(t *testing.T) {
 	}
 }
 
+// TestImplementationWithoutAnMPI: an image whose only mpirun is podmpi's
+// own (a bring-your-own image without an MPI) fails the mpi phase with exit
+// 68 saying so, whatever the command's first word; the launcher never runs
+// its own mpirun to ask its version (that ran the launcher again, whose exit
+// 68 and JSON log line became the message).
+func TestImplementationWithoutAnMPI(t *testing.T) {
+	self, bin, _, _ := shimLayout(t)
+	t.Setenv("PATH", bin)
+	for _, cmd := range [][]string{{"mpirun", "x"}, {"bash", "-c", "mpirun x"}} {
+		l, err := New(Config{Executable: self, Command: cmd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = l.implementation(context.Background())
+		var f *Failure
+		if !errors.As(err, &f) || f.Code != exitcode.MPIRunNotFound || f.Phase != PhaseMPI ||
+			!strings.Contains(f.Error(), "no MPI in this image") || !strings.Contains(f.Error(), "no mpirun on PATH besides podmpi's own") {
+			t.Errorf("command %q with only podmpi's mpirun on PATH: %v; want the mpi phase's exit 68 saying the image has no MPI", cmd, err)
+		}
+	}
+}
+
 func TestProgramArgv0(t *testing.T) {
 	argv := []string{"mpiexec.hydra", "-np", "2", "x"}
 	for _, impl := range []mpi.Implementation{mpi.MPICH, mpi.IntelMPI, ""} {
