@@ -296,6 +296,11 @@ func TestDescribe(t *testing.T) {
 				Reason: "TerminationByKubelet", Message: "The node was low on resource: memory."})
 		}, "is being disrupted: TerminationByKubelet: The node was low on resource: memory."},
 		{"not ready", func(p *corev1.Pod) { p.Status.Conditions[0].Status = corev1.ConditionFalse }, "is Running but not Ready"},
+		{"failed with a message", func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodFailed
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				Reason: "Error", ExitCode: 75, Message: "\nworker-agent: the image cannot run worker-agent: this image has musl libc instead\npodmpi worker-agent failed (exit code 75)\n"}}}}
+		}, "has failed; container worker Error, exit 75: worker-agent: the image cannot run worker-agent: this image has musl libc instead"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := kube.Describe(pod("w-1-abc", "w-1", nil, func(p *corev1.Pod) {

@@ -181,6 +181,17 @@ func Describe(p *corev1.Pod) PodState {
 		if r := joinReason(p.Status.Reason, p.Status.Message); r != "" {
 			s.Why += ": " + r
 		}
+		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+			if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
+				// What the container said as it ended (worker-agent's
+				// exit 75 names the image's missing glibc), one line.
+				s.Why += fmt.Sprintf("; container %s %s, exit %d", cs.Name, orDefault(t.Reason, "Error"), t.ExitCode)
+				if m := firstLine(t.Message, 300); m != "" {
+					s.Why += ": " + m
+				}
+				break
+			}
+		}
 	case p.Status.Phase == corev1.PodSucceeded:
 		s.Why, s.Reason = "has already ended (Succeeded)", "Succeeded"
 	case len(waiting) > 0:
@@ -386,4 +397,18 @@ func (c *Client) IsSelf(s PodState) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.self != nil && c.self.UID == s.UID
+}
+
+// firstLine is the first non-empty line of a container's termination
+// message, cut at max bytes.
+func firstLine(msg string, max int) string {
+	for _, l := range strings.Split(msg, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			if len(l) > max {
+				l = l[:max] + "..."
+			}
+			return l
+		}
+	}
+	return ""
 }

@@ -142,7 +142,11 @@ func sshToSelf(log, host string) string {
 	}
 	var out []string
 	for _, l := range strings.Split(log, "\n") {
-		if strings.HasPrefix(l, "["+host+":") || rankLine.MatchString(l) {
+		// The launcher's INFO lines say what it did, such as writing its own
+		// hostfile entry as its host name so that the MPI needs no ssh
+		// there: an ssh to itself would be podmpi-rsh's line, a WARN or an
+		// ERROR.
+		if strings.HasPrefix(l, "["+host+":") || rankLine.MatchString(l) || strings.Contains(l, `"level":"INFO"`) {
 			continue
 		}
 		if strings.Contains(l, host) && sshLine.MatchString(l) {
