@@ -434,10 +434,12 @@ var allreduceArgs = []any{"mpirun", "allreduce", "65536"}
 // rank 1 runs on a node pod (the launcher's entry is the hostfile's
 // last), where a worker-agent sees it end. ${...}, never $(...): Kubernetes
 // expands $(NAME) in args.
-var failArgs = []any{"mpirun", "bash", "-c", `r=${OMPI_COMM_WORLD_RANK:-$PMI_RANK}; [ "$r" = 1 ] && { echo "podmpi-rank-fails: rank $r on $HOSTNAME"; sleep 2; exit 7; }; sleep 8`}
+var failArgs = []any{"mpirun", "bash", "-c", `r=${OMPI_COMM_WORLD_RANK:-$PMI_RANK}; [ "$r" = 1 ] && { read -r h < /proc/sys/kernel/hostname; echo "podmpi-rank-fails: rank $r on $h"; sleep 2; exit 7; }; sleep 8`}
 
-// rankFailsLine is what failArgs' rank 1 prints: its host, as the pod
-// names itself.
+// rankFailsLine is what failArgs' rank 1 prints: its host, as the kernel
+// names it in its pod. Not $HOSTNAME: Hydra hands every rank mpiexec's
+// environment, HOSTNAME (the launcher pod's, which Kubernetes sets)
+// included, and bash keeps a HOSTNAME it inherits.
 var rankFailsLine = regexp.MustCompile(`(?m)^podmpi-rank-fails: rank 1 on (\S+)$`)
 
 // horovodArgs runs the Horovod image's program with horovodrun, as its
