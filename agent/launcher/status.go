@@ -18,6 +18,7 @@ import (
 
 	"github.com/podmpi/podmpi/agent/environ"
 	"github.com/podmpi/podmpi/agent/exitcode"
+	"github.com/podmpi/podmpi/agent/launcher/postmortem"
 	"github.com/podmpi/podmpi/agent/launcher/trainerstatus"
 	"github.com/podmpi/podmpi/agent/statusfwd"
 )
@@ -183,7 +184,10 @@ func (l *Launcher) closeStatus(code exitcode.Code, err error) {
 			trainerstatus.Metric{Name: "podmpi_reason", Value: trainerstatus.Clip(EventReason(code, err))},
 			trainerstatus.Metric{Name: "podmpi_root_cause", Value: trainerstatus.Clip(rootCauseLine(err))})
 		var f *Failure
-		if errors.As(err, &f) && f.Diagnosis != nil && f.Diagnosis.Root != nil {
+		// A rank that only ended with the job (its status unseen, the first
+		// an agent saw end) is no root cause: its host and rank are not
+		// given as one, whatever the sentence says of it.
+		if errors.As(err, &f) && f.Diagnosis != nil && f.Diagnosis.Root != nil && f.Diagnosis.Root.Cause != postmortem.CauseCascade {
 			if h := f.Diagnosis.Root.Host; h != "" {
 				end = append(end, trainerstatus.Metric{Name: "podmpi_root_cause_host", Value: trainerstatus.Clip(h)})
 			}

@@ -215,6 +215,25 @@ func TestStatusNamesTheFailure(t *testing.T) {
 		!strings.HasPrefix(lm["podmpi_root_cause"], "OOM: rank 1 on 127.0.0.1") {
 		t.Errorf("the last request of an OOM-killed job: %v", lm)
 	}
+
+	// The first rank an agent saw end, its status unseen, is what the
+	// diagnosis can say when the MPI named no failed rank: never given as
+	// the root cause's host and rank (it may have been ended by another's
+	// failure; Open MPI 4 once named no process when a rank on another pod
+	// exited 5 at once, and the status blamed the launcher's pod).
+	cfg, a = statusJob(t, func(k string) string { return tr.env[k] }, "exit 5", &logs)
+	a.set(api.Event{Seq: 1, Time: time.Now(), Kind: api.KindRankExit, Rank: 0, PID: 7, ExitCode: -1, Comm: "sleep"})
+	if code, _ := RunJob(t.Context(), cfg); code != 5 {
+		t.Fatalf("RunJob = %d", code)
+	}
+	got = tr.requests()
+	lm = metricMap(got[len(got)-1])
+	if !strings.Contains(lm["podmpi_root_cause"], "the first rank a worker-agent saw end") {
+		t.Fatalf("the diagnosis did not fall back on the first rank an agent saw end: %v", lm)
+	}
+	if h, r := lm["podmpi_root_cause_host"], lm["podmpi_root_cause_rank"]; h != "" || r != "" {
+		t.Errorf("a rank whose status nobody saw is given as the root cause: host %q, rank %q (%v)", h, r, lm)
+	}
 }
 
 // TestStatusOffChangesNothing: without the variables (the gate off, or not
