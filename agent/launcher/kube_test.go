@@ -283,6 +283,68 @@ func TestAPIGoneBeforeVerdict(t *testing.T) {
 	}
 }
 
+// TestReplacedBeforeFirstListIsGone: the worker's pod appears after the
+// launcher's first list of the job's pods and before the next poll (every
+// 5 s), mpirun starts, and the pod is deleted and replaced at once by its
+// controller (same name and host name, a new UID, its containers running
+// by the time mpirun fails). The watch lists the pods as mpirun starts, so
+// the replacement is proof that the pod mpirun's daemon ran in went: the
+// first line names the worker gone. Listed only after the failure, the
+// replacement was the first pod the launcher saw, and it said only that the
+// worker did not answer (TestWorkerDeletedMidJob/rbac on the cluster).
+func TestReplacedBeforeFirstListIsGone(t *testing.T) {
+	a := startAgent(t)
+	api := newFakeAPI(t)
+	dir := t.TempDir()
+	started, replaced := filepath.Join(dir, "started"), filepath.Join(dir, "replaced")
+	cfg := Defaults()
+	cfg.Discovery = discovery.Spec{Workers: []string{"tj-node-0-1.tj=2"}, Self: "tj-launcher-0-0"}
+	names := newNames(map[string]string{})
+	cfg.Resolver = names
+	go func() {
+		// The pod is created after the launcher's first list, then its
+		// name resolves.
+		for i := 0; i < 400 && !listedPods(api.cs); i++ {
+			time.Sleep(25 * time.Millisecond)
+		}
+		_, _ = api.cs.CoreV1().Pods(kns).Create(context.Background(), jobPod("tj-node-0-1", "tj-node-0-1"), metav1.CreateOptions{})
+		names.mu.Lock()
+		names.m["tj-node-0-1.tj"] = "127.0.0.1"
+		names.mu.Unlock()
+	}()
+	cfg.Implementation, cfg.SkipProbe, cfg.Slots = "openmpi4", true, 2
+	cfg.WorkerWebPort = a.port
+	cfg.HostfilePath = filepath.Join(t.TempDir(), "hostfile")
+	cfg.TempDir, cfg.Executable = t.TempDir(), "/bin/true"
+	cfg.DiagnosisWatch = 0 // the pods are listed every podPoll (5 s): none between the replacement and the failure
+	cfg.Command = []string{"sh", "-c", `touch "$1"; i=0; while [ ! -e "$2" ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; exit 1`,
+		"sh", started, replaced}
+	go func() {
+		for i := 0; i < 400; i++ {
+			if _, err := os.Stat(started); err == nil {
+				pods := api.cs.CoreV1().Pods(kns)
+				_ = pods.Delete(context.Background(), "tj-node-0-1", metav1.DeleteOptions{})
+				_, _ = pods.Create(context.Background(), jobPod("tj-node-0-1", "tj-node-0-1", func(p *corev1.Pod) {
+					p.UID = "uid-replacement"
+					p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", Ready: true,
+						State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+				}), metav1.CreateOptions{})
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_ = os.WriteFile(replaced, nil, 0o600)
+	}()
+	code, msg, _ := runJobWithAPI(t, api, cfg)
+	if code != 1 {
+		t.Errorf("exit %d, want mpirun's own 1 (it exited on its own)", code)
+	}
+	first, _, _ := strings.Cut(msg, "\n")
+	if !strings.HasPrefix(first, "root cause: worker tj-node-0-1.tj is gone") {
+		t.Errorf("first line: %s", first)
+	}
+}
+
 // listedPods reports whether the fake API was asked for a list of pods.
 func listedPods(cs *fake.Clientset) bool {
 	for _, a := range cs.Actions() {

@@ -316,6 +316,10 @@ func (l *Launcher) newWatch(ctx context.Context, p *Prepared, dir string) *watch
 	return w
 }
 
+// startListTimeout bounds the list of the job's pods the watch makes as
+// mpirun starts.
+const startListTimeout = 2 * time.Second
+
 // start begins watching, with mpirun about to start now.
 func (w *watch) start() {
 	now := time.Now()
@@ -325,7 +329,17 @@ func (w *watch) start() {
 	}
 	ctx, quit := context.WithCancel(context.Background())
 	w.quit = quit
-	w.checkPods(ctx) // each worker's pod as the API shows it now
+	// Each worker's pod as the API shows it now, listed now (bounded)
+	// rather than as the last poll saw it: a pod known at mpirun's start is
+	// one whose replacement is proof that it went; one first seen only
+	// after mpirun failed may already run its replacement's containers,
+	// and then nothing tells the two apart.
+	if w.l.kubeClient() != nil {
+		lctx, cancel := context.WithTimeout(ctx, startListTimeout)
+		w.l.refreshPods(lctx)
+		cancel()
+	}
+	w.checkPods(ctx)
 	if w.failDir != "" {
 		w.stopWg.Go(func() { w.watchRecords(ctx) })
 	}
