@@ -240,12 +240,10 @@ func TestAPIGoneBeforeVerdict(t *testing.T) {
 	api := newFakeAPI(t, jobPod("tj-node-0-1-bb", "tj-node-0-1"))
 	dir := t.TempDir()
 	started, deleted := filepath.Join(dir, "started"), filepath.Join(dir, "deleted")
-	cfg := Defaults()
-	cfg.Discovery = discovery.Spec{Workers: []string{"tj-node-0-1.tj=2"}, Self: "tj-launcher-0-0"}
 	// The worker resolves once the launcher has listed the job's pods, so
 	// that the watch starts with its pod as the API showed it.
 	names := newNames(map[string]string{})
-	cfg.Resolver = names
+	cfg := podChangeConfig(t, a, names, started, deleted)
 	go func() {
 		for i := 0; i < 400 && !listedPods(api.cs); i++ {
 			time.Sleep(25 * time.Millisecond)
@@ -255,14 +253,6 @@ func TestAPIGoneBeforeVerdict(t *testing.T) {
 		names.m["tj-node-0-1.tj"] = "127.0.0.1"
 		names.mu.Unlock()
 	}()
-	cfg.Implementation, cfg.SkipProbe, cfg.Slots = "openmpi4", true, 2
-	cfg.WorkerWebPort = a.port
-	cfg.HostfilePath = filepath.Join(t.TempDir(), "hostfile")
-	cfg.TempDir, cfg.Executable = t.TempDir(), "/bin/true"
-	cfg.DiagnosisWatch = 0 // the pods are listed every podPoll (5 s): no list comes between the deletion and the failure
-	// mpirun's stand-in fails as soon as the pod is deleted (at most 20 s).
-	cfg.Command = []string{"sh", "-c", `touch "$1"; i=0; while [ ! -e "$2" ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; exit 1`,
-		"sh", started, deleted}
 	go func() {
 		for i := 0; i < 400; i++ {
 			if _, err := os.Stat(started); err == nil {
@@ -297,10 +287,8 @@ func TestReplacedBeforeFirstListIsGone(t *testing.T) {
 	api := newFakeAPI(t)
 	dir := t.TempDir()
 	started, replaced := filepath.Join(dir, "started"), filepath.Join(dir, "replaced")
-	cfg := Defaults()
-	cfg.Discovery = discovery.Spec{Workers: []string{"tj-node-0-1.tj=2"}, Self: "tj-launcher-0-0"}
 	names := newNames(map[string]string{})
-	cfg.Resolver = names
+	cfg := podChangeConfig(t, a, names, started, replaced)
 	go func() {
 		// The pod is created after the launcher's first list, then its
 		// name resolves.
@@ -312,13 +300,6 @@ func TestReplacedBeforeFirstListIsGone(t *testing.T) {
 		names.m["tj-node-0-1.tj"] = "127.0.0.1"
 		names.mu.Unlock()
 	}()
-	cfg.Implementation, cfg.SkipProbe, cfg.Slots = "openmpi4", true, 2
-	cfg.WorkerWebPort = a.port
-	cfg.HostfilePath = filepath.Join(t.TempDir(), "hostfile")
-	cfg.TempDir, cfg.Executable = t.TempDir(), "/bin/true"
-	cfg.DiagnosisWatch = 0 // the pods are listed every podPoll (5 s): none between the replacement and the failure
-	cfg.Command = []string{"sh", "-c", `touch "$1"; i=0; while [ ! -e "$2" ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; exit 1`,
-		"sh", started, replaced}
 	go func() {
 		for i := 0; i < 400; i++ {
 			if _, err := os.Stat(started); err == nil {
@@ -343,6 +324,26 @@ func TestReplacedBeforeFirstListIsGone(t *testing.T) {
 	if !strings.HasPrefix(first, "root cause: worker tj-node-0-1.tj is gone") {
 		t.Errorf("first line: %s", first)
 	}
+}
+
+// podChangeConfig is a launcher of one worker, tj-node-0-1.tj (2 slots),
+// that resolver resolves, with the agent a as its worker-agent and no probe,
+// whose mpirun stand-in touches started and fails (exit 1) once done
+// exists (at most 20 s). The pods are listed every podPoll (5 s): no poll
+// comes between a change of the worker's pod and the failure.
+func podChangeConfig(t *testing.T, a *fakeAgent, resolver *names, started, done string) Config {
+	t.Helper()
+	cfg := Defaults()
+	cfg.Discovery = discovery.Spec{Workers: []string{"tj-node-0-1.tj=2"}, Self: "tj-launcher-0-0"}
+	cfg.Resolver = resolver
+	cfg.Implementation, cfg.SkipProbe, cfg.Slots = "openmpi4", true, 2
+	cfg.WorkerWebPort = a.port
+	cfg.HostfilePath = filepath.Join(t.TempDir(), "hostfile")
+	cfg.TempDir, cfg.Executable = t.TempDir(), "/bin/true"
+	cfg.DiagnosisWatch = 0
+	cfg.Command = []string{"sh", "-c", `touch "$1"; i=0; while [ ! -e "$2" ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; exit 1`,
+		"sh", started, done}
+	return cfg
 }
 
 // listedPods reports whether the fake API was asked for a list of pods.
