@@ -253,21 +253,10 @@ func TestAPIGoneBeforeVerdict(t *testing.T) {
 		names.m["tj-node-0-1.tj"] = "127.0.0.1"
 		names.mu.Unlock()
 	}()
-	go func() {
-		for i := 0; i < 400; i++ {
-			if _, err := os.Stat(started); err == nil {
-				_ = api.cs.CoreV1().Pods(kns).Delete(context.Background(), "tj-node-0-1-bb", metav1.DeleteOptions{})
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		_ = os.WriteFile(deleted, nil, 0o600)
-	}()
-	code, msg, _ := runJobWithAPI(t, api, cfg)
-	if code != 1 {
-		t.Errorf("exit %d, want mpirun's own 1 (it exited on its own)", code)
-	}
-	first, _, _ := strings.Cut(msg, "\n")
+	whenStarted(started, deleted, func() {
+		_ = api.cs.CoreV1().Pods(kns).Delete(context.Background(), "tj-node-0-1-bb", metav1.DeleteOptions{})
+	})
+	first := runPodChange(t, api, cfg)
 	if !strings.HasPrefix(first, "root cause: worker tj-node-0-1.tj is gone: its pod tj-node-0-1-bb no longer exists (deleted), as the Kubernetes API shows it") {
 		t.Errorf("first line: %s", first)
 	}
@@ -300,27 +289,16 @@ func TestReplacedBeforeFirstListIsGone(t *testing.T) {
 		names.m["tj-node-0-1.tj"] = "127.0.0.1"
 		names.mu.Unlock()
 	}()
-	go func() {
-		for i := 0; i < 400; i++ {
-			if _, err := os.Stat(started); err == nil {
-				pods := api.cs.CoreV1().Pods(kns)
-				_ = pods.Delete(context.Background(), "tj-node-0-1", metav1.DeleteOptions{})
-				_, _ = pods.Create(context.Background(), jobPod("tj-node-0-1", "tj-node-0-1", func(p *corev1.Pod) {
-					p.UID = "uid-replacement"
-					p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", Ready: true,
-						State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
-				}), metav1.CreateOptions{})
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		_ = os.WriteFile(replaced, nil, 0o600)
-	}()
-	code, msg, _ := runJobWithAPI(t, api, cfg)
-	if code != 1 {
-		t.Errorf("exit %d, want mpirun's own 1 (it exited on its own)", code)
-	}
-	first, _, _ := strings.Cut(msg, "\n")
+	whenStarted(started, replaced, func() {
+		pods := api.cs.CoreV1().Pods(kns)
+		_ = pods.Delete(context.Background(), "tj-node-0-1", metav1.DeleteOptions{})
+		_, _ = pods.Create(context.Background(), jobPod("tj-node-0-1", "tj-node-0-1", func(p *corev1.Pod) {
+			p.UID = "uid-replacement"
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", Ready: true,
+				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+		}), metav1.CreateOptions{})
+	})
+	first := runPodChange(t, api, cfg)
 	if !strings.HasPrefix(first, "root cause: worker tj-node-0-1.tj is gone") {
 		t.Errorf("first line: %s", first)
 	}
@@ -344,6 +322,33 @@ func podChangeConfig(t *testing.T, a *fakeAgent, resolver *names, started, done 
 	cfg.Command = []string{"sh", "-c", `touch "$1"; i=0; while [ ! -e "$2" ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; exit 1`,
 		"sh", started, done}
 	return cfg
+}
+
+// whenStarted runs change once podChangeConfig's mpirun stand-in has
+// touched started (at most 20 s), then writes done, which ends the stand-in.
+func whenStarted(started, done string, change func()) {
+	go func() {
+		for i := 0; i < 400; i++ {
+			if _, err := os.Stat(started); err == nil {
+				change()
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_ = os.WriteFile(done, nil, 0o600)
+	}()
+}
+
+// runPodChange runs a podChangeConfig job, checks that it ended with the
+// stand-in's own exit 1, and returns the termination message's first line.
+func runPodChange(t *testing.T, api *fakeAPI, cfg Config) string {
+	t.Helper()
+	code, msg, _ := runJobWithAPI(t, api, cfg)
+	if code != 1 {
+		t.Errorf("exit %d, want mpirun's own 1 (it exited on its own)", code)
+	}
+	first, _, _ := strings.Cut(msg, "\n")
+	return first
 }
 
 // listedPods reports whether the fake API was asked for a list of pods.
