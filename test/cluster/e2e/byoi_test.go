@@ -484,6 +484,11 @@ var byoiMPIs = []struct{ image, runtime string }{
 // (test/images/build.sh, side by side) and the build time is logged.
 func TestBYOI(t *testing.T) {
 	need(t)
+	// After every other test, beside TestOpenMPI5: .ci/run builds the
+	// test images in the background from the cluster's start, and a cold
+	// build (Horovod's PyTorch the bulk) would otherwise hold the suite
+	// here while the other tests could run.
+	t.Parallel()
 	tool(t, "controllers", "--trainer", e.pins.Trainer[0], "--mpi-operator", e.pins.MPIOperator[0])
 	buildTestImages()
 	for _, name := range testImageNames {

@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -238,9 +239,19 @@ func kubectl(ctx context.Context, stdin []byte, args ...string) (string, error) 
 	return out.String(), nil
 }
 
+// controllersMu serialises `podmpi-cluster controllers`: the tests that
+// run side by side at the end of the suite (TestBYOI, TestOpenMPI5) each
+// ask for the versions they run on, and two switches at once would race on
+// the controllers' state.
+var controllersMu sync.Mutex
+
 // tool runs podmpi-cluster (to switch controller versions, import images).
 func tool(t *testing.T, args ...string) {
 	t.Helper()
+	if len(args) > 0 && args[0] == "controllers" {
+		controllersMu.Lock()
+		defer controllersMu.Unlock()
+	}
 	start := time.Now()
 	cmd := exec.Command(e.tool, args...)
 	cmd.Dir = e.repo

@@ -40,6 +40,7 @@ const ompi5Procs = 2
 // itself.
 func TestOpenMPI5(t *testing.T) {
 	need(t)
+	t.Parallel() // at the end, beside TestBYOI: both wait for the test images
 	tool(t, "controllers", "--trainer", e.pins.Trainer[0], "--mpi-operator", e.pins.MPIOperator[0])
 	image := testImage(t, "openmpi5")
 	ns := namespace(t, "ompi5", true)
