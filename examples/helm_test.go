@@ -151,9 +151,12 @@ func buildHelm(t testing.TB, v string) (string, error) {
 // goes into the error.
 func helmRun(t testing.TB, args ...string) (string, error) {
 	t.Helper()
+	// The binary first: on a machine without it, the first call builds it
+	// (minutes), which the run's minute must not include.
+	helm := helmBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, helmBinary(t), args...)
+	cmd := exec.CommandContext(ctx, helm, args...)
 	// No kube config: everything here runs without a cluster.
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(t.TempDir(), "none"), "HELM_CACHE_HOME="+t.TempDir(),
 		"HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
