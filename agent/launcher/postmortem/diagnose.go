@@ -517,10 +517,11 @@ func overridden(overrides []Override, program string) (Finding, bool) {
 
 // fromEvents turns a pod's account into findings: a worker-agent's, or
 // the launcher's own (self) when it runs ranks. Events of another launcher
-// instance than launcher (Input.Launcher) are left out, and counted.
+// instance than launcher (Input.Launcher; "" leaves none out) are left
+// out, and counted.
 func fromEvents(host string, self bool, ev api.Events, launcher string) (out []Finding, ignored int) {
 	for _, e := range ev.Events {
-		if e.Launcher != "" && e.Launcher != launcher {
+		if launcher != "" && e.Launcher != "" && e.Launcher != launcher {
 			ignored++
 			continue
 		}
