@@ -394,16 +394,24 @@ func (s *Server) LauncherSessions() []LauncherSessions {
 	return out
 }
 
-// sessionStarted counts a session that started cmdline on st's
-// connection for the instance it declared, if any.
-func (s *Server) sessionStarted(st *connState, cmdline string) {
+// declared is the instance st's connection declared, nil when none.
+func (s *Server) declared(st *connState) *launcherRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return st.launcher
+}
+
+// sessionStarted counts a session that started cmdline for rec, the
+// instance its connection declared (nil: none).
+func (s *Server) sessionStarted(rec *launcherRecord, cmdline string) {
+	if rec == nil {
+		return
+	}
 	daemon := mpi.CommandDaemon(cmdline) != ""
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if rec := st.launcher; rec != nil {
-		rec.sessions++
-		if daemon {
-			rec.daemons++
-		}
+	rec.sessions++
+	if daemon {
+		rec.daemons++
 	}
 }

@@ -349,3 +349,50 @@ func TestLauncherSessionsCounted(t *testing.T) {
 		return len(got) == 1 && got[0].Sessions == 2 && got[0].Daemons == 1 && got[0].Open == 0
 	}, "the daemon counted after it ended, none open")
 }
+
+// TestSessionsNameTheirLauncher: a session on a connection that declared
+// a launcher instance reaches OnSessionStart, with its command's pid, and
+// OnSessionExit naming that instance; one on a connection that declared
+// nothing names none.
+func TestSessionsNameTheirLauncher(t *testing.T) {
+	t.Parallel()
+	starts := make(chan SessionStart, 4)
+	exits := make(chan SessionExit, 4)
+	ts := startServer(t, func(c *Config) {
+		c.OnSessionStart = func(s SessionStart) { starts <- s }
+		c.OnSessionExit = func(e SessionExit) { exits <- e }
+	})
+	inst := launcherid.New("uid-a", "tj-launcher-0-0", time.Now())
+	a := ts.dial(t)
+	if !declare(t, a, inst) {
+		t.Fatal("declaration refused")
+	}
+	u := ts.dial(t)
+	for _, tc := range []struct {
+		c        *ssh.Client
+		launcher string
+	}{{a, inst.ID}, {u, ""}} {
+		r := run(t, tc.c, "echo $$; exit 3", nil)
+		if r.code != 3 {
+			t.Fatalf("exit 3: %+v", r)
+		}
+		var s SessionStart
+		var e SessionExit
+		select {
+		case s = <-starts:
+		case <-time.After(10 * time.Second):
+			t.Fatal("OnSessionStart not called")
+		}
+		select {
+		case e = <-exits:
+		case <-time.After(10 * time.Second):
+			t.Fatal("OnSessionExit not called")
+		}
+		if s.Launcher != tc.launcher || strconv.Itoa(s.PID) != strings.TrimSpace(r.stdout) || s.PID != e.PID || s.Session != e.Session {
+			t.Errorf("start = %+v (exit %+v); want launcher %q and the command's pid", s, e, tc.launcher)
+		}
+		if e.Launcher != tc.launcher || e.ExitCode != 3 {
+			t.Errorf("exit = %+v; want launcher %q, status 3", e, tc.launcher)
+		}
+	}
+}

@@ -48,6 +48,7 @@ type session struct {
 	aborted  chan struct{}
 	finished atomic.Bool // exit status sent
 	replaced atomic.Bool // ended for a newer launcher instance (launcher.go)
+	launcher string      // the instance the connection had declared at the command's start, "" when none
 	abortOne sync.Once
 
 	mu        sync.Mutex
@@ -313,6 +314,10 @@ func (sess *session) start(shell bool, cmdline string) {
 	sess.mu.Lock()
 	sess.cmd = logCmd
 	sess.mu.Unlock()
+	rec := s.declared(sess.st)
+	if rec != nil {
+		sess.launcher = rec.inst.ID
+	}
 	attrs := []any{"session", sess.id, "user", truncate(sess.conn.User(), 64), "key_fp", sess.conn.Permissions.Extensions[extKeyFP],
 		"cmd", logCmd, "pty", sess.ptyReq != nil}
 
@@ -393,8 +398,11 @@ func (sess *session) start(shell bool, cmdline string) {
 	sess.pgid = cmd.Process.Pid // Setpgid/Setsid: the group id is the leader's pid
 	sess.mu.Unlock()
 	s.m.sessionStarted()
-	s.sessionStarted(sess.st, cmdline)
+	s.sessionStarted(rec, cmdline)
 	s.log.Info("ssh session started", append(attrs, "pid", cmd.Process.Pid)...)
+	if s.cfg.OnSessionStart != nil {
+		s.cfg.OnSessionStart(SessionStart{Session: sess.id, PID: cmd.Process.Pid, Launcher: sess.launcher})
+	}
 	go sess.wait(cmd, stdinW, parentR, time.Now(), logCmd, attrs)
 }
 
@@ -408,6 +416,7 @@ func (sess *session) exited(e SessionExit) {
 		e.Aborted, e.Replaced = true, sess.replaced.Load()
 	default:
 	}
+	e.Launcher = sess.launcher
 	sess.s.cfg.OnSessionExit(e)
 }
 

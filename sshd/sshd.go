@@ -70,9 +70,11 @@
 //     curves, AES and HMAC-SHA2.
 //
 // Every connection and session is audit-logged on the caller's slog.Logger
-// (never key material or environment values) and counted in Metrics; the end
-// of each session's command (status or signal, and whether the server ended
-// it) also goes to Config.OnSessionExit.
+// (never key material or environment values) and counted in Metrics; the
+// start of each session's command (its pid) goes to Config.OnSessionStart and
+// its end (status or signal, and whether the server ended it) to
+// Config.OnSessionExit, both with the launcher instance its connection
+// declared.
 package sshd
 
 import (
@@ -135,6 +137,9 @@ type Config struct {
 	ShutdownGrace        time.Duration // 0 -> 10s: SIGTERM -> SIGKILL for sessions on Shutdown (capped by its ctx)
 	Logger               *slog.Logger  // nil -> discard
 	Metrics              *Metrics      // nil -> none
+	// OnSessionStart, when set, is called once per session whose command
+	// started, right after it started. It must not block.
+	OnSessionStart func(SessionStart)
 	// OnSessionExit, when set, is called once per session whose command
 	// started or failed to start, after its exit status was sent. It must
 	// not block.
@@ -162,6 +167,19 @@ type SessionExit struct {
 	// launcher instance of the job connected (Aborted is true too).
 	Replaced bool
 	Duration time.Duration
+	// Launcher is the launcher instance (launcherid.Instance.ID) the
+	// session's connection had declared when the command started, "" when
+	// none.
+	Launcher string
+}
+
+// SessionStart is one session's command as it started.
+type SessionStart struct {
+	Session string // the session id of the logs ("c3/s4")
+	PID     int    // the command's process (the shell that runs it)
+	// Launcher is the launcher instance (launcherid.Instance.ID) the
+	// session's connection had declared, "" when none.
+	Launcher string
 }
 
 func (c *Config) applyDefaults() {

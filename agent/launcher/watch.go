@@ -950,6 +950,7 @@ func (w *watch) diagnose(res mpirun.RunResult, program string) *postmortem.Diagn
 		Launches: append([]rsh.FailureRecord(nil), w.records...),
 		Self:     w.self,
 		Setup:    w.setup,
+		Launcher: w.l.instance.ID,
 	}
 	if !w.stoppedAt.IsZero() && !w.launchStopped {
 		in.Outcome.Stopped, in.Outcome.StoppedAt = true, w.stoppedAt
@@ -982,6 +983,10 @@ func (w *watch) diagnose(res mpirun.RunResult, program string) *postmortem.Diagn
 	}
 	d := postmortem.Decide(in)
 	log := w.l.log
+	for host, n := range d.Ignored {
+		log.Debug("the diagnosis left out a worker-agent's events of another launcher instance (an earlier run's daemons and ranks)",
+			"host", host, "events", n, "instance", w.l.instance.String())
+	}
 	attrs := []any{"cause", d.Cause(), "answered", d.Answered, "silent", d.Silent, "asked_in", time.Since(start).Round(time.Millisecond)}
 	if d.Root != nil {
 		attrs = append(attrs, "host", d.Root.Host, "rank", d.Root.Rank)

@@ -32,6 +32,12 @@ import (
 	"github.com/podmpi/podmpi/agent/worker/api"
 )
 
+// thisLauncher, as an event's Launcher, stands for the instance of the
+// launcher under test: a fakeAgent answers the instance its job's command
+// wrote to daemonOf (daemonScript) in its place, as an agent names the
+// instance whose session started a rank.
+const thisLauncher = "(the launcher under test)"
+
 // fakeAgent serves /events on 127.0.0.1 with the events the test sets.
 type fakeAgent struct {
 	port int
@@ -98,6 +104,13 @@ func startAgent(t *testing.T) *fakeAgent {
 		evs, last := []api.Event{}, uint64(0)
 		for _, e := range a.events {
 			last = max(last, e.Seq)
+			if e.Launcher == thisLauncher && a.daemonOf != "" {
+				if b, err := os.ReadFile(a.daemonOf); err == nil {
+					if inst, err := launcherid.ParseValue(string(b)); err == nil {
+						e.Launcher = inst.ID
+					}
+				}
+			}
 			if !a.filter || q.Match(e) {
 				evs = append(evs, e)
 			}
@@ -1141,5 +1154,36 @@ func TestRankOnTheLaunchersOwnPod(t *testing.T) {
 	}
 	if !strings.Contains(logs, "account of the pod started") {
 		t.Errorf("the launcher kept no account of its own pod:\n%s", logs)
+	}
+}
+
+// TestDiagnosisLeavesOutAnotherLaunchersEvents: the agent's account holds
+// a rank of another launcher instance killed moments before this run
+// started (its daemons ended as this launcher connected), and this run's
+// rank 0 that exited 1: the root cause is this run's rank, and what was
+// left out is logged at DEBUG with its host.
+func TestDiagnosisLeavesOutAnotherLaunchersEvents(t *testing.T) {
+	a := startAgent(t)
+	a.daemonOf = filepath.Join(t.TempDir(), "instance")
+	now := time.Now()
+	a.set(
+		api.Event{Seq: 1, Time: now.Add(-time.Second), Kind: api.KindRankExit, Rank: 1, PID: 7, Comm: "train", ExitCode: -1, Signal: "SIGKILL",
+			Launcher: strings.Repeat("0a", 16)},
+		api.Event{Seq: 2, Time: now, Kind: api.KindRankExit, Rank: 0, PID: 8, Comm: "train", ExitCode: 1, Launcher: thisLauncher},
+	)
+	var debug sshtest.Buffer
+	code, _, _, _, err := runJob(t, a.port, func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&debug, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}, daemonScript(a.daemonOf, "exit 1")...)
+	if code != 1 {
+		t.Fatalf("exit %d (%v), want mpirun's 1", code, err)
+	}
+	if first := firstLine(code, err); !strings.Contains(first, "root cause: rank 0 on 127.0.0.1 (train) exited with status 1") ||
+		strings.Contains(first, "SIGKILL") {
+		t.Errorf("first line: %s; want this run's rank 0, not the other instance's rank 1", first)
+	}
+	if log := debug.String(); !strings.Contains(log, "level=DEBUG msg=\"the diagnosis left out a worker-agent's events of another launcher instance") ||
+		!strings.Contains(log, "host=127.0.0.1 events=1") {
+		t.Errorf("no DEBUG line naming the host and the count:\n%s", log)
 	}
 }

@@ -431,9 +431,13 @@ func (o *options) serve(ctx context.Context) error {
 		ShutdownGrace:        o.shutdownGrace,
 		Logger:               heldLogger.With("component", "sshd"),
 		Metrics:              sshd.NewMetrics(reg),
+		OnSessionStart: func(e sshd.SessionStart) {
+			acct.SessionStarted(account.SessionStart{Session: e.Session, PID: e.PID, Launcher: e.Launcher})
+		},
 		OnSessionExit: func(e sshd.SessionExit) {
 			acct.SessionExited(account.SessionExit{Session: e.Session, Command: e.Command, PID: e.PID,
-				ExitCode: e.ExitCode, Signal: e.Signal, CoreDumped: e.CoreDumped, Aborted: e.Aborted, Replaced: e.Replaced})
+				ExitCode: e.ExitCode, Signal: e.Signal, CoreDumped: e.CoreDumped, Aborted: e.Aborted, Replaced: e.Replaced,
+				Launcher: e.Launcher})
 		},
 		OnLauncherReplaced: func(r sshd.LauncherReplaced) { acct.LauncherReplaced(r.Old, r.New, r.Commands) },
 	})

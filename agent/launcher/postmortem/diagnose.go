@@ -31,6 +31,12 @@
 //  6. The rest (SIGTERM, SIGINT, failed sessions) is the cascade that
 //     follows a failure; it is listed, never named the cause.
 //
+// An agent's events that name another launcher instance than this one
+// (api.Event.Launcher, Input.Launcher) are left out before any rule: they
+// are an earlier run's, such as the daemons and ranks an agent ended as
+// this launcher first connected, which died moments before its mpirun
+// started. Events that name none count.
+//
 // An MPI setting of mpirun's environment that takes the daemons' launch
 // away from podmpi's wiring (Setup.Overrides: Open MPI's plm isolated, an
 // rsh agent of the user's) is the cause when nothing but mpirun's generic
@@ -215,6 +221,15 @@ type Input struct {
 	SelfEvents *api.Events
 	// Setup is what the launcher knows of how it started mpirun.
 	Setup Setup
+	// Launcher is this launcher's instance (launcherid.Instance.ID) as it
+	// declares itself to the worker-agents, "" when it declares none.
+	// Agent events that name another instance (api.Event.Launcher) are
+	// left out: they are what an earlier launcher's run left, such as the
+	// daemons and ranks an agent ended as this launcher connected,
+	// moments before its mpirun started (within the clocks' allowance).
+	// Events that name no instance (a client that declared none, older
+	// agents) count.
+	Launcher string
 }
 
 // Setup is what the launcher knows of how it started mpirun, besides its
@@ -292,6 +307,9 @@ type Diagnosis struct {
 	// Answered and Silent count the workers that gave an account and
 	// those that did not answer.
 	Answered, Silent int
+	// Ignored counts, by host, the events left out as another launcher
+	// instance's (Input.Launcher); nil when none were.
+	Ignored map[string]int
 }
 
 // Cause is the root cause's kind, CauseUnknown without one.
@@ -335,15 +353,25 @@ func Decide(in Input) Diagnosis {
 	}
 	var fs []Finding
 	var d Diagnosis
+	account := func(host string, self bool, ev api.Events) {
+		got, ignored := fromEvents(host, self, ev, in.Launcher)
+		fs = append(fs, got...)
+		if ignored > 0 {
+			if d.Ignored == nil {
+				d.Ignored = make(map[string]int)
+			}
+			d.Ignored[host] += ignored
+		}
+	}
 	if in.Self != "" {
 		hosts = append(hosts, in.Self)
 		if in.SelfEvents != nil {
-			fs = append(fs, fromEvents(in.Self, true, *in.SelfEvents)...)
+			account(in.Self, true, *in.SelfEvents)
 		}
 	}
 	for _, w := range in.Workers {
 		if w.Events != nil {
-			fs = append(fs, fromEvents(w.Host, false, *w.Events)...)
+			account(w.Host, false, *w.Events)
 		}
 		switch {
 		case !w.ReplacedAt.IsZero() || w.APIGone != "":
@@ -488,10 +516,15 @@ func overridden(overrides []Override, program string) (Finding, bool) {
 }
 
 // fromEvents turns a pod's account into findings: a worker-agent's, or
-// the launcher's own (self) when it runs ranks.
-func fromEvents(host string, self bool, ev api.Events) []Finding {
-	var out []Finding
+// the launcher's own (self) when it runs ranks. Events of another launcher
+// instance than launcher (Input.Launcher; "" leaves none out) are left
+// out, and counted.
+func fromEvents(host string, self bool, ev api.Events, launcher string) (out []Finding, ignored int) {
 	for _, e := range ev.Events {
+		if launcher != "" && e.Launcher != "" && e.Launcher != launcher {
+			ignored++
+			continue
+		}
 		f := Finding{Time: e.Time, Host: host, self: self, Rank: e.Rank, PID: e.PID, Signal: e.Signal, CoreDumped: e.CoreDumped,
 			ExitCode: e.ExitCode, Memory: e.Memory, source: "agent", comm: e.Comm, rss: e.RSSBytes}
 		if self {
@@ -528,7 +561,7 @@ func fromEvents(host string, self bool, ev api.Events) []Finding {
 		}
 		out = append(out, f)
 	}
-	return out
+	return out, ignored
 }
 
 // rankEnd classifies a rank's end by its signal or status.

@@ -695,3 +695,37 @@ func TestSettingThatOverridesTheWiring(t *testing.T) {
 		t.Errorf("the setting is not listed: %v", l)
 	}
 }
+
+// TestAnotherLaunchersEventsIgnored: a new launcher instance connected,
+// which ended the older one's daemons and ranks on hostB (one of its
+// ranks killed by SIGKILL), then started mpirun, whose rank 0 on hostA
+// exited 1 at once. Both ends fall within the clocks' allowance before
+// mpirun's start, the old rank's first: the root cause is this run's rank,
+// and the old one is not listed. The same SIGKILL without the instance
+// (an older agent, a client that declared none) still counts, and wins.
+func TestAnotherLaunchersEventsIgnored(t *testing.T) {
+	const this, older = "0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b", "0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a"
+	started := at(10)
+	killed := api.Event{Time: started.Add(-1500 * time.Millisecond), Kind: api.KindRankExit, Rank: 1, PID: 400, Comm: "train",
+		Signal: "SIGKILL", ExitCode: -1, Launcher: older}
+	failed := api.Event{Time: started.Add(-500 * time.Millisecond), Kind: api.KindRankExit, Rank: 0, PID: 500, Comm: "train",
+		ExitCode: 1, Launcher: this}
+	in := Input{
+		Outcome:  Outcome{Program: "mpirun", ExitCode: 1, Started: started},
+		Workers:  []Worker{answered(hostA, failed), answered(hostB, killed)},
+		Launcher: this,
+	}
+	d := Decide(in)
+	wantRoot(t, d, CauseExit, "rank 0 on "+hostA, "exited with status 1")
+	if len(d.Others) != 0 || d.Ignored[hostB] != 1 || len(d.Ignored) != 1 {
+		t.Errorf("others %v, ignored %v; want the older instance's rank left out, counted on %s", d.Lines(), d.Ignored, hostB)
+	}
+
+	killed.Launcher = ""
+	in.Workers[1] = answered(hostB, killed)
+	d = Decide(in)
+	wantRoot(t, d, CauseKilled, "rank 1 on "+hostB, "SIGKILL")
+	if len(d.Others) != 1 || d.Ignored != nil {
+		t.Errorf("others %v, ignored %v; want rank 0's exit listed, nothing left out", d.Lines(), d.Ignored)
+	}
+}

@@ -16,6 +16,11 @@
 //   - the exit status of each SSH session's command, which the SSH server
 //     knows exactly (SessionExited), and the sessions it ended because a
 //     newer launcher of the job connected (LauncherReplaced);
+//   - the launcher instance each session's connection declared, which the
+//     SSH server gives as the session starts (SessionStarted) and ends: a
+//     process is attributed to it when the account first sees it below
+//     that session's command, and its rank's exit event names it, so that
+//     a launcher can leave out what an earlier instance's run left;
 //   - GPU Xid and double-bit ECC events from NVML (GPU).
 //
 // When the OOM counter rises, the process that vanished around then with
@@ -64,6 +69,7 @@ import (
 	"github.com/podmpi/podmpi/agent/worker/api"
 	"github.com/podmpi/podmpi/gpu"
 	"github.com/podmpi/podmpi/mpi"
+	"github.com/podmpi/podmpi/proc"
 )
 
 // Defaults for Config fields left zero.
@@ -127,6 +133,19 @@ type SessionExit struct {
 	// shutting down); Replaced when a newer launcher was the reason.
 	Aborted  bool
 	Replaced bool
+	// Launcher is the launcher instance the session's connection declared
+	// (launcherid.Instance.ID), "" when none.
+	Launcher string
+}
+
+// SessionStart is the start of one SSH session's command.
+type SessionStart struct {
+	Session string
+	// PID is the command's process (the shell that runs it).
+	PID int
+	// Launcher is the launcher instance the session's connection declared
+	// (launcherid.Instance.ID), "" when none.
+	Launcher string
 }
 
 // Account is the pod's account. Its methods are safe for concurrent use.
@@ -164,6 +183,17 @@ type Account struct {
 	recent  []vanished
 	pending []pendingOOM
 	scanErr error
+	// sessions are the running sessions' commands whose connection
+	// declared a launcher instance, by pid (SessionStarted); each is
+	// forgotten when its session ends.
+	sessions map[int]sessionCommand
+}
+
+// sessionCommand is a session's command as SessionStarted registered it.
+type sessionCommand struct {
+	key      procKey
+	session  string
+	launcher string
 }
 
 // vanished is a process that is gone (or a zombie) since the last snapshot.
@@ -207,7 +237,7 @@ func New(cfg Config) (*Account, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	a := &Account{cfg: cfg, log: log, now: cfg.Now, scan: newScanner(cfg.Proc, cfg.RootPID),
-		ring: make([]api.Event, 0, cfg.Capacity), started: cfg.Now()}
+		ring: make([]api.Event, 0, cfg.Capacity), started: cfg.Now(), sessions: make(map[int]sessionCommand)}
 	a.cg, a.cgErr = FindMemoryCgroup(cfg.CgroupRoot, cfg.ProcSelfCgroup)
 	if a.cg != nil {
 		// The baseline: OOM kills before the agent started are not its.
@@ -349,6 +379,7 @@ func (a *Account) pollLocked() {
 	} else {
 		a.scanErr = nil
 	}
+	a.attributeLaunchers(cur)
 	a.recent = append(a.recent, a.vanishedSince(cur, now)...)
 	a.prev = cur
 
@@ -368,6 +399,55 @@ func (a *Account) pollLocked() {
 		a.mem = a.memory(a.last, false)
 	}
 	a.attribute(now)
+}
+
+// attributeLaunchers sets the launcher instance of each process of cur:
+// the one it had at the last reading, else that of its nearest ancestor
+// which has one or is a session's command registered by SessionStarted
+// ("" when none). A process thus keeps the instance it was first seen
+// with, also once its daemon is gone and it was re-parented. a.mu is held.
+func (a *Account) attributeLaunchers(cur map[procKey]procInfo) {
+	byPID := make(map[int]procKey, len(cur))
+	for k, p := range cur {
+		if old, ok := a.prev[k]; ok {
+			p.launcher = old.launcher
+			cur[k] = p
+		}
+		byPID[k.pid] = k
+	}
+	if len(a.sessions) == 0 {
+		return
+	}
+	none := make(map[procKey]bool) // below no registered session
+	var path []procKey
+	for k, p := range cur {
+		if p.launcher != "" {
+			continue
+		}
+		path = path[:0]
+		id := ""
+		// At most len(cur) steps: parents read from /proc at different
+		// moments need not form a tree.
+		for q, ok := k, true; ok && !none[q] && len(path) < len(cur); q, ok = byPID[cur[q].ppid] {
+			if id = cur[q].launcher; id != "" {
+				break
+			}
+			path = append(path, q)
+			if s, ok := a.sessions[q.pid]; ok && s.key == q {
+				id = s.launcher
+				break
+			}
+		}
+		for _, q := range path {
+			if id == "" {
+				none[q] = true
+				continue
+			}
+			p := cur[q]
+			p.launcher = id
+			cur[q] = p
+		}
+	}
 }
 
 // vanishedSince compares a snapshot with the previous one: processes gone,
@@ -474,7 +554,8 @@ func (a *Account) recordRankExit(p procInfo, at time.Time) {
 // rankExit is the event of a rank's end, its log level and its reason
 // label ("" for status 0).
 func rankExit(p procInfo, at time.Time) (ev api.Event, level slog.Level, reason string) {
-	ev = api.Event{Time: at, Kind: api.KindRankExit, PID: p.key.pid, Comm: p.comm, Rank: p.rank, ExitCode: -1, RSSBytes: p.rssBytes}
+	ev = api.Event{Time: at, Kind: api.KindRankExit, PID: p.key.pid, Comm: p.comm, Rank: p.rank, ExitCode: -1, RSSBytes: p.rssBytes,
+		Launcher: p.launcher}
 	level = slog.LevelDebug
 	who := describe(p.rank, p.key.pid, p.comm)
 	reason = "unknown"
@@ -513,9 +594,36 @@ func describe(rank, pid int, comm string) string {
 	return fmt.Sprintf("process %d (%s)", pid, comm)
 }
 
+// SessionStarted registers a session's command, so that the processes the
+// account finds below it are attributed to the launcher instance its
+// connection declared (api.Event.Launcher). A session without one needs
+// no registration. It reads the command's start time from /proc, so that
+// a pid taken over by another process is not mistaken for it.
+func (a *Account) SessionStarted(s SessionStart) {
+	if s.Launcher == "" || s.PID <= 0 {
+		return
+	}
+	st, err := proc.ReadStat(a.cfg.Proc, s.PID)
+	if err != nil {
+		// Gone already: nothing will be found below it.
+		a.log.Debug("a session's command is gone before the account registered it; its processes name no launcher",
+			"session", s.Session, "pid", s.PID, "err", err)
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.sessions[s.PID] = sessionCommand{key: procKey{st.PID, st.Start}, session: s.Session, launcher: s.Launcher}
+}
+
 // SessionExited records the end of an SSH session's command when it failed
-// (a non-zero status or a signal), and counts every end.
+// (a non-zero status or a signal), and counts every end. It forgets the
+// session's registration (SessionStarted).
 func (a *Account) SessionExited(e SessionExit) {
+	a.mu.Lock()
+	if s, ok := a.sessions[e.PID]; ok && s.session == e.Session {
+		delete(a.sessions, e.PID)
+	}
+	a.mu.Unlock()
 	reason := ""
 	switch {
 	case e.Signal != 0:
@@ -529,7 +637,7 @@ func (a *Account) SessionExited(e SessionExit) {
 	a.m.sessionExits.WithLabelValues(reason).Inc()
 	cmd := commandName(e.Command)
 	ev := api.Event{Time: a.now(), Kind: api.KindSessionExit, PID: e.PID, Rank: -1, ExitCode: e.ExitCode,
-		CoreDumped: e.CoreDumped, Session: e.Session, Command: cmd}
+		CoreDumped: e.CoreDumped, Session: e.Session, Command: cmd, Launcher: e.Launcher}
 	level := slog.LevelWarn
 	if e.Signal != 0 {
 		ev.ExitCode = -1

@@ -1,11 +1,15 @@
 package account
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -673,4 +677,150 @@ func TestReadingHoldsNoLockOnTheAccount(t *testing.T) {
 	}
 	close(release)
 	<-polled
+}
+
+// TestRankExitNamesItsSessionsLauncher: a session's command registered
+// for launcher instance A runs a rank, another session's (its connection
+// declared nothing) runs another; both ranks are real processes, killed
+// as an older launcher's are when a newer one connects. The first rank's
+// exit names A, the second's no instance, and the session's own failed
+// end names A.
+func TestRankExitNamesItsSessionsLauncher(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc")
+	}
+	const instA = "0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a"
+	dir := t.TempDir()
+	a, err := New(Config{CgroupRoot: dir, ProcSelfCgroup: filepath.Join(dir, "none"), Interval: MinInterval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	// session starts a session's command as the SSH server does, with a
+	// rank below it, and returns the command and the rank's pid.
+	session := func(id string, rank int, launcher string) (*exec.Cmd, int) {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, "/bin/sh", "-c", fmt.Sprintf("OMPI_COMM_WORLD_RANK=%d sleep 30 & echo $!; wait $!", rank))
+		cmd.Env = []string{"PATH=/usr/bin:/bin"}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+		a.SessionStarted(SessionStart{Session: id, PID: cmd.Process.Pid, Launcher: launcher})
+		line, err := bufio.NewReader(out).ReadString('\n')
+		pid, perr := strconv.Atoi(strings.TrimSpace(line))
+		if err != nil || perr != nil {
+			t.Fatalf("the rank's pid: %q, %v, %v", line, err, perr)
+		}
+		return cmd, pid
+	}
+	cmdA, rankA := session("c1/s1", 3, instA)
+	cmdU, rankU := session("c2/s2", 4, "")
+	// Until the account has seen both ranks (sleep exec'd, its rank read).
+	seen := func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		n := 0
+		for k, p := range a.prev {
+			if k.pid == rankA && p.rank == 3 || k.pid == rankU && p.rank == 4 {
+				n++
+			}
+		}
+		return n == 2
+	}
+	for range 200 {
+		if a.Poll(); seen() {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !seen() {
+		t.Fatal("the account did not see both ranks")
+	}
+	for _, pid := range []int{rankA, rankU} {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []*exec.Cmd{cmdA, cmdU} {
+		var ee *exec.ExitError
+		if err := c.Wait(); !errors.As(err, &ee) {
+			t.Fatalf("session command: %v, want its status 137", err)
+		}
+	}
+	a.SessionExited(SessionExit{Session: "c1/s1", Command: "orted", PID: cmdA.Process.Pid, ExitCode: cmdA.ProcessState.ExitCode(),
+		Launcher: instA})
+	a.SessionExited(SessionExit{Session: "c2/s2", Command: "orted", PID: cmdU.Process.Pid, ExitCode: cmdU.ProcessState.ExitCode()})
+	byRank := map[int]api.Event{}
+	for range 200 {
+		a.Poll()
+		for _, ev := range a.Events(api.EventsQuery{}).Events {
+			if ev.Kind == api.KindRankExit {
+				byRank[ev.Rank] = ev
+			}
+		}
+		if len(byRank) == 2 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if ev, ok := byRank[3]; !ok || ev.PID != rankA || ev.Launcher != instA {
+		t.Errorf("rank 3's exit = %+v (recorded %v); want pid %d, launcher %s", ev, ok, rankA, instA)
+	}
+	if ev, ok := byRank[4]; !ok || ev.PID != rankU || ev.Launcher != "" {
+		t.Errorf("rank 4's exit = %+v (recorded %v); want pid %d, no launcher (its connection declared none)", ev, ok, rankU)
+	}
+	var sessions []api.Event
+	for _, ev := range a.Events(api.EventsQuery{}).Events {
+		if ev.Kind == api.KindSessionExit {
+			sessions = append(sessions, ev)
+		}
+	}
+	if len(sessions) != 2 || sessions[0].Session != "c1/s1" || sessions[0].Launcher != instA || sessions[1].Launcher != "" {
+		t.Errorf("session exits = %+v; want c1/s1's naming %s, c2/s2's none", sessions, instA)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.sessions) != 0 {
+		t.Errorf("registrations kept after the sessions ended: %+v", a.sessions)
+	}
+}
+
+// TestRankKeepsItsLauncherOnceOrphaned: a rank keeps the launcher
+// instance it was first seen with after its daemon is gone and it was
+// re-parented to the agent (the daemon of a replaced launcher dies first),
+// and one first seen after that names none: it is no longer below the
+// session's command.
+func TestRankKeepsItsLauncherOnceOrphaned(t *testing.T) {
+	r := newRig(t, 0)
+	r.proc.Write(10, "orted", 'S', 1, 100, 0)
+	r.a.SessionStarted(SessionStart{Session: "c1/s1", PID: 10, Launcher: "a1"})
+	r.a.SessionStarted(SessionStart{Session: "c1/s9", PID: 99, Launcher: "a1"}) // gone already: not registered
+	r.proc.Write(11, "train", 'R', 10, 1000, 0, "OMPI_COMM_WORLD_RANK=0")
+	r.tick()
+	r.proc.Remove(10)
+	r.proc.Write(11, "train", 'R', 1, 1000, 0, "OMPI_COMM_WORLD_RANK=0")
+	r.proc.Write(12, "train", 'R', 1, 1000, 0, "OMPI_COMM_WORLD_RANK=1")
+	r.a.SessionExited(SessionExit{Session: "c1/s1", Command: "orted", PID: 10, ExitCode: -1, Signal: syscall.SIGTERM, Launcher: "a1"})
+	r.tick()
+	r.proc.Write(11, "train", 'Z', 1, 0, 1<<8, "OMPI_COMM_WORLD_RANK=0")
+	r.proc.Write(12, "train", 'Z', 1, 0, 1<<8, "OMPI_COMM_WORLD_RANK=1")
+	r.tick()
+	var got []string
+	for _, ev := range r.events() {
+		got = append(got, fmt.Sprintf("%s rank %d launcher %q", ev.Kind, ev.Rank, ev.Launcher))
+	}
+	want := []string{`session-exit rank -1 launcher "a1"`, `rank-exit rank 0 launcher "a1"`, `rank-exit rank 1 launcher ""`}
+	if strings.Join(got, "; ") != strings.Join(want, "; ") {
+		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if len(r.a.sessions) != 0 {
+		t.Errorf("registrations kept: %+v", r.a.sessions)
+	}
 }

@@ -75,6 +75,9 @@ type procInfo struct {
 	rssBytes uint64
 	zombie   bool
 	exitCode int // wait status of a zombie, -1 unknown
+	// launcher is the launcher instance whose session started it, ""
+	// when none or unknown (Account.attributeLaunchers).
+	launcher string
 }
 
 // scanner takes snapshots of the processes below one root process.

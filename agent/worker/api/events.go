@@ -75,6 +75,17 @@ type Event struct {
 	// (shortened), for KindSessionExit.
 	Session string `json:"session,omitempty"`
 	Command string `json:"command,omitempty"`
+	// Launcher is the launcher instance (Launcher.Instance) whose SSH
+	// session started the process, for KindSessionExit and KindRankExit:
+	// the instance its connection declared. Empty when the client declared
+	// none (Hydra's or Open MPI's tree spawn from a worker, a person's
+	// ssh, a launcher that does not declare itself), when the agent did not
+	// see the rank below a session's command before it was re-parented,
+	// and from agents older than the field. A launcher leaves out another
+	// instance's events when it decides what killed its run: an earlier
+	// launcher's daemons and ranks, ended as the new one connected, die
+	// moments before the new run starts.
+	Launcher string `json:"launcher,omitempty"`
 	// Launchers names the launcher instances of KindLauncherReplaced.
 	Launchers *LauncherChange `json:"launchers,omitempty"`
 	// Message is the event as one sentence, as the agent logged it.
