@@ -327,6 +327,10 @@ func (d Diagnosis) Summary() string {
 			"hint: read mpirun's output above for the first rank that failed", d.Answered, d.Silent)
 	}
 	s := "root cause: " + d.Root.Sentence
+	if d.Root.Cause == CauseCascade {
+		// The last resort (Decide): a rank that ended, nothing says why.
+		s = "root cause unknown: " + d.Root.Sentence
+	}
 	if d.Root.Hint != "" {
 		s += "; hint: " + d.Root.Hint
 	}

@@ -310,6 +310,10 @@ func TestNonZeroExitAndFirstToEnd(t *testing.T) {
 		Workers: []Worker{answered(hostA, rankExit(5, 0, 10, "", -1)), answered(hostB, rankExit(2, 1, 11, "", -1))}})
 	wantRoot(t, d, CauseCascade, "the first rank a worker-agent saw end was rank 1 on "+hostB, "mpiexec exited with 3",
 		"may have been ended by another's failure")
+	// Not a root cause, and not said as one.
+	if !strings.HasPrefix(d.Summary(), "root cause unknown: the first rank") {
+		t.Errorf("the last resort is said as a root cause: %s", d.Summary())
+	}
 	d = Decide(Input{Workers: []Worker{answered(hostA)}})
 	if d.Root != nil {
 		t.Fatalf("root = %+v from nothing", d.Root)
