@@ -501,6 +501,9 @@ func TestBYOI(t *testing.T) {
 	ns := namespace(t, "byoi", true)
 	applyRBAC(t, ns)
 	sdkPython(t)
+	// The shipped runtimes, as deploy/runtimes has them: running last, this
+	// test cannot count on an earlier one's.
+	installRuntimes(t, nil)
 	// The runtimes of the v2.3 shape, shared by the subtests (a copy made
 	// here is deleted when they all have ended).
 	shipped := map[string]string{}
