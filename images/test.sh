@@ -11,8 +11,8 @@
 #   --user 1000680000:0 --passwd=false --read-only (only /tmp writable)
 #   --cap-drop=ALL --security-opt no-new-privileges
 # Needs root, podman, runc, dnsmasq, iproute2, debootstrap and the network for
-# apt (on a fresh machine about 10 minutes, 4.5 of them the arm64 compile;
-# warm about 5).
+# apt (on a fresh machine about 10 minutes; the arm64 image's compile, which
+# no MPI image here needs, runs beside the MPI images' builds; warm about 5).
 # Containers and pods are removed by name/PID when the test ends.
 #
 # Arguments go to "go test"; PODMPI_IMAGE_TEST_BUILD=0 skips the build and
