@@ -349,11 +349,10 @@ var cpuBudget struct {
 	total, free int
 }
 
-// reserveCPU waits until pods x podCPU of the budget is free and takes it
-// until the test ends.
-func reserveCPU(t *testing.T, pods int) {
+// reserveCPU waits until need millicores of the budget are free and takes
+// them until the test ends.
+func reserveCPU(t *testing.T, need int) {
 	t.Helper()
-	need := pods * podCPU
 	cpuBudget.Lock()
 	if cpuBudget.cond == nil {
 		cpuBudget.cond = sync.NewCond(&cpuBudget.Mutex)
@@ -365,7 +364,7 @@ func reserveCPU(t *testing.T, pods int) {
 	}
 	if need > cpuBudget.total {
 		cpuBudget.Unlock()
-		t.Fatalf("the job's %d pods need %dm CPU, the node has %dm for side-by-side jobs", pods, need, cpuBudget.total)
+		t.Fatalf("the job's pods need %dm CPU, the node has %dm for side-by-side jobs", need, cpuBudget.total)
 	}
 	deadline := time.Now().Add(20 * time.Minute)
 	for cpuBudget.free < need {
@@ -382,6 +381,19 @@ func reserveCPU(t *testing.T, pods int) {
 		cpuBudget.free += need
 		cpuBudget.cond.Broadcast()
 		cpuBudget.Unlock()
+	})
+}
+
+// sideBySide runs f as a parallel subtest of t named name once need
+// millicores of the CPU budget are free (reserveCPU): the jobs of a test
+// run side by side without one job's pods holding CPU that another's
+// need to start.
+func sideBySide(t *testing.T, name string, need int, f func(t *testing.T)) {
+	t.Helper()
+	t.Run(name, func(t *testing.T) {
+		t.Parallel()
+		reserveCPU(t, need)
+		f(t)
 	})
 }
 
@@ -522,7 +534,7 @@ func TestBYOI(t *testing.T) {
 			t.Parallel()
 			image := testImage(t, m.image)
 			rt := byoiRuntime(t, ns, m.runtime, "byoi-"+m.image, image, m.image, nil)
-			reserveCPU(t, 3)
+			reserveCPU(t, 3*podCPU)
 			args, procs := allreduceArgs, int64(1)
 			if m.image == "openmpi4" {
 				procs = 2 // two ranks in one pod too (shared memory, all capabilities dropped)
@@ -542,7 +554,7 @@ func TestBYOI(t *testing.T) {
 			t.Parallel()
 			image := testImage(t, m.image)
 			rt := byoiRuntime(t, ns, m.runtime, "byoi-"+m.image+"-fail", image, m.image, nil)
-			reserveCPU(t, 3)
+			reserveCPU(t, 3*podCPU)
 			r := runTrainJob(t, ns, byoiTrainJob(t, rt, true, image, 3, 1, failArgs), 5*time.Minute)
 			checkRankFailed(t, ns, r, m.image == "mpich" || m.image == "intelmpi")
 		})
@@ -582,7 +594,7 @@ func TestBYOI(t *testing.T) {
 // launcher, the node pods podmpi's image of that MPI).
 func byoiSDK(t *testing.T, ns, name, rt string) {
 	image := testImage(t, name)
-	reserveCPU(t, 3)
+	reserveCPU(t, 3*podCPU)
 	r := runSDK(t, ns, 8*time.Minute, "--runtime", rt, "--function", "ranks", "--num-nodes", "3",
 		"--image", image, "--cpu", fmt.Sprintf("%dm", podCPU), "--timeout", "420")
 	if r.Status != "Complete" {
@@ -720,7 +732,7 @@ func byoiMPIJob(t *testing.T, ns, name, mpi string) {
 		setLauncherArgs(t, j, args...)
 		setCPURequest(t, j, "Worker", fmt.Sprintf("%dm", podCPU))
 	})
-	reserveCPU(t, 3)
+	reserveCPU(t, 3*podCPU)
 	r := runMPIJobOnce(t, ns, func() *unstructured.Unstructured { return job })
 	if !r.ok {
 		msg := ""
@@ -776,7 +788,7 @@ func checkUnservableMessage(t *testing.T, what, bad, msg string) {
 // podmpi Warning.
 func badLauncher(t *testing.T, ns, bad, rt string) {
 	image := testImage(t, bad)
-	reserveCPU(t, 2)
+	reserveCPU(t, 2*podCPU)
 	r := runTrainJob(t, ns, byoiTrainJob(t, rt, false, image, 2, 1, allreduceArgs), 3*time.Minute)
 	if r.complete {
 		t.Fatalf("TrainJob %s with launcher image %s completed", r.name, image)
@@ -829,7 +841,7 @@ func badMPIJobLauncher(t *testing.T, ns, bad string) {
 		}
 		setCPURequest(t, j, "Worker", fmt.Sprintf("%dm", podCPU))
 	})
-	reserveCPU(t, 3)
+	reserveCPU(t, 3*podCPU)
 	r := runMPIJob(t, ns, job, 3*time.Minute)
 	if r.ok {
 		t.Fatalf("MPIJob %s with image %s succeeded", r.name, image)
@@ -920,7 +932,7 @@ func badWorkers(t *testing.T, ns, bad string) {
 		setNested(t, j, pod, path...)
 		setCPURequest(t, j, "Worker", fmt.Sprintf("%dm", podCPU))
 	})
-	reserveCPU(t, 3)
+	reserveCPU(t, 3*podCPU)
 	ctx := ctxT(t, 5*time.Minute)
 	apply(t, ns, job)
 	pod, end, restarts := firstWorkerEnd(t, ns, "training.kubeflow.org/job-role=worker,training.kubeflow.org/job-name="+job.GetName(), 2*time.Minute)
@@ -947,7 +959,7 @@ func badNodes(t *testing.T, ns, bad string) {
 	image := testImage(t, bad)
 	rt := byoiRuntime(t, ns, "openmpi", "byoi-"+bad, image, "openmpi", nil)
 	tj := byoiTrainJob(t, rt, true, image, 2, 1, allreduceArgs)
-	reserveCPU(t, 2)
+	reserveCPU(t, 2*podCPU)
 	apply(t, ns, tj)
 	t.Cleanup(func() {
 		_ = e.dyn.Resource(trainJobGVR).Namespace(ns).Delete(context.Background(), tj.GetName(), metav1.DeleteOptions{})

@@ -108,10 +108,10 @@ func launcherEvidence(t *testing.T, ns string, r trainJobResult, want ...string)
 // trainJobFailures: TrainJobs whose ranks fail are Failed within 2 minutes
 // of their launcher's start, with one launcher run whose pod stays with the
 // root cause; kubectl describe and the SDK show the podmpi Warning. In ns,
-// which has deploy/rbac.
+// which has deploy/rbac; side by side with t's other jobs (sideBySide).
 func trainJobFailures(t *testing.T, ns string) {
-	t.Run("exit-7", func(t *testing.T) { rankExit7(t, ns, "podmpi-openmpi", exit7) })
-	t.Run("segfault", func(t *testing.T) {
+	sideBySide(t, "exit-7", trainJobCPU, func(t *testing.T) { rankExit7(t, ns, "podmpi-openmpi", exit7) })
+	sideBySide(t, "segfault", trainJobCPU, func(t *testing.T) {
 		tj := trainJob(t, "podmpi-openmpi")
 		setNested(t, tj, segfault1, "spec", "trainer", "args")
 		r := runTrainJob(t, ns, tj, 4*time.Minute)
@@ -213,10 +213,10 @@ const failedWaiting = "WorkersNotResolved|SlotsUnknown|ProbeFailedUnreachable"
 // message still names the worker or rank and the cause, and the launcher
 // records no Event.
 //
-// The drills run side by side (t.Parallel; make cluster-test passes
-// -parallel 8), after the caller's sequential subtests: two of them only
-// wait for the launcher's deadline, and each job asks for 0.3 CPU, so all
-// six of a release (with and without rbac) fit the node at once.
+// The drills run side by side with the caller's other jobs (sideBySide;
+// make cluster-test passes -parallel 8), each once its job's 0.3 CPU is
+// free: a worker left Pending for want of CPU would be named for that, not
+// for the cause the drill sets.
 func mpiJobFailures(t *testing.T, ns string, rbac bool) {
 	waitTimeout := func(job *unstructured.Unstructured) {
 		setNested(t, job, "AtStartup", "spec", "launcherCreationPolicy")
@@ -249,8 +249,7 @@ func mpiJobFailures(t *testing.T, ns string, rbac bool) {
 			setLauncherArgs(t, j, args...)
 		}, []string{"RankCrashed"}, []string{"rank 1", "SIGSEGV", "hint:"}, []string{"rank 1", "SIGSEGV", "hint:"}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
+		sideBySide(t, tc.name, mpiJobCPU, func(t *testing.T) {
 			job := mpiJob(t, "openmpi", tc.mutate)
 			r := runMPIJob(t, ns, job, 4*time.Minute)
 			if r.ok {

@@ -24,6 +24,10 @@ const mpiJobSamples = "examples/mpi-operator"
 // their image.
 var mpiImplementations = map[string]string{"openmpi": "OpenMPI", "mpich": "MPICH", "intelmpi": "Intel"}
 
+// mpiJobCPU is the CPU, in millicores, that one MPIJob of mpiJob requests
+// on the node: the launcher's 100m and two workers of 100m.
+const mpiJobCPU = 3 * 100
+
 // mpiJob is an example MPIJob with this cluster's images and the workers'
 // CPU request lowered (two workers asking for 2 CPUs each do not fit this
 // 2-core node), under a unique name.
@@ -185,8 +189,10 @@ func TestMPIOperator(t *testing.T) {
 				// every pinned one.
 				mpis = append(mpis, "intelmpi")
 			}
+			// The jobs below run side by side, each once its pods' CPU
+			// is free (sideBySide).
 			for _, mpi := range mpis {
-				t.Run(mpi, func(t *testing.T) {
+				sideBySide(t, mpi, mpiJobCPU, func(t *testing.T) {
 					r := runMPIJobOnce(t, ns, func() *unstructured.Unstructured { return mpiJob(t, mpi, nil) })
 					if !r.ok {
 						msg := ""
@@ -206,22 +212,19 @@ func TestMPIOperator(t *testing.T) {
 			if v == e.pins.MPIOperator[0] {
 				// Intel MPI's rank crash, once: what the launcher reads does
 				// not depend on the release.
-				t.Run("intelmpi/segfault", func(t *testing.T) {
-					t.Parallel() // beside the drills above
-					intelRankCrash(t, ns)
-				})
+				sideBySide(t, "intelmpi/segfault", mpiJobCPU, func(t *testing.T) { intelRankCrash(t, ns) })
 				// The same failures where the launcher may not use the API
 				// (once: what they show does not depend on the release).
 				t.Run("no-rbac", func(t *testing.T) {
-					t.Parallel() // beside the drills above
+					t.Parallel() // beside the drills above; each of its jobs takes its own CPU
 					mpiJobFailures(t, namespace(t, "mpijob-norbac", true), false)
 				})
 			}
 			// The isolation drills on this mpi-operator's pods.
-			t.Run("networkpolicy", mpiOperatorNetworkPolicy)
-			t.Run("openshift-restricted-v2", mpiOperatorOpenShift)
-			t.Run("kueue", mpiOperatorKueue)
-			t.Run("quota", mpiOperatorQuota)
+			sideBySide(t, "networkpolicy", mpiJobCPU+netpolProbesCPU, mpiOperatorNetworkPolicy)
+			sideBySide(t, "openshift-restricted-v2", mpiJobCPU, mpiOperatorOpenShift)
+			sideBySide(t, "kueue", 2*mpiJobCPU, mpiOperatorKueue)
+			sideBySide(t, "quota", mpiJobCPU, mpiOperatorQuota)
 		})
 	}
 }

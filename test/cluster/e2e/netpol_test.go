@@ -266,6 +266,10 @@ func runningPods(t *testing.T, ns, launcherSel, workerSel string) (worker, launc
 	return worker, launcher
 }
 
+// netpolProbesCPU is the CPU, in millicores, of networkPolicyDrill's own
+// pods: five probePods of 50m (restrictedPod).
+const netpolProbesCPU = 5 * 50
+
 // trainerNetworkPolicy runs a TrainJob whose ranks sleep in an isolated
 // namespace and drills the policy against its pods.
 func trainerNetworkPolicy(t *testing.T) {

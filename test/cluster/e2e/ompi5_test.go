@@ -86,7 +86,7 @@ func ompi5TrainJob(t *testing.T, ns, image string, asNode, prte bool) {
 	if !asNode {
 		pods++ // the launcher, besides numNodes node pods
 	}
-	reserveCPU(t, pods)
+	reserveCPU(t, pods*podCPU)
 	r := runTrainJob(t, ns, byoiTrainJob(t, rt, true, image, nodes, ompi5Procs, allreduceArgs), 6*time.Minute)
 	if !r.complete {
 		msg := ""

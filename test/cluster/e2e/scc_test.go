@@ -170,12 +170,14 @@ func checkProjectPods(t *testing.T, ns string, uid, gid int64, selector string) 
 // runtimes in a project. They are applied under names of their own: applied
 // over the cluster's, they would keep the fields only those set (the
 // runAsUser that deploy/openshift/runtimes leaves to the SCC), which
-// server-side apply leaves to the manager that set them.
-func trainerOpenShift(t *testing.T) {
+// server-side apply leaves to the manager that set them. Under Trainer v2.0
+// (v) their node pods are sized as sizeNodesAsAsked says.
+func trainerOpenShift(t *testing.T, v string) {
 	ns, uid, gid := project(t, "openshift")
 	var names []string
 	for _, rt := range openshiftObjects(t, openshiftRuntimes, "ClusterTrainingRuntime") {
 		rt.SetName(rt.GetName() + "-openshift")
+		sizeNodesAsAsked(t, v, rt)
 		apply(t, "", rt)
 		names = append(names, rt.GetName())
 	}

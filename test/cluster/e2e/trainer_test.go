@@ -100,6 +100,24 @@ func trainJob(t *testing.T, rt string) *unstructured.Unstructured {
 	return tj
 }
 
+// trainJobCPU is the CPU, in millicores, that one TrainJob of trainJob
+// requests on the node: three pods of 100m (under Trainer v2.0 too, see
+// sizeNodesAsAsked).
+const trainJobCPU = 3 * 100
+
+// sizeNodesAsAsked gives ClusterTrainingRuntime o's node pods the CPU that
+// trainJob asks for each node (trainer.resourcesPerNode 100m) under Trainer
+// v2.0 (v), which passes that to the launcher only: with the runtimes'
+// 500m, one such job at a time would fit this 2-core node, and the jobs of
+// TestTrainer run side by side. Later releases pass it to the node pods
+// themselves; there o is left as shipped.
+func sizeNodesAsAsked(t *testing.T, v string, o *unstructured.Unstructured) {
+	t.Helper()
+	if envOnLauncherOnly(v) && o.GetKind() == "ClusterTrainingRuntime" {
+		setNodeRequests(t, o, "100m", "1Gi")
+	}
+}
+
 // trainJobResult is what a finished TrainJob left.
 type trainJobResult struct {
 	name      string
@@ -188,7 +206,10 @@ func TestTrainer(t *testing.T) {
 	for _, v := range e.pins.Trainer {
 		t.Run(v, func(t *testing.T) {
 			tool(t, "controllers", "--trainer", v, "--mpi-operator", "none")
-			installRuntimes(t, nil)
+			if envOnLauncherOnly(v) {
+				t.Cleanup(func() { installRuntimes(t, nil) })
+			}
+			installRuntimes(t, func(_ string, o *unstructured.Unstructured) { sizeNodesAsAsked(t, v, o) })
 			ns := namespace(t, "trainer", true)
 			applyRBAC(t, ns)
 
@@ -202,7 +223,9 @@ func TestTrainer(t *testing.T) {
 				}
 			})
 
-			t.Run("openmpi", func(t *testing.T) {
+			// The jobs below run side by side, each once its pods' CPU
+			// is free (sideBySide).
+			sideBySide(t, "openmpi", trainJobCPU, func(t *testing.T) {
 				tj := trainJob(t, "podmpi-openmpi")
 				probe := withTrainerEnvCheck(t, tj, envOnLauncherOnly(v))
 				r := runTrainJob(t, ns, tj, 4*time.Minute)
@@ -218,7 +241,7 @@ func TestTrainer(t *testing.T) {
 					t.Errorf("a successful TrainJob has no Normal Initialized Event from podmpi")
 				}
 			})
-			t.Run("mpich", func(t *testing.T) {
+			sideBySide(t, "mpich", trainJobCPU, func(t *testing.T) {
 				tj := trainJob(t, "podmpi-mpich")
 				probe := withTrainerEnvCheck(t, tj, false)
 				r := runTrainJob(t, ns, tj, 4*time.Minute)
@@ -230,21 +253,21 @@ func TestTrainer(t *testing.T) {
 				// releases (the runtime's rendering, resourcesPerNode) the
 				// other runtimes show under each; the launcher's side of
 				// Intel MPI does not depend on it.
-				t.Run("intelmpi", func(t *testing.T) {
+				sideBySide(t, "intelmpi", trainJobCPU, func(t *testing.T) {
 					if n := renderedLauncherPods(t, ns, trainJob(t, "podmpi-intelmpi")); n != 1 {
 						t.Errorf("runtime podmpi-intelmpi: Trainer %s renders %d launcher pods, want 1", v, n)
 					}
 					r := runTrainJob(t, ns, trainJob(t, "podmpi-intelmpi"), 4*time.Minute)
 					checkTrainJob(t, ns, r, 3, 6)
 				})
-				t.Run("intelmpi/exit-7", func(t *testing.T) { rankExit7(t, ns, "podmpi-intelmpi", exit7Intel) })
+				sideBySide(t, "intelmpi/exit-7", trainJobCPU, func(t *testing.T) { rankExit7(t, ns, "podmpi-intelmpi", exit7Intel) })
 			}
 			trainJobFailures(t, ns)
 			// The isolation drills on this Trainer's pods.
-			t.Run("networkpolicy", trainerNetworkPolicy)
-			t.Run("openshift-restricted-v2", trainerOpenShift)
-			t.Run("kueue", trainerKueue)
-			t.Run("quota", trainerQuota)
+			sideBySide(t, "networkpolicy", trainJobCPU+netpolProbesCPU, trainerNetworkPolicy)
+			sideBySide(t, "openshift-restricted-v2", trainJobCPU, func(t *testing.T) { trainerOpenShift(t, v) })
+			sideBySide(t, "kueue", 2*trainJobCPU, trainerKueue)
+			sideBySide(t, "quota", trainJobCPU, trainerQuota)
 		})
 	}
 	t.Run("no-rbac", trainJobWithoutRBAC)
