@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -135,16 +137,34 @@ func runTrainJob(t *testing.T, ns string, tj *unstructured.Unstructured, timeout
 	t.Helper()
 	ctx := ctxT(t, timeout+time.Minute)
 	r := trainJobResult{name: tj.GetName(), created: time.Now()}
+	sel := "jobset.sigs.k8s.io/jobset-name=" + tj.GetName()
+	// The node pods as last seen, by name, also while the job ran: once
+	// the launcher's job succeeds, JobSet deletes the node jobs that still
+	// run, and their pods can be gone before the end is read (seen with
+	// jobs side by side on this node).
+	nodes := map[string]corev1.Pod{}
+	seeNodes := func() error {
+		pods, err := podsWith(ctx, ns, sel+","+nodeSel)
+		for _, p := range pods {
+			nodes[p.Name] = p
+		}
+		return err
+	}
 	apply(t, ns, tj)
-	r.complete, r.message = waitJobEnd(t, ctx, trainJobGVR, ns, tj.GetName(), "Complete", "Failed", timeout, nil)
+	r.complete, r.message = waitJobEnd(t, ctx, trainJobGVR, ns, tj.GetName(), "Complete", "Failed", timeout, func() bool {
+		_ = seeNodes() // a failed list is read again at the next poll and at the end
+		return false
+	})
 	r.finished = time.Now()
 	var err error
-	sel := "jobset.sigs.k8s.io/jobset-name=" + tj.GetName()
 	if r.launchers, err = podsWith(ctx, ns, sel+","+launcherSel); err != nil {
 		t.Fatal(err)
 	}
-	if r.nodes, err = podsWith(ctx, ns, sel+","+nodeSel); err != nil {
+	if err := seeNodes(); err != nil {
 		t.Fatal(err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(nodes)) {
+		r.nodes = append(r.nodes, nodes[name])
 	}
 	if len(r.launchers) > 0 {
 		r.log = podLogs(ctx, ns, r.launchers[0].Name, false)
