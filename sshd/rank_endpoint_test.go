@@ -79,8 +79,21 @@ func serveLauncherSide(c *ssh.Client, ls *launcherSide) *launcherSide {
 				continue
 			}
 			go func() {
+				// A request is held from its channel's opening until its
+				// answer is written: the agent frees its slot only after
+				// reading the answer, so "now" never counts a request the
+				// agent no longer carries (counting until the goroutine
+				// ends did, for the few microseconds between the answer and
+				// the close, and saw 17 at once on a busy machine).
 				n := ls.now.Add(1)
-				defer ls.now.Add(-1)
+				held := true
+				release := func() {
+					if held {
+						held = false
+						ls.now.Add(-1)
+					}
+				}
+				defer release()
 				for m := ls.most.Load(); n > m && !ls.most.CompareAndSwap(m, n); m = ls.most.Load() {
 				}
 				conn := statusfwd.ChannelConn(ch, statusfwd.Addr("launcher"), statusfwd.Addr("worker"))
@@ -93,6 +106,7 @@ func serveLauncherSide(c *ssh.Client, ls *launcherSide) *launcherSide {
 				body, _ := io.ReadAll(req.Body)
 				ls.took.Add(1)
 				time.Sleep(ls.delay)
+				release()
 				answer := "launcher got: " + req.Method + " " + req.URL.Path + " " + req.Header.Get("Authorization") + " " + string(body)
 				resp := &http.Response{StatusCode: 200, ProtoMajor: 1, ProtoMinor: 1, ContentLength: int64(len(answer)),
 					Body: io.NopCloser(strings.NewReader(answer)), Close: true}
