@@ -86,14 +86,6 @@ func serveLauncherSide(c *ssh.Client, ls *launcherSide) *launcherSide {
 				// ends did, for the few microseconds between the answer and
 				// the close, and saw 17 at once on a busy machine).
 				n := ls.now.Add(1)
-				held := true
-				release := func() {
-					if held {
-						held = false
-						ls.now.Add(-1)
-					}
-				}
-				defer release()
 				for m := ls.most.Load(); n > m && !ls.most.CompareAndSwap(m, n); m = ls.most.Load() {
 				}
 				conn := statusfwd.ChannelConn(ch, statusfwd.Addr("launcher"), statusfwd.Addr("worker"))
@@ -101,12 +93,13 @@ func serveLauncherSide(c *ssh.Client, ls *launcherSide) *launcherSide {
 				_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
 				req, err := http.ReadRequest(bufio.NewReader(conn))
 				if err != nil {
+					ls.now.Add(-1)
 					return
 				}
 				body, _ := io.ReadAll(req.Body)
 				ls.took.Add(1)
 				time.Sleep(ls.delay)
-				release()
+				ls.now.Add(-1)
 				answer := "launcher got: " + req.Method + " " + req.URL.Path + " " + req.Header.Get("Authorization") + " " + string(body)
 				resp := &http.Response{StatusCode: 200, ProtoMajor: 1, ProtoMinor: 1, ContentLength: int64(len(answer)),
 					Body: io.NopCloser(strings.NewReader(answer)), Close: true}
