@@ -35,7 +35,9 @@ func TestDiagnosisNamesTheHost(t *testing.T) {
 		// job's (every rank ends at once): a run whose output names none
 		// is run again, three times at most, once the window the launcher
 		// asks the accounts for (from 2 s before mpirun starts) no longer
-		// holds the last run's ends.
+		// holds the last run's ends. When it never names one, the
+		// launcher may name a rank only from its agents' own evidence
+		// (checked as below), or say the root cause is unknown.
 		ranks := filepath.Join(work, "ranks-exit7")
 		if err := MakeDir(ranks); err != nil {
 			t.Fatal(err)
@@ -49,6 +51,13 @@ func TestDiagnosisNamesTheHost(t *testing.T) {
 			}
 			t.Logf("mpirun named no rank; again")
 			time.Sleep(3 * time.Second)
+		}
+		if !strings.Contains(r.out, "Process name:") {
+			msg, err := os.ReadFile(filepath.Join(work, fmt.Sprintf("run-%s-%d", f.job, f.seq), "termination-log"))
+			if first, _, _ := strings.Cut(string(msg), "\n"); err == nil && strings.HasPrefix(first, "root cause unknown") && r.code == 7 {
+				t.Logf("mpirun named no rank in 3 runs, and the launcher (exit 7) said it does not know: %s", first)
+				return
+			}
 		}
 		first := f.expectRootCause(t, r, "exited with status 7")
 		t.Logf("termination message: %s", first)
