@@ -87,6 +87,9 @@ const (
 	rankOpenTimeout  = 5 * time.Second
 	// maxRankAnswer bounds the launcher's answer passed to a rank.
 	maxRankAnswer = 1 << 20
+	// rankDrainMax bounds what is read and dropped of a body refused as
+	// too big (tooBig).
+	rankDrainMax = 1 << 20
 )
 
 // rankEndpoint is the standing endpoint.
@@ -336,7 +339,7 @@ func (s *Server) serveRank(e *rankEndpoint, w http.ResponseWriter, r *http.Reque
 		e.refuse(s, w, http.StatusForbidden, "Forbidden", "forbidden: send the token in the file "+statusfwd.EnvToken+" names")
 		return
 	case r.ContentLength > e.maxBody:
-		e.refuse(s, w, http.StatusRequestEntityTooLarge, "RequestEntityTooLarge", fmt.Sprintf("the body is over the %d bytes the status endpoint takes", e.maxBody))
+		e.tooBig(s, w, r)
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, e.maxBody+1))
@@ -345,7 +348,7 @@ func (s *Server) serveRank(e *rankEndpoint, w http.ResponseWriter, r *http.Reque
 		e.refuse(s, w, http.StatusBadRequest, "BadRequest", "reading the body: "+err.Error())
 		return
 	case int64(len(body)) > e.maxBody:
-		e.refuse(s, w, http.StatusRequestEntityTooLarge, "RequestEntityTooLarge", fmt.Sprintf("the body is over the %d bytes the status endpoint takes", e.maxBody))
+		e.tooBig(s, w, r)
 		return
 	}
 	wait := time.NewTimer(rankSlotWait)
@@ -481,6 +484,16 @@ func openChannelWithin(ctx context.Context, sc *ssh.ServerConn, within time.Dura
 // refuse answers a rank's request with code and a Kubernetes Status, as
 // Trainer's endpoint and the launcher's do, and logs it (once a second at
 // most).
+// tooBig refuses a body over the limit with 413, after reading and
+// dropping what is left of it, up to rankDrainMax bytes and within the
+// server's read deadline: a connection closed with the client's bytes
+// unread is reset, and a client still writing its body then sees the
+// reset instead of the answer that says why.
+func (e *rankEndpoint) tooBig(s *Server, w http.ResponseWriter, r *http.Request) {
+	_, _ = io.CopyN(io.Discard, r.Body, rankDrainMax)
+	e.refuse(s, w, http.StatusRequestEntityTooLarge, "RequestEntityTooLarge", fmt.Sprintf("the body is over the %d bytes the status endpoint takes", e.maxBody))
+}
+
 func (e *rankEndpoint) refuse(s *Server, w http.ResponseWriter, code int, reason, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
