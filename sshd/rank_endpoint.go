@@ -481,9 +481,6 @@ func openChannelWithin(ctx context.Context, sc *ssh.ServerConn, within time.Dura
 	return nil, err
 }
 
-// refuse answers a rank's request with code and a Kubernetes Status, as
-// Trainer's endpoint and the launcher's do, and logs it (once a second at
-// most).
 // tooBig refuses a body over the limit with 413, after reading and
 // dropping what is left of it, up to rankDrainMax bytes and within the
 // server's read deadline: a connection closed with the client's bytes
@@ -494,6 +491,9 @@ func (e *rankEndpoint) tooBig(s *Server, w http.ResponseWriter, r *http.Request)
 	e.refuse(s, w, http.StatusRequestEntityTooLarge, "RequestEntityTooLarge", fmt.Sprintf("the body is over the %d bytes the status endpoint takes", e.maxBody))
 }
 
+// refuse answers a rank's request with code and a Kubernetes Status, as
+// Trainer's endpoint and the launcher's do, and logs it (once a second at
+// most).
 func (e *rankEndpoint) refuse(s *Server, w http.ResponseWriter, code int, reason, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
